@@ -1,0 +1,279 @@
+/* api.c — the public C API: validate arguments, take the allocator's lock,
+ * dispatch to the policy. No policy lives here.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define CHECK_ALLOCATOR(fn)                                         \
+  do {                                                              \
+    if (!a) {                                                       \
+      ga_error_set("%s: the allocator is NULL", fn);                \
+      return GA_ERR_INVALID;                                        \
+    }                                                               \
+  } while (0)
+
+/* ---- Lifetime ---- */
+
+static ga_status_t create(const ga_config *cfg, ga_device *dev, int owns, ga_allocator_t **out) {
+  ga_allocator_t *a = calloc(1, sizeof *a);
+  if (!a || ga_blockmap_init(&a->map)) {
+    free(a);
+    ga_error_set("ga_create: host out of memory");
+    return GA_ERR_HOST_MEMORY;
+  }
+  size_t free_b = 0, total = 0;
+  if (ga_dev_mem_info(dev, &free_b, &total)) {
+    ga_error_set("ga_create: cannot query device memory: %s", dev->error);
+    ga_blockmap_destroy(&a->map);
+    free(a);
+    return GA_ERR_DEVICE;
+  }
+  pthread_mutex_init(&a->mu, NULL);
+  a->cfg = *cfg;
+  a->dev = dev;
+  a->owns_dev = owns;
+  a->device_total = total;
+  a->allowed_max = SIZE_MAX;
+  a->fraction = 1.0;
+  a->stats.max_split_size = cfg->max_split_size == SIZE_MAX ? -1 : (int64_t)cfg->max_split_size;
+  if (cfg->memory_fraction < 1.0) {
+    a->fraction = cfg->memory_fraction;
+    a->allowed_max = (size_t)(cfg->memory_fraction * (double)total);
+  }
+  *out = a;
+  return GA_OK;
+}
+
+static ga_status_t parse(const char *fn, const char *conf, ga_config *cfg) {
+  char err[512];
+  if (ga_config_parse(conf, cfg, err, sizeof err)) {
+    ga_error_set("%s: %s", fn, err);
+    return GA_ERR_CONFIG;
+  }
+  return GA_OK;
+}
+
+ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out) {
+  if (!out) {
+    ga_error_set("ga_create: out is NULL");
+    return GA_ERR_INVALID;
+  }
+  *out = NULL;
+  if (!conf) conf = getenv("GARDENALLOC_CONF");
+  ga_config cfg;
+  ga_status_t st = parse("ga_create", conf, &cfg);
+  if (st) return st;
+  ga_device *dev;
+  char err[512];
+  const char *notice = NULL;
+  int rc = ga_device_open(cfg.backend, device, cfg.sim_capacity, &dev, err, sizeof err, &notice);
+  if (rc) {
+    ga_error_set("ga_create: %s", err);
+    return rc == GA_DEV_ENODEV ? GA_ERR_NO_BACKEND : GA_ERR_DEVICE;
+  }
+  if (notice) fprintf(stderr, "%s\n", notice);
+  st = create(&cfg, dev, 1, out);
+  if (st) ga_dev_destroy(dev);
+  return st;
+}
+
+ga_status_t ga_create_on_device(const char *conf, ga_device *dev, ga_allocator_t **out) {
+  if (!out || !dev) {
+    ga_error_set("ga_create_on_device: NULL argument");
+    return GA_ERR_INVALID;
+  }
+  ga_config cfg;
+  ga_status_t st = parse("ga_create_on_device", conf, &cfg);
+  return st ? st : create(&cfg, dev, 0, out);
+}
+
+ga_device *ga_allocator_device(ga_allocator_t *a) { return a ? a->dev : NULL; }
+
+void ga_destroy(ga_allocator_t *a) {
+  if (!a) return;
+  pthread_mutex_lock(&a->mu);
+  (void)ga_stream_sync_all_locked(a);
+  ga_stream_teardown_locked(a);
+  while (a->segs) {
+    ga_segment *s = a->segs;
+    a->segs = s->next;
+    (void)ga_dev_free(a->dev, (void *)s->base);
+    for (ga_block *b = s->head, *n; b; b = n) {
+      n = b->next;
+      free(b->uses);
+      free(b);
+    }
+    free(s);
+  }
+  while (a->block_cache) {
+    ga_block *b = a->block_cache;
+    a->block_cache = b->next;
+    free(b);
+  }
+  ga_blockmap_destroy(&a->map);
+  if (a->owns_dev) ga_dev_destroy(a->dev);
+  pthread_mutex_unlock(&a->mu);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+}
+
+/* ---- Allocation ---- */
+
+ga_status_t ga_malloc(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {
+  CHECK_ALLOCATOR("ga_malloc");
+  if (!out) {
+    ga_error_set("ga_malloc: out is NULL");
+    return GA_ERR_INVALID;
+  }
+  *out = NULL;
+  if (size == 0) return GA_OK;
+  pthread_mutex_lock(&a->mu);
+  ga_status_t st = ga_alloc_locked(a, size, stream, out);
+  pthread_mutex_unlock(&a->mu);
+  return st;
+}
+
+ga_status_t ga_free(ga_allocator_t *a, void *ptr) {
+  CHECK_ALLOCATOR("ga_free");
+  if (!ptr) return GA_OK;
+  pthread_mutex_lock(&a->mu);
+  ga_status_t st = ga_free_locked(a, ptr);
+  pthread_mutex_unlock(&a->mu);
+  return st;
+}
+
+ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t stream) {
+  CHECK_ALLOCATOR("ga_record_stream");
+  pthread_mutex_lock(&a->mu);
+  ga_status_t st = GA_OK;
+  ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
+  if (!b) st = ga_bad_pointer_locked(a, "ga_record_stream", ptr);
+  else if (ga_stream_record_locked(a, b, stream)) {
+    ga_error_set("ga_record_stream: host out of memory");
+    st = GA_ERR_HOST_MEMORY;
+  }
+  pthread_mutex_unlock(&a->mu);
+  return st;
+}
+
+ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block) {
+  CHECK_ALLOCATOR("ga_allocation_size");
+  pthread_mutex_lock(&a->mu);
+  ga_status_t st = GA_OK;
+  ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
+  if (!b) st = ga_bad_pointer_locked(a, "ga_allocation_size", ptr);
+  else {
+    if (requested) *requested = b->requested;
+    if (block) *block = b->size;
+  }
+  pthread_mutex_unlock(&a->mu);
+  return st;
+}
+
+/* ---- Cache ---- */
+
+ga_status_t ga_empty_cache(ga_allocator_t *a) {
+  CHECK_ALLOCATOR("ga_empty_cache");
+  pthread_mutex_lock(&a->mu);
+  int rc = ga_reclaim_all_locked(a);
+  if (rc) ga_error_set("ga_empty_cache: %s", a->dev->error);
+  pthread_mutex_unlock(&a->mu);
+  return rc ? GA_ERR_DEVICE : GA_OK;
+}
+
+ga_status_t ga_set_memory_fraction(ga_allocator_t *a, double fraction) {
+  CHECK_ALLOCATOR("ga_set_memory_fraction");
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    ga_error_set("ga_set_memory_fraction: invalid fraction %g; allowed: a number in [0, 1]", fraction);
+    return GA_ERR_INVALID;
+  }
+  pthread_mutex_lock(&a->mu);
+  a->fraction = fraction;
+  a->allowed_max = fraction < 1.0 ? (size_t)(fraction * (double)a->device_total) : SIZE_MAX;
+  pthread_mutex_unlock(&a->mu);
+  return GA_OK;
+}
+
+double ga_get_memory_fraction(ga_allocator_t *a) {
+  if (!a) return 1.0;
+  pthread_mutex_lock(&a->mu);
+  double f = a->fraction;
+  pthread_mutex_unlock(&a->mu);
+  return f;
+}
+
+/* ---- Statistics ---- */
+
+ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
+  CHECK_ALLOCATOR("ga_stats");
+  if (!out) {
+    ga_error_set("ga_stats: out is NULL");
+    return GA_ERR_INVALID;
+  }
+  pthread_mutex_lock(&a->mu);
+  *out = a->stats;
+  memcpy(out->device_calls, a->dev->calls, sizeof out->device_calls);
+  memcpy(out->device_failures, a->dev->failures, sizeof out->device_failures);
+  pthread_mutex_unlock(&a->mu);
+  return GA_OK;
+}
+
+static void each_stat(ga_stats_t *s, void (*fn)(ga_stat_t *)) {
+#define GA_X(name, doc) for (int p = 0; p < GA_POOL_COUNT; p++) fn(&s->name[p]);
+  GA_POOL_STATS(GA_X)
+#undef GA_X
+  fn(&s->oversize_allocations);
+  fn(&s->oversize_segments);
+}
+
+static void peak_to_current(ga_stat_t *s) { s->peak = s->current; }
+static void zero_accumulated(ga_stat_t *s) { s->allocated = s->freed = 0; }
+
+ga_status_t ga_reset_peak_stats(ga_allocator_t *a) {
+  CHECK_ALLOCATOR("ga_reset_peak_stats");
+  pthread_mutex_lock(&a->mu);
+  each_stat(&a->stats, peak_to_current);
+  pthread_mutex_unlock(&a->mu);
+  return GA_OK;
+}
+
+ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a) {
+  CHECK_ALLOCATOR("ga_reset_accumulated_stats");
+  pthread_mutex_lock(&a->mu);
+  each_stat(&a->stats, zero_accumulated);
+  ga_stats_t *s = &a->stats;
+  s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
+  s->num_device_alloc = s->num_device_free = 0;
+  pthread_mutex_unlock(&a->mu);
+  return GA_OK;
+}
+
+/* ---- Checking and errors ---- */
+
+int ga_check(ga_allocator_t *a) {
+  if (!a) return 1;
+  pthread_mutex_lock(&a->mu);
+  int broken = ga_check_locked(a);
+  pthread_mutex_unlock(&a->mu);
+  return broken;
+}
+
+const char *ga_status_str(ga_status_t status) {
+  switch (status) {
+    case GA_OK: return "GA_OK";
+    case GA_ERR_INVALID: return "GA_ERR_INVALID";
+    case GA_ERR_OOM: return "GA_ERR_OOM";
+    case GA_ERR_CONFIG: return "GA_ERR_CONFIG";
+    case GA_ERR_DEVICE: return "GA_ERR_DEVICE";
+    case GA_ERR_BAD_POINTER: return "GA_ERR_BAD_POINTER";
+    case GA_ERR_NO_BACKEND: return "GA_ERR_NO_BACKEND";
+    case GA_ERR_UNSUPPORTED: return "GA_ERR_UNSUPPORTED";
+    case GA_ERR_HOST_MEMORY: return "GA_ERR_HOST_MEMORY";
+  }
+  return "GA_ERR_UNKNOWN";
+}
+
+const char *ga_backend_name(ga_allocator_t *a) { return a ? a->dev->ops->name : "none"; }

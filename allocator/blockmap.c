@@ -1,0 +1,98 @@
+/* blockmap.c — pointer -> allocated block, an open-addressing hash table.
+ *
+ * Linear probing with backward-shift deletion (no tombstones), load factor at
+ * most 1/2, so a free finds its block in O(1) without scanning segments.
+ * Keys are block addresses (never 0).
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+static size_t slot_of(const ga_blockmap *m, uintptr_t key) {
+  uint64_t h = (uint64_t)key;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return (size_t)h & (m->cap - 1);
+}
+
+static int grow(ga_blockmap *m, size_t cap) {
+  uintptr_t *keys = calloc(cap, sizeof *keys);
+  ga_block **vals = calloc(cap, sizeof *vals);
+  if (!keys || !vals) {
+    free(keys);
+    free(vals);
+    return -1;
+  }
+  ga_blockmap n = {keys, vals, cap, 0};
+  for (size_t i = 0; i < m->cap; i++) {
+    if (!m->keys[i]) continue;
+    size_t s = slot_of(&n, m->keys[i]);
+    while (n.keys[s]) s = (s + 1) & (cap - 1);
+    n.keys[s] = m->keys[i];
+    n.vals[s] = m->vals[i];
+    n.count++;
+  }
+  free(m->keys);
+  free(m->vals);
+  *m = n;
+  return 0;
+}
+
+int ga_blockmap_init(ga_blockmap *m) {
+  *m = (ga_blockmap){0};
+  return grow(m, 1024);
+}
+
+void ga_blockmap_destroy(ga_blockmap *m) {
+  free(m->keys);
+  free(m->vals);
+  *m = (ga_blockmap){0};
+}
+
+int ga_blockmap_reserve(ga_blockmap *m) {
+  return (m->count + 1) * 2 > m->cap ? grow(m, m->cap * 2) : 0;
+}
+
+int ga_blockmap_put(ga_blockmap *m, ga_block *b) {
+  if (ga_blockmap_reserve(m)) return -1;
+  size_t s = slot_of(m, b->ptr);
+  while (m->keys[s]) s = (s + 1) & (m->cap - 1);
+  m->keys[s] = b->ptr;
+  m->vals[s] = b;
+  m->count++;
+  return 0;
+}
+
+static long find(const ga_blockmap *m, uintptr_t ptr) {
+  if (!ptr) return -1;
+  for (size_t s = slot_of(m, ptr); m->keys[s]; s = (s + 1) & (m->cap - 1))
+    if (m->keys[s] == ptr) return (long)s;
+  return -1;
+}
+
+ga_block *ga_blockmap_get(const ga_blockmap *m, uintptr_t ptr) {
+  long s = find(m, ptr);
+  return s < 0 ? NULL : m->vals[s];
+}
+
+ga_block *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr) {
+  long found = find(m, ptr);
+  if (found < 0) return NULL;
+  size_t hole = (size_t)found, mask = m->cap - 1;
+  ga_block *b = m->vals[hole];
+  /* Backward shift: move later entries of the cluster into the hole when
+   * their home slot does not lie cyclically in (hole, j]. */
+  for (size_t j = (hole + 1) & mask; m->keys[j]; j = (j + 1) & mask) {
+    size_t home = slot_of(m, m->keys[j]);
+    if (((j - home) & mask) >= ((j - hole) & mask)) {
+      m->keys[hole] = m->keys[j];
+      m->vals[hole] = m->vals[j];
+      hole = j;
+    }
+  }
+  m->keys[hole] = 0;
+  m->vals[hole] = NULL;
+  m->count--;
+  return b;
+}

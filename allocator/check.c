@@ -1,0 +1,119 @@
+/* check.c — ga_check: walks every segment, block, index and statistic and
+ * counts the broken invariants (TLSF's tlsf_check). Each one is described on
+ * stderr. Read-only.
+ */
+#include <stdio.h>
+
+#include "device/sim.h"
+#include "internal.h"
+
+typedef struct totals {
+  int64_t allocation[3], allocated_bytes[3], active[3], active_bytes[3], requested[3];
+  int64_t inactive[3], inactive_bytes[3], segment[3], reserved[3];
+  int64_t oversize_alloc, oversize_seg;
+  size_t free_blocks[2], allocated_blocks, pending_blocks, pending_events;
+} totals;
+
+#define BROKEN(...) (fprintf(stderr, "ga_check: " __VA_ARGS__), fputc('\n', stderr), broken++)
+
+static void add3(int64_t *v, int pool, int64_t d) {
+  v[GA_POOL_ALL] += d;
+  v[pool == GA_P_SMALL ? GA_POOL_SMALL : GA_POOL_LARGE] += d;
+}
+
+static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t at, totals *t) {
+  int broken = 0;
+  if (b->seg != s) BROKEN("block %p does not point to its segment %p", (void *)b->ptr, (void *)s->base);
+  if (b->ptr != at) BROKEN("block at %p should start at %p (segment %p)", (void *)b->ptr, (void *)at, (void *)s->base);
+  if (b->size == 0 || b->size % GA_MIN_BLOCK) BROKEN("block %p has size %zu, not a positive multiple of 512", (void *)b->ptr, b->size);
+  if (b->next && b->next->prev != b) BROKEN("block %p: next->prev is not the block", (void *)b->ptr);
+  if (b->pool != s->pool || b->stream != s->stream) BROKEN("block %p: pool or stream differs from its segment's", (void *)b->ptr);
+  if (b->state == GA_BLOCK_FREE) {
+    t->free_blocks[b->pool]++;
+    if (b->next && b->next->state == GA_BLOCK_FREE) BROKEN("free blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
+    if (ga_pool_lower_bound(&a->pools[b->pool], b->stream, b->size, b->ptr) != b) BROKEN("free block %p is not in its free tree", (void *)b->ptr);
+    if (b->counted_split != (uint8_t)ga_block_is_split(b)) BROKEN("free block %p: split flag out of date", (void *)b->ptr);
+    if (ga_block_is_split(b)) add3(t->inactive, b->pool, 1), add3(t->inactive_bytes, b->pool, (int64_t)b->size);
+    return broken;
+  }
+  add3(t->active, b->pool, 1);
+  add3(t->active_bytes, b->pool, (int64_t)b->size);
+  add3(t->requested, b->pool, (int64_t)b->requested);
+  if (b->requested > b->size) BROKEN("block %p: requested %zu > size %zu", (void *)b->ptr, b->requested, b->size);
+  if (b->state == GA_BLOCK_ALLOCATED) {
+    t->allocated_blocks++;
+    add3(t->allocation, b->pool, 1);
+    add3(t->allocated_bytes, b->pool, (int64_t)b->size);
+    if (b->size >= a->cfg.max_split_size) t->oversize_alloc++;
+    if (ga_blockmap_get(&a->map, b->ptr) != b) BROKEN("allocated block %p is not in the block map", (void *)b->ptr);
+  } else if (b->state == GA_BLOCK_PENDING) {
+    t->pending_blocks++;
+    t->pending_events += b->event_count;
+    if (b->event_count == 0) BROKEN("pending block %p waits on no event", (void *)b->ptr);
+  } else {
+    BROKEN("block %p has unknown state %d", (void *)b->ptr, b->state);
+  }
+  return broken;
+}
+
+static int check_stat(const char *name, const ga_stat_t *s, const int64_t *want) {
+  int broken = 0;
+  static const char *const pools[3] = {"all", "small_pool", "large_pool"};
+  for (int p = 0; p < 3; p++) {
+    if (s[p].current != want[p]) BROKEN("%s.%s.current is %lld, the blocks say %lld", name, pools[p], (long long)s[p].current, (long long)want[p]);
+    if (s[p].peak < s[p].current) BROKEN("%s.%s.peak %lld < current %lld", name, pools[p], (long long)s[p].peak, (long long)s[p].current);
+  }
+  return broken;
+}
+
+int ga_check_locked(ga_allocator_t *a) {
+  int broken = 0;
+  totals t = {0};
+  size_t nsegs = 0, reserved = 0;
+  for (ga_segment *s = a->segs; s; s = s->next) {
+    nsegs++;
+    reserved += s->size;
+    add3(t.segment, s->pool, 1);
+    add3(t.reserved, s->pool, (int64_t)s->size);
+    if (s->size >= a->cfg.max_split_size) t.oversize_seg++;
+    if (s->next && s->next->prev != s) BROKEN("segment list broken at %p", (void *)s->base);
+    if (!s->head || s->head->prev) BROKEN("segment %p: bad head block", (void *)s->base);
+    uintptr_t at = s->base;
+    for (ga_block *b = s->head; b; b = b->next) {
+      broken += check_block(a, s, b, at, &t);
+      at += b->size;
+    }
+    if (at != s->base + s->size) BROKEN("segment %p: blocks cover %zu bytes of %zu", (void *)s->base, (size_t)(at - s->base), s->size);
+  }
+  for (int p = 0; p < 2; p++) {
+    size_t n;
+    if (!ga_pool_valid(&a->pools[p], &n)) BROKEN("free tree %d is out of order", p);
+    if (n != a->pools[p].count || n != t.free_blocks[p]) BROKEN("free tree %d holds %zu blocks (count %zu), segments have %zu free", p, n, a->pools[p].count, t.free_blocks[p]);
+  }
+  if (a->map.count != t.allocated_blocks) BROKEN("block map holds %zu pointers, segments have %zu allocated blocks", a->map.count, t.allocated_blocks);
+  if (a->npending != t.pending_events) BROKEN("%zu pending events, blocks wait on %zu", a->npending, t.pending_events);
+  if (nsegs != a->nsegs || reserved != a->reserved) BROKEN("segment count/bytes %zu/%zu, recorded %zu/%zu", nsegs, reserved, a->nsegs, a->reserved);
+  const ga_stats_t *st = &a->stats;
+  broken += check_stat("allocation", st->allocation, t.allocation);
+  broken += check_stat("allocated_bytes", st->allocated_bytes, t.allocated_bytes);
+  broken += check_stat("active", st->active, t.active);
+  broken += check_stat("active_bytes", st->active_bytes, t.active_bytes);
+  broken += check_stat("requested_bytes", st->requested_bytes, t.requested);
+  broken += check_stat("inactive_split", st->inactive_split, t.inactive);
+  broken += check_stat("inactive_split_bytes", st->inactive_split_bytes, t.inactive_bytes);
+  broken += check_stat("segment", st->segment, t.segment);
+  broken += check_stat("reserved_bytes", st->reserved_bytes, t.reserved);
+  if (st->oversize_allocations.current != t.oversize_alloc) BROKEN("oversize_allocations.current %lld, blocks say %lld", (long long)st->oversize_allocations.current, (long long)t.oversize_alloc);
+  if (st->oversize_segments.current != t.oversize_seg) BROKEN("oversize_segments.current %lld, segments say %lld", (long long)st->oversize_segments.current, (long long)t.oversize_seg);
+  /* The byte measures keep their order. */
+  int64_t alloc = st->allocated_bytes[0].current, active = st->active_bytes[0].current, res = st->reserved_bytes[0].current;
+  if (!(alloc <= active && active <= res)) BROKEN("allocated %lld <= active %lld <= reserved %lld does not hold", (long long)alloc, (long long)active, (long long)res);
+  if (st->requested_bytes[0].current > active) BROKEN("requested %lld > active %lld", (long long)st->requested_bytes[0].current, (long long)active);
+  /* The simulated device agrees on what we hold. */
+  ga_sim_usage u;
+  if (ga_sim_usage_get(a->dev, &u) == 0) {
+    if (u.live_mallocs != a->nsegs) BROKEN("the device has %zu live mallocs, the allocator %zu segments", u.live_mallocs, a->nsegs);
+    if (u.live_events != a->npending + a->nevent_cache) BROKEN("the device has %zu events, the allocator holds %zu", u.live_events, a->npending + a->nevent_cache);
+  }
+  return broken;
+}

@@ -1,0 +1,356 @@
+/* config.c — parser for GARDENALLOC_CONF / the create-time string.
+ *
+ * The grammar is PYTORCH_CUDA_ALLOC_CONF's: "key:value,key:value", a list
+ * value is "[a:b,c:d]", whitespace is dropped, booleans are exactly True or
+ * False. Unlike recent PyTorch, every separator is checked. The parse works on
+ * a copy of the defaults and only copies it out when the whole string is
+ * valid, so nothing is half-applied.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* ---- Tokens ---- */
+
+typedef struct tok {
+  const char *s;
+  size_t n;
+} tok;
+
+typedef struct lexer {
+  tok t[256];
+  size_t n, i;
+} lexer;
+
+static int is_sep(char c) { return c == ',' || c == ':' || c == '[' || c == ']'; }
+
+static int lex(const char *s, lexer *lx, char *err, size_t errlen) {
+  lx->n = lx->i = 0;
+  for (const char *p = s; *p;) {
+    if (isspace((unsigned char)*p)) { p++; continue; }
+    if (lx->n == sizeof lx->t / sizeof lx->t[0]) {
+      snprintf(err, errlen, "configuration string too long (more than %zu tokens)", lx->n);
+      return -1;
+    }
+    const char *b = p;
+    if (is_sep(*p)) p++;
+    else
+      while (*p && !is_sep(*p) && !isspace((unsigned char)*p)) p++;
+    lx->t[lx->n++] = (tok){b, (size_t)(p - b)};
+  }
+  return 0;
+}
+
+static int tok_is(const tok *t, const char *s) { return t->n == strlen(s) && memcmp(t->s, s, t->n) == 0; }
+
+/* Copies a token into a NUL-terminated buffer (truncated to 63 chars). */
+static const char *tok_str(const tok *t, char buf[64]) {
+  size_t n = t->n < 63 ? t->n : 63;
+  memcpy(buf, t->s, n);
+  buf[n] = 0;
+  return buf;
+}
+
+static const tok *next(lexer *lx) { return lx->i < lx->n ? &lx->t[lx->i++] : NULL; }
+
+/* ---- Value parsers ---- */
+
+typedef struct ctx {
+  lexer *lx;
+  ga_config *c;
+  char key[64];
+  char *err;
+  size_t errlen;
+} ctx;
+
+static int fail(ctx *x, const char *fmt, ...) {
+  va_list ap;
+  int n = snprintf(x->err, x->errlen, "invalid GARDENALLOC_CONF option %s: ", x->key);
+  va_start(ap, fmt);
+  if (n >= 0 && (size_t)n < x->errlen) vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* The value token; refuses a missing value or a separator. */
+static int value(ctx *x, const tok **out, const char *allowed) {
+  const tok *v = next(x->lx);
+  if (!v || (v->n == 1 && is_sep(v->s[0])))
+    return fail(x, "missing value (allowed: %s)", allowed);
+  *out = v;
+  return 0;
+}
+
+static int parse_u64(const tok *v, uint64_t *out) {
+  char buf[64];
+  tok_str(v, buf);
+  if (!isdigit((unsigned char)buf[0]) || v->n > 63) return -1;
+  errno = 0;
+  char *end;
+  unsigned long long x = strtoull(buf, &end, 10);
+  if (*end || errno) return -1;
+  *out = x;
+  return 0;
+}
+
+/* An integer number of MiB, converted to bytes and clamped to SIZE_MAX. */
+static int value_mib(ctx *x, size_t *bytes, const char *allowed) {
+  const tok *v;
+  uint64_t mb;
+  char buf[64];
+  if (value(x, &v, allowed)) return -1;
+  if (parse_u64(v, &mb)) return fail(x, "'%s' is not a whole number of MiB (allowed: %s)", tok_str(v, buf), allowed);
+  *bytes = mb > SIZE_MAX / MiB ? SIZE_MAX : (size_t)mb * MiB;
+  return 0;
+}
+
+static int value_bool(ctx *x, int *out) {
+  const tok *v;
+  char buf[64];
+  if (value(x, &v, "True or False")) return -1;
+  if (tok_is(v, "True")) *out = 1;
+  else if (tok_is(v, "False")) *out = 0;
+  else return fail(x, "'%s' is not a boolean (allowed: True or False)", tok_str(v, buf));
+  return 0;
+}
+
+static int value_double(ctx *x, double *out, const char *allowed) {
+  const tok *v;
+  char buf[64], *end;
+  if (value(x, &v, allowed)) return -1;
+  tok_str(v, buf);
+  errno = 0;
+  double d = strtod(buf, &end);
+  if (*end || errno || !isfinite(d) || v->n > 63) return fail(x, "'%s' is not a number (allowed: %s)", buf, allowed);
+  *out = d;
+  return 0;
+}
+
+static int is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
+static size_t log2u(uint64_t v) { size_t r = 0; while (v >>= 1) r++; return r; }
+
+/* ---- One parser per option ---- */
+
+static int opt_backend(ctx *x) {
+  const tok *v;
+  char buf[64];
+  const char *allowed = "auto, cuda, sim, native";
+  if (value(x, &v, allowed)) return -1;
+  tok_str(v, buf);
+  if (tok_is(v, "native")) strcpy(buf, "auto");
+  if (strcmp(buf, "auto") && strcmp(buf, "cuda") && strcmp(buf, "sim")) {
+    if (tok_is(v, "cudaMallocAsync") || tok_is(v, "hipMallocAsync"))
+      return fail(x, "'%s' is not supported: gardenalloc is itself the caching allocator (allowed: %s)", buf, allowed);
+    return fail(x, "unknown backend '%s' (allowed: %s)", buf, allowed);
+  }
+  strcpy(x->c->backend, buf);
+  return 0;
+}
+
+static int opt_sim_capacity_mb(ctx *x) {
+  if (value_mib(x, &x->c->sim_capacity, "an integer >= 2")) return -1;
+  if (x->c->sim_capacity < 2 * MiB) return fail(x, "%zu MiB is too small (allowed: an integer >= 2)", x->c->sim_capacity / MiB);
+  return 0;
+}
+
+static int opt_max_split_size_mb(ctx *x) { return value_mib(x, &x->c->max_split_size, "an integer >= large_segment_size_mb (20)"); }
+static int opt_max_non_split_rounding_mb(ctx *x) {
+  return value_mib(x, &x->c->max_non_split_rounding, "an integer >= large_segment_size_mb (20)");
+}
+
+static int opt_large_segment_size_mb(ctx *x) {
+  if (value_mib(x, &x->c->large_segment_size, "an integer > 10")) return -1;
+  if (x->c->large_segment_size <= 10 * MiB) return fail(x, "%zu MiB is too small (allowed: an integer > 10)", x->c->large_segment_size / MiB);
+  return 0;
+}
+
+static int opt_garbage_collection_threshold(ctx *x) {
+  double d;
+  if (value_double(x, &d, "a number in (0.0, 1.0)")) return -1;
+  if (!(d > 0.0 && d < 1.0)) return fail(x, "%g is out of range (allowed: a number in (0.0, 1.0))", d);
+  x->c->gc_threshold = d;
+  return 0;
+}
+
+static int opt_per_process_memory_fraction(ctx *x) {
+  double d;
+  if (value_double(x, &d, "a number in [0.0, 1.0]")) return -1;
+  if (!(d >= 0.0 && d <= 1.0)) return fail(x, "%g is out of range (allowed: a number in [0.0, 1.0])", d);
+  x->c->memory_fraction = d;
+  return 0;
+}
+
+/* "N" (a power of 2 for every interval) or "[K:N,...,>:N]" with K a power of
+ * 2 in MiB selecting the interval [K MiB, 2K MiB), and N 0 or a power of 2. */
+static int opt_roundup_power2_divisions(ctx *x) {
+  const char *allowed = "a power of 2, or a list [MiB:N,...,>:N] of power-of-2 MiB keys and N = 0 or a power of 2";
+  const tok *v;
+  char buf[64];
+  uint64_t n;
+  size_t *tab = x->c->roundup_divisions;
+  v = next(x->lx);
+  if (!v || (v->n == 1 && is_sep(v->s[0]) && !tok_is(v, "[")))
+    return fail(x, "missing value (allowed: %s)", allowed);
+  if (!tok_is(v, "[")) {
+    if (parse_u64(v, &n) || !is_pow2(n))
+      return fail(x, "'%s': the divisions have to be a power of 2 (allowed: %s)", tok_str(v, buf), allowed);
+    for (size_t i = 0; i < GA_ROUNDUP_INTERVALS; i++) tab[i] = (size_t)n;
+    return 0;
+  }
+  size_t last = 0;
+  int first = 1;
+  for (;;) {
+    const tok *k = next(x->lx), *colon = next(x->lx), *d = next(x->lx), *sep = next(x->lx);
+    if (!k || !colon || !d || !sep || !tok_is(colon, ":"))
+      return fail(x, "malformed list (allowed: %s)", allowed);
+    if (parse_u64(d, &n) || (n != 0 && !is_pow2(n)))
+      return fail(x, "'%s': the divisions have to be a power of 2 or 0 to disable roundup", tok_str(d, buf));
+    if (tok_is(k, ">")) {
+      for (size_t i = last + 1; i < GA_ROUNDUP_INTERVALS; i++) tab[i] = (size_t)n;
+    } else {
+      uint64_t mb;
+      if (parse_u64(k, &mb) || !is_pow2(mb) || log2u(mb) >= GA_ROUNDUP_INTERVALS)
+        return fail(x, "interval '%s': the intervals have to be a power of 2 MiB from 1 to 32768 (allowed: %s)",
+                    tok_str(k, buf), allowed);
+      size_t idx = log2u(mb);
+      if (first)
+        for (size_t i = 0; i < idx; i++) tab[i] = (size_t)n;
+      first = 0;
+      tab[idx] = (size_t)n;
+      last = idx;
+    }
+    if (tok_is(sep, "]")) return 0;
+    if (!tok_is(sep, ",")) return fail(x, "malformed list: expected ',' or ']' (allowed: %s)", allowed);
+  }
+}
+
+static int opt_expandable_segments(ctx *x) {
+  if (value_bool(x, &x->c->expandable_segments)) return -1;
+  if (x->c->expandable_segments)
+    return fail(x, "'True' is not available in this version of gardenalloc yet (allowed: False)");
+  return 0;
+}
+
+static int opt_release_lock_on_cudamalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
+static int opt_release_lock_on_hipmalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
+static int opt_graph_capture_record_stream_reuse(ctx *x) { return value_bool(x, &x->c->graph_capture_record_stream_reuse); }
+static int opt_pinned_use_cuda_host_register(ctx *x) { return value_bool(x, &x->c->pinned_use_host_register); }
+static int opt_pinned_use_hip_host_register(ctx *x) { return value_bool(x, &x->c->pinned_use_host_register); }
+static int opt_pinned_use_background_threads(ctx *x) { return value_bool(x, &x->c->pinned_use_background_threads); }
+
+static int opt_pinned_num_register_threads(ctx *x) {
+  const tok *v;
+  uint64_t n;
+  char buf[64];
+  if (value(x, &v, "a power of 2 <= 128")) return -1;
+  if (parse_u64(v, &n) || !is_pow2(n) || n > 128)
+    return fail(x, "'%s': the number of register threads has to be a power of 2 <= 128", tok_str(v, buf));
+  x->c->pinned_num_register_threads = (int)n;
+  return 0;
+}
+
+static int opt_pinned_reserve_segment_size_mb(ctx *x) {
+  const tok *v;
+  uint64_t n;
+  char buf[64];
+  if (value(x, &v, "an integer > 0")) return -1;
+  if (parse_u64(v, &n) || n == 0) return fail(x, "'%s': the pinned reserve segment size has to be greater than 0", tok_str(v, buf));
+  x->c->pinned_reserve_segment_size_mb = (size_t)n;
+  return 0;
+}
+
+/* ---- Dispatch ---- */
+
+typedef struct option {
+  const char *name, *type, *dflt, *origin, *doc;
+  int (*parse)(ctx *);
+} option;
+
+static const option options[] = {
+#define GA_X(key, type, dflt, origin, doc) {#key, type, dflt, origin, doc, opt_##key},
+    GA_OPTIONS(GA_X)
+#undef GA_X
+};
+#define NOPTIONS (sizeof options / sizeof options[0])
+
+void ga_config_defaults(ga_config *c) {
+  memset(c, 0, sizeof *c);
+  c->max_split_size = SIZE_MAX;
+  c->large_segment_size = 20 * MiB;
+  c->pinned_num_register_threads = 1;
+  c->memory_fraction = 1.0;
+  strcpy(c->backend, "auto");
+  c->sim_capacity = (size_t)81920 * MiB;
+}
+
+int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {
+  lexer lx;
+  ga_config c;
+  ga_config_defaults(&c);
+  if (s && lex(s, &lx, err, errlen)) return -1;
+  ctx x = {.lx = &lx, .c = &c, .err = err, .errlen = errlen};
+  while (s && lx.i < lx.n) {
+    const tok *k = next(&lx), *colon = next(&lx);
+    tok_str(k, x.key);
+    const option *o = NULL;
+    for (size_t i = 0; i < NOPTIONS; i++)
+      if (tok_is(k, options[i].name)) o = &options[i];
+    if (!o) {
+      int n = snprintf(err, errlen, "unrecognized GARDENALLOC_CONF key '%s' (allowed:", x.key);
+      for (size_t i = 0; i < NOPTIONS && n > 0 && (size_t)n < errlen; i++)
+        n += snprintf(err + n, errlen - (size_t)n, " %s%s", options[i].name, i + 1 < NOPTIONS ? "," : ")");
+      return -1;
+    }
+    if (!colon || !tok_is(colon, ":")) return fail(&x, "expected ':' after the key");
+    if (o->parse(&x)) return -1;
+    const tok *sep = next(&lx);
+    if (sep && !tok_is(sep, ",")) {
+      char buf[64];
+      return fail(&x, "expected ',' between options, found '%s'", tok_str(sep, buf));
+    }
+  }
+  /* Checks that depend on other keys (large_segment_size_mb may come later). */
+  if (c.max_non_split_rounding == 0) c.max_non_split_rounding = c.large_segment_size;
+  const char *lo_keys[] = {"max_split_size_mb", "max_non_split_rounding_mb"};
+  size_t lo_vals[] = {c.max_split_size, c.max_non_split_rounding};
+  for (int i = 0; i < 2; i++)
+    if (lo_vals[i] < c.large_segment_size) {
+      snprintf(err, errlen, "invalid GARDENALLOC_CONF option %s: %zu MiB is too small (allowed: an integer >= "
+               "large_segment_size_mb, here %zu)", lo_keys[i], lo_vals[i] / MiB, c.large_segment_size / MiB);
+      return -1;
+    }
+  *out = c;
+  return 0;
+}
+
+int ga_config_key(int i, const char **name, const char **type, const char **dflt, const char **origin,
+                  const char **doc) {
+  if (i < 0 || (size_t)i >= NOPTIONS) return 0;
+  if (name) *name = options[i].name;
+  if (type) *type = options[i].type;
+  if (dflt) *dflt = options[i].dflt;
+  if (origin) *origin = options[i].origin;
+  if (doc) *doc = options[i].doc;
+  return 1;
+}
+
+ga_status_t ga_config_validate(const char *conf) {
+  ga_config c;
+  char err[512];
+  if (ga_config_parse(conf, &c, err, sizeof err)) {
+    ga_error_set("%s", err);
+    return GA_ERR_CONFIG;
+  }
+  return GA_OK;
+}

@@ -1,0 +1,79 @@
+/* config.h — the option table and the configuration parser.
+ *
+ * One X-macro list (GA_OPTIONS) gives each option its name, type, default,
+ * origin and one line of doc; it generates the parser's dispatch, the
+ * defaults and the table that ga_config_key() serves (and the README prints).
+ * Parsing is a pure function over a string.
+ */
+#ifndef GA_CONFIG_H
+#define GA_CONFIG_H
+
+#include <stddef.h>
+
+#define GA_ROUNDUP_INTERVALS 16
+
+typedef struct ga_config {
+  size_t max_split_size;           /* bytes; SIZE_MAX = unlimited */
+  size_t max_non_split_rounding;   /* bytes; 0 = large_segment_size */
+  double gc_threshold;             /* 0 = off */
+  size_t roundup_divisions[GA_ROUNDUP_INTERVALS];
+  int expandable_segments;
+  int release_lock_on_cudamalloc;
+  int graph_capture_record_stream_reuse;
+  int pinned_use_host_register;
+  int pinned_num_register_threads;
+  int pinned_use_background_threads;
+  size_t pinned_reserve_segment_size_mb;
+  double memory_fraction;          /* 1.0 = unlimited */
+  size_t large_segment_size;       /* bytes */
+  char backend[8];                 /* "auto", "cuda" or "sim" */
+  size_t sim_capacity;             /* bytes */
+} ga_config;
+
+/* X(key, type, default, origin, doc). `origin` is "pytorch" or "gardenalloc". */
+#define GA_OPTIONS(X)                                                                                \
+  X(backend, "auto|cuda|sim", "auto", "gardenalloc",                                                 \
+    "device backend: the CUDA driver, the simulated device, or CUDA when a GPU answers and sim otherwise (PyTorch's `native` means auto)") \
+  X(sim_capacity_mb, "int MiB >= 2", "81920", "gardenalloc",                                         \
+    "memory of the simulated device")                                                                \
+  X(max_split_size_mb, "int MiB >= large_segment_size_mb", "unlimited", "pytorch",                    \
+    "blocks this large or larger are never split, and serve only requests within max_non_split_rounding_mb of their size") \
+  X(max_non_split_rounding_mb, "int MiB >= large_segment_size_mb", "large_segment_size_mb", "pytorch", \
+    "an oversize request may take a cached oversize block at most this much larger")                 \
+  X(large_segment_size_mb, "int MiB > 10", "20", "pytorch",                                          \
+    "segment size for large requests below 10 MiB")                                                  \
+  X(roundup_power2_divisions, "N or [MiB:N,...,>:N]", "0 (off)", "pytorch",                          \
+    "round sizes up to one of N steps between powers of two, per size interval")                     \
+  X(garbage_collection_threshold, "float in (0,1)", "0 (off)", "pytorch",                            \
+    "with a memory fraction below 1: free the oldest cached segments once reserved memory passes this share of the limit") \
+  X(per_process_memory_fraction, "float in [0,1]", "1.0", "pytorch",                                 \
+    "reserve at most this share of the device's memory")                                             \
+  X(expandable_segments, "True|False", "False", "pytorch",                                           \
+    "map pages into one growing reserved range instead of separate segments (not yet available: True is refused)") \
+  X(release_lock_on_cudamalloc, "True|False", "False", "pytorch",                                    \
+    "accepted for compatibility; gardenalloc holds its lock over device calls")                      \
+  X(release_lock_on_hipmalloc, "True|False", "False", "pytorch", "alias of release_lock_on_cudamalloc") \
+  X(graph_capture_record_stream_reuse, "True|False", "False", "pytorch",                             \
+    "accepted for compatibility; no effect yet")                                                     \
+  X(pinned_use_cuda_host_register, "True|False", "False", "pytorch",                                 \
+    "accepted for compatibility; host pinned memory is not managed by gardenalloc")                  \
+  X(pinned_use_hip_host_register, "True|False", "False", "pytorch", "alias of pinned_use_cuda_host_register") \
+  X(pinned_num_register_threads, "power of 2 <= 128", "1", "pytorch",                                \
+    "accepted for compatibility; host pinned memory is not managed by gardenalloc")                  \
+  X(pinned_use_background_threads, "True|False", "False", "pytorch",                                 \
+    "accepted for compatibility; host pinned memory is not managed by gardenalloc")                  \
+  X(pinned_reserve_segment_size_mb, "int MiB > 0", "0", "pytorch",                                   \
+    "accepted for compatibility; host pinned memory is not managed by gardenalloc")
+
+/* Fills *c with the defaults. */
+void ga_config_defaults(ga_config *c);
+
+/* Parses `s` (NULL or "" = defaults) into *out. On error returns -1, writes a
+ * message naming the key, the value and what is allowed into err, and leaves
+ * *out untouched. */
+int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen);
+
+/* The large-pool segment size for requests below 10 MiB. */
+static inline size_t ga_config_large_buffer(const ga_config *c) { return c->large_segment_size; }
+
+#endif /* GA_CONFIG_H */

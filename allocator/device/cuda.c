@@ -1,0 +1,270 @@
+/* cuda.c — the CUDA driver backend.
+ *
+ * libcuda.so.1 is opened with dlopen at run time, so the library loads and
+ * works (on the simulated device) on a machine without a driver. Every entry
+ * point is resolved once, process-wide. Each device uses its primary context,
+ * made current on the calling thread before each call. Errors carry the
+ * driver's name for the error and the call that failed.
+ *
+ * Built only when cuda.h was found (GA_HAVE_CUDA); otherwise ga_cuda_open
+ * reports that this build has no CUDA backend.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+
+#ifndef GA_HAVE_CUDA
+
+int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
+  (void)ordinal;
+  (void)out;
+  snprintf(err, errlen, "backend:cuda: this build of gardenalloc has no CUDA backend (cuda.h was not found)");
+  return GA_DEV_ENODEV;
+}
+
+#else
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+
+/* ---- The driver entry points, resolved once ---- */
+
+#define GA_CU_FUNCS(X)                                                                            \
+  X(cuInit, "cuInit", (unsigned))                                                                 \
+  X(cuGetErrorName, "cuGetErrorName", (CUresult, const char **))                                  \
+  X(cuDeviceGetCount, "cuDeviceGetCount", (int *))                                                \
+  X(cuDeviceGet, "cuDeviceGet", (CUdevice *, int))                                                \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))                \
+  X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))                        \
+  X(cuCtxGetCurrent, "cuCtxGetCurrent", (CUcontext *))                                            \
+  X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                              \
+  X(cuCtxSynchronize, "cuCtxSynchronize", (void))                                                 \
+  X(cuMemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                                        \
+  X(cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                         \
+  X(cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                                     \
+  X(cuMemAddressReserve, "cuMemAddressReserve",                                                   \
+    (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))                             \
+  X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))                                  \
+  X(cuMemCreate, "cuMemCreate",                                                                   \
+    (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))    \
+  X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))                                 \
+  X(cuMemMap, "cuMemMap",                                                                         \
+    (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))              \
+  X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                              \
+  X(cuMemSetAccess, "cuMemSetAccess", (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))     \
+  X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity",                               \
+    (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))                    \
+  X(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                        \
+  X(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                          \
+  X(cuEventQuery, "cuEventQuery", (CUevent))                                                      \
+  X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                                          \
+  X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                               \
+  X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                       \
+  X(cuStreamIsCapturing, "cuStreamIsCapturing", (CUstream, CUstreamCaptureStatus *))
+
+static struct {
+#define GA_X(field, sym, args) CUresult(CUDAAPI *field) args;
+  GA_CU_FUNCS(GA_X)
+#undef GA_X
+} cu;
+
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static char cu_load_error[256];
+static int cu_loaded;
+
+static void cu_load(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(cu_load_error, sizeof cu_load_error, "cannot load libcuda.so.1 (%s)", dlerror());
+    return;
+  }
+#define GA_X(field, sym, args)                                                                     \
+  {                                                                                                \
+    void *sym_ = dlsym(lib, sym);                                                                  \
+    memcpy(&cu.field, &sym_, sizeof sym_);                                                         \
+  }                                                                                                \
+  if (!cu.field) {                                                                                 \
+    snprintf(cu_load_error, sizeof cu_load_error, "libcuda.so.1 has no %s (driver too old?)", sym); \
+    return;                                                                                        \
+  }
+  GA_CU_FUNCS(GA_X)
+#undef GA_X
+  CUresult r = cu.cuInit(0);
+  if (r != CUDA_SUCCESS) {
+    const char *name = "unknown";
+    cu.cuGetErrorName(r, &name);
+    snprintf(cu_load_error, sizeof cu_load_error, "cuInit failed: %s", name ? name : "unknown");
+    return;
+  }
+  cu_loaded = 1;
+}
+
+/* ---- Device state ---- */
+
+typedef struct cuda_device {
+  ga_device base;
+  CUdevice dev;
+  CUcontext ctx;
+  CUmemAllocationProp prop;
+} cuda_device;
+
+static cuda_device *cd(ga_device *d) { return (cuda_device *)(void *)d; }
+
+/* Turns a CUresult into our code and records "<call>: <NAME>". */
+static int check(ga_device *d, CUresult r, const char *call) {
+  if (r == CUDA_SUCCESS) return 0;
+  if (r == CUDA_ERROR_NOT_READY) return GA_DEV_ENOTREADY;
+  const char *name = NULL;
+  if (cu.cuGetErrorName(r, &name) != CUDA_SUCCESS || !name) name = "unknown CUDA error";
+  ga_dev_set_error(d, "%s: %s (%d)", call, name, (int)r);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return GA_DEV_EOOM;
+  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_INVALID_HANDLE) return GA_DEV_EINVAL;
+  if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+    return GA_DEV_ECAPTURE;
+  return GA_DEV_EDRIVER;
+}
+
+/* Makes the device's primary context current on this thread. */
+static int ctx(ga_device *d) {
+  CUcontext cur = NULL;
+  CUresult r = cu.cuCtxGetCurrent(&cur);
+  if (r == CUDA_SUCCESS && cur == cd(d)->ctx) return 0;
+  return check(d, cu.cuCtxSetCurrent(cd(d)->ctx), "cuCtxSetCurrent");
+}
+
+#define CALL(d, expr, name) (ctx(d) ? GA_DEV_EDRIVER : check((d), (expr), (name)))
+
+/* ---- Ops ---- */
+
+static int cuda_granularity(ga_device *d, size_t *g) {
+  return CALL(d, cu.cuMemGetAllocationGranularity(g, &cd(d)->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+              "cuMemGetAllocationGranularity");
+}
+static int cuda_mem_info(ga_device *d, size_t *f, size_t *t) { return CALL(d, cu.cuMemGetInfo(f, t), "cuMemGetInfo"); }
+static int cuda_malloc(ga_device *d, size_t size, void **ptr) {
+  CUdeviceptr p = 0;
+  int rc = CALL(d, cu.cuMemAlloc(&p, size), "cuMemAlloc");
+  if (!rc) *ptr = (void *)(uintptr_t)p;
+  return rc;
+}
+static int cuda_free(ga_device *d, void *ptr) { return CALL(d, cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr), "cuMemFree"); }
+static int cuda_reserve(ga_device *d, size_t size, size_t align, void **va) {
+  CUdeviceptr p = 0;
+  int rc = CALL(d, cu.cuMemAddressReserve(&p, size, align, 0, 0), "cuMemAddressReserve");
+  if (!rc) *va = (void *)(uintptr_t)p;
+  return rc;
+}
+static int cuda_unreserve(ga_device *d, void *va, size_t size) {
+  return CALL(d, cu.cuMemAddressFree((CUdeviceptr)(uintptr_t)va, size), "cuMemAddressFree");
+}
+static int cuda_create(ga_device *d, size_t size, ga_mem_handle *h) {
+  CUmemGenericAllocationHandle x = 0;
+  int rc = CALL(d, cu.cuMemCreate(&x, size, &cd(d)->prop, 0), "cuMemCreate");
+  if (!rc) *h = (ga_mem_handle)x;
+  return rc;
+}
+static int cuda_release(ga_device *d, ga_mem_handle h) { return CALL(d, cu.cuMemRelease((CUmemGenericAllocationHandle)h), "cuMemRelease"); }
+static int cuda_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t offset) {
+  CUdeviceptr p = (CUdeviceptr)(uintptr_t)va;
+  int rc = CALL(d, cu.cuMemMap(p, size, offset, (CUmemGenericAllocationHandle)h, 0), "cuMemMap");
+  if (rc) return rc;
+  CUmemAccessDesc acc = {.location = cd(d)->prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  rc = check(d, cu.cuMemSetAccess(p, size, &acc, 1), "cuMemSetAccess");
+  if (rc) (void)cu.cuMemUnmap(p, size); /* unwind: no half-made mapping */
+  return rc;
+}
+static int cuda_unmap(ga_device *d, void *va, size_t size) {
+  return CALL(d, cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, size), "cuMemUnmap");
+}
+static int cuda_event_create(ga_device *d, ga_event *e) {
+  CUevent ev = NULL;
+  int rc = CALL(d, cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  if (!rc) *e = ev;
+  return rc;
+}
+static int cuda_event_record(ga_device *d, ga_event e, ga_stream_t s) {
+  return CALL(d, cu.cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord");
+}
+static int cuda_event_query(ga_device *d, ga_event e) { return CALL(d, cu.cuEventQuery((CUevent)e), "cuEventQuery"); }
+static int cuda_event_synchronize(ga_device *d, ga_event e) {
+  return CALL(d, cu.cuEventSynchronize((CUevent)e), "cuEventSynchronize");
+}
+static int cuda_event_destroy(ga_device *d, ga_event e) { return CALL(d, cu.cuEventDestroy((CUevent)e), "cuEventDestroy"); }
+static int cuda_stream_synchronize(ga_device *d, ga_stream_t s) {
+  return CALL(d, cu.cuStreamSynchronize((CUstream)s), "cuStreamSynchronize");
+}
+static int cuda_synchronize(ga_device *d) { return CALL(d, cu.cuCtxSynchronize(), "cuCtxSynchronize"); }
+static int cuda_stream_capturing(ga_device *d, ga_stream_t s, int *capturing) {
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  int rc = CALL(d, cu.cuStreamIsCapturing((CUstream)s, &st), "cuStreamIsCapturing");
+  if (!rc) *capturing = st != CU_STREAM_CAPTURE_STATUS_NONE;
+  return rc;
+}
+static void cuda_destroy(ga_device *d) {
+  if (!d) return;
+  (void)cu.cuDevicePrimaryCtxRelease(cd(d)->dev);
+  free(d);
+}
+
+static const ga_device_ops cuda_ops = {
+    .name = "cuda",
+    .granularity = cuda_granularity,
+    .mem_info = cuda_mem_info,
+    .malloc = cuda_malloc,
+    .free = cuda_free,
+    .reserve = cuda_reserve,
+    .unreserve = cuda_unreserve,
+    .create = cuda_create,
+    .release = cuda_release,
+    .map = cuda_map,
+    .unmap = cuda_unmap,
+    .event_create = cuda_event_create,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_synchronize = cuda_event_synchronize,
+    .event_destroy = cuda_event_destroy,
+    .stream_synchronize = cuda_stream_synchronize,
+    .synchronize = cuda_synchronize,
+    .stream_capturing = cuda_stream_capturing,
+    .destroy = cuda_destroy,
+};
+
+int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
+  pthread_once(&cu_once, cu_load);
+  if (!cu_loaded) {
+    snprintf(err, errlen, "backend:cuda: %s", cu_load_error);
+    return GA_DEV_ENODEV;
+  }
+  int count = 0;
+  if (cu.cuDeviceGetCount(&count) != CUDA_SUCCESS || ordinal < 0 || ordinal >= count) {
+    snprintf(err, errlen, "backend:cuda: device %d does not exist (%d CUDA devices)", ordinal, count);
+    return GA_DEV_ENODEV;
+  }
+  cuda_device *c = calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "backend:cuda: host out of memory");
+    return GA_DEV_EDRIVER;
+  }
+  c->base.ops = &cuda_ops;
+  c->base.ordinal = ordinal;
+  CUresult r = cu.cuDeviceGet(&c->dev, ordinal);
+  if (r == CUDA_SUCCESS) r = cu.cuDevicePrimaryCtxRetain(&c->ctx, c->dev);
+  if (r != CUDA_SUCCESS) {
+    const char *name = NULL;
+    cu.cuGetErrorName(r, &name);
+    snprintf(err, errlen, "backend:cuda: cuDevicePrimaryCtxRetain(device %d) failed: %s", ordinal,
+             name ? name : "unknown");
+    free(c);
+    return GA_DEV_ENODEV;
+  }
+  c->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  c->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  c->prop.location.id = ordinal;
+  *out = &c->base;
+  return 0;
+}
+
+#endif /* GA_HAVE_CUDA */

@@ -1,0 +1,190 @@
+/* device.h — everything the allocator needs from a GPU, as a written contract.
+ *
+ * A backend (sim.c, cuda.c) fills a ga_device_ops table. Backends are raw: no
+ * policy, no statistics, no retries. The inline ga_dev_* wrappers below are the
+ * only callers of the table; they count calls and failures per kind.
+ *
+ * Every call returns 0 or one of the GA_DEV_E* codes below and never aborts.
+ * On failure it writes "<call>: <driver error name> (<detail>)" into
+ * dev->error, so the caller can quote the call that failed. Unless stated,
+ * a failed call changed nothing.
+ *
+ * The device is not thread-safe by itself: callers serialise calls on one
+ * device (the allocator holds its lock). Sim test controls are the exception.
+ */
+#ifndef GA_DEVICE_H
+#define GA_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gardenalloc.h"
+
+/* ---- Error codes ---- */
+enum {
+  GA_DEV_OK = 0,
+  GA_DEV_EOOM = 1,         /* not enough device memory */
+  GA_DEV_EINVAL = 2,       /* an argument broke the call's rules (alignment, range, handle) */
+  GA_DEV_ENOTREADY = 3,    /* event_query: the event has not completed (not a failure) */
+  GA_DEV_EDRIVER = 4,      /* any other driver failure */
+  GA_DEV_ENODEV = 5,       /* no driver or no such device */
+  GA_DEV_ECAPTURE = 6,     /* the call is not permitted while the stream is capturing */
+};
+
+typedef struct ga_device ga_device;
+typedef uint64_t ga_mem_handle; /* a physical allocation (CUmemGenericAllocationHandle) */
+typedef void *ga_event;         /* an event (CUevent) */
+
+typedef struct ga_device_ops {
+  const char *name; /* "cuda" or "sim" */
+
+  /* Minimum granularity of create/map/reserve (2 MiB on current GPUs).
+   * post: *gran is a power of two. */
+  int (*granularity)(ga_device *d, size_t *gran);
+
+  /* cudaMemGetInfo. post: *free <= *total. */
+  int (*mem_info)(ga_device *d, size_t *free_bytes, size_t *total_bytes);
+
+  /* cudaMalloc. pre: size > 0. post: *ptr is 512-byte aligned (2 MiB for
+   * sizes that are multiples of 2 MiB). EOOM when the device is full. */
+  int (*malloc)(ga_device *d, size_t size, void **ptr);
+
+  /* cudaFree of a pointer returned by malloc. EINVAL for any other pointer. */
+  int (*free)(ga_device *d, void *ptr);
+
+  /* cuMemAddressReserve. pre: size and align are multiples of the granularity
+   * (align 0 = granularity). post: [*va, *va+size) is reserved, not mapped. */
+  int (*reserve)(ga_device *d, size_t size, size_t align, void **va);
+
+  /* cuMemAddressFree. pre: (va, size) is exactly one reservation, nothing in it
+   * is mapped (EINVAL otherwise). */
+  int (*unreserve)(ga_device *d, void *va, size_t size);
+
+  /* cuMemCreate: physical memory on the device. pre: size is a positive
+   * multiple of the granularity (EINVAL). EOOM when the device is full. */
+  int (*create)(ga_device *d, size_t size, ga_mem_handle *h);
+
+  /* cuMemRelease. The memory goes back to the device once no mapping uses it. */
+  int (*release)(ga_device *d, ga_mem_handle h);
+
+  /* cuMemMap + cuMemSetAccess(read/write for this device).
+   * pre: va, size and offset are multiples of the granularity; [va, va+size)
+   * lies inside one reservation and is not mapped; offset+size <= handle size.
+   * post: the range reads and writes the handle's memory at `offset`. */
+  int (*map)(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t offset);
+
+  /* cuMemUnmap. pre: [va, va+size) is exactly a union of whole mappings. */
+  int (*unmap)(ga_device *d, void *va, size_t size);
+
+  /* Events (cudaEventCreateWithFlags(DisableTiming), Record, Query,
+   * Synchronize, Destroy). event_query returns 0 when complete and
+   * GA_DEV_ENOTREADY when not. */
+  int (*event_create)(ga_device *d, ga_event *ev);
+  int (*event_record)(ga_device *d, ga_event ev, ga_stream_t stream);
+  int (*event_query)(ga_device *d, ga_event ev);
+  int (*event_synchronize)(ga_device *d, ga_event ev);
+  int (*event_destroy)(ga_device *d, ga_event ev);
+
+  /* Wait for all work queued on one stream / on the whole device. */
+  int (*stream_synchronize)(ga_device *d, ga_stream_t stream);
+  int (*synchronize)(ga_device *d);
+
+  /* Whether `stream` is capturing a CUDA graph (cudaStreamIsCapturing). */
+  int (*stream_capturing)(ga_device *d, ga_stream_t stream, int *capturing);
+
+  /* Frees the backend's own state. Live device objects are the caller's
+   * responsibility (the allocator gives everything back first). */
+  void (*destroy)(ga_device *d);
+} ga_device_ops;
+
+struct ga_device {
+  const ga_device_ops *ops;
+  int ordinal;                           /* device number on the backend */
+  uint64_t calls[GA_CALL_COUNT];         /* calls made, by kind */
+  uint64_t failures[GA_CALL_COUNT];      /* calls that failed (ENOTREADY excluded) */
+  char error[512];                       /* text of the last failure */
+};
+
+/* Opens a backend. `backend` is "auto", "cuda" or "sim". For "auto" a missing
+ * driver or device falls back to sim and *notice describes why (static text
+ * the caller may print). sim_capacity is the simulated device's memory in
+ * bytes. Returns GA_DEV_ENODEV for backend "cuda" without a usable driver;
+ * `err` then holds the reason. */
+int ga_device_open(const char *backend, int ordinal, size_t sim_capacity, ga_device **out,
+                   char *err, size_t errlen, const char **notice);
+
+/* Backends. */
+int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen);
+int ga_sim_open(int ordinal, size_t capacity, ga_device **out, char *err, size_t errlen);
+
+/* Records a failure message in d->error. */
+void ga_dev_set_error(ga_device *d, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- Counting wrappers: the only callers of the ops table ---- */
+
+static inline int ga_dev_count(ga_device *d, ga_device_call_t k, int rc) {
+  d->calls[k]++;
+  if (rc != GA_DEV_OK && rc != GA_DEV_ENOTREADY) d->failures[k]++;
+  return rc;
+}
+static inline int ga_dev_granularity(ga_device *d, size_t *g) { return d->ops->granularity(d, g); }
+static inline int ga_dev_mem_info(ga_device *d, size_t *f, size_t *t) {
+  return ga_dev_count(d, GA_CALL_MEM_INFO, d->ops->mem_info(d, f, t));
+}
+static inline int ga_dev_malloc(ga_device *d, size_t s, void **p) {
+  return ga_dev_count(d, GA_CALL_MALLOC, d->ops->malloc(d, s, p));
+}
+static inline int ga_dev_free(ga_device *d, void *p) {
+  return ga_dev_count(d, GA_CALL_FREE, d->ops->free(d, p));
+}
+static inline int ga_dev_reserve(ga_device *d, size_t s, size_t al, void **va) {
+  return ga_dev_count(d, GA_CALL_RESERVE, d->ops->reserve(d, s, al, va));
+}
+static inline int ga_dev_unreserve(ga_device *d, void *va, size_t s) {
+  return ga_dev_count(d, GA_CALL_UNRESERVE, d->ops->unreserve(d, va, s));
+}
+static inline int ga_dev_create(ga_device *d, size_t s, ga_mem_handle *h) {
+  return ga_dev_count(d, GA_CALL_CREATE, d->ops->create(d, s, h));
+}
+static inline int ga_dev_release(ga_device *d, ga_mem_handle h) {
+  return ga_dev_count(d, GA_CALL_RELEASE, d->ops->release(d, h));
+}
+static inline int ga_dev_map(ga_device *d, void *va, size_t s, ga_mem_handle h, size_t off) {
+  return ga_dev_count(d, GA_CALL_MAP, d->ops->map(d, va, s, h, off));
+}
+static inline int ga_dev_unmap(ga_device *d, void *va, size_t s) {
+  return ga_dev_count(d, GA_CALL_UNMAP, d->ops->unmap(d, va, s));
+}
+static inline int ga_dev_event_create(ga_device *d, ga_event *e) {
+  return ga_dev_count(d, GA_CALL_EVENT_CREATE, d->ops->event_create(d, e));
+}
+static inline int ga_dev_event_record(ga_device *d, ga_event e, ga_stream_t s) {
+  return ga_dev_count(d, GA_CALL_EVENT_RECORD, d->ops->event_record(d, e, s));
+}
+static inline int ga_dev_event_query(ga_device *d, ga_event e) {
+  return ga_dev_count(d, GA_CALL_EVENT_QUERY, d->ops->event_query(d, e));
+}
+static inline int ga_dev_event_synchronize(ga_device *d, ga_event e) {
+  return ga_dev_count(d, GA_CALL_EVENT_SYNCHRONIZE, d->ops->event_synchronize(d, e));
+}
+static inline int ga_dev_event_destroy(ga_device *d, ga_event e) {
+  return ga_dev_count(d, GA_CALL_EVENT_DESTROY, d->ops->event_destroy(d, e));
+}
+static inline int ga_dev_stream_synchronize(ga_device *d, ga_stream_t s) {
+  return ga_dev_count(d, GA_CALL_STREAM_SYNCHRONIZE, d->ops->stream_synchronize(d, s));
+}
+static inline int ga_dev_synchronize(ga_device *d) {
+  return ga_dev_count(d, GA_CALL_SYNCHRONIZE, d->ops->synchronize(d));
+}
+static inline int ga_dev_stream_capturing(ga_device *d, ga_stream_t s, int *c) {
+  return ga_dev_count(d, GA_CALL_CAPTURE_QUERY, d->ops->stream_capturing(d, s, c));
+}
+static inline void ga_dev_destroy(ga_device *d) {
+  if (d) d->ops->destroy(d);
+}
+
+#endif /* GA_DEVICE_H */

@@ -1,0 +1,798 @@
+/* sim.c — a simulated GPU on host memory, with the driver's VMM rules.
+ *
+ * Physical device memory is a memfd of the simulated capacity: sparse, so an
+ * 80 GiB device costs only the pages a test writes. It is handed out in
+ * granules of 2 MiB. A handle (create) owns a list of granules, not
+ * necessarily contiguous in the memfd (a GPU's physical memory is paged too);
+ * map() mmaps each run of the handle's granules with MAP_SHARED|MAP_FIXED into
+ * a PROT_NONE reservation, so bytes written through one mapping are read back
+ * through any other mapping of the same granule. unmap() puts PROT_NONE back.
+ * Releasing granules punches holes in the memfd, giving the memory back to the
+ * host.
+ *
+ * malloc() is reserve + create + map under one call, as cudaMalloc is a
+ * physical allocation with an address.
+ *
+ * Owns: granule bitmap, handle table, reservations, mappings, events, faults.
+ * Invariant: used granules == sum of granules of live handles.
+ * It must not: call the allocator, print, or abort.
+ */
+
+#include "sim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define SIM_GRAN ((size_t)2 << 20)
+#define SIM_MAGIC 0x5157u
+
+/* ---- Types ---- */
+
+typedef struct sim_handle {
+  size_t ngran;      /* 0 = free slot */
+  uint32_t *gran;    /* granule indices, ngran of them */
+  size_t maps;       /* mappings that use it */
+  int released;      /* release() called; freed when maps reaches 0 */
+} sim_handle;
+
+typedef struct sim_range {
+  uintptr_t va;
+  size_t size;
+  ga_mem_handle h;   /* mappings and mallocs: the handle */
+  size_t offset;     /* mappings: offset in the handle */
+} sim_range;
+
+typedef struct sim_ranges { sim_range *v; size_t n, cap; } sim_ranges;
+
+typedef struct sim_event {
+  unsigned magic;
+  ga_stream_t stream;
+  int pending;
+} sim_event;
+
+typedef struct sim_stream { ga_stream_t s; int held; int capturing; } sim_stream;
+
+typedef struct sim_fault { unsigned countdown; int err; int repeat; int armed; } sim_fault;
+
+typedef struct sim_device {
+  ga_device base;
+  pthread_mutex_t mu;
+  int fd;
+  size_t ngran, used;      /* granules in all, granules in use */
+  uint64_t *bitmap;        /* 1 = granule in use */
+  size_t hint;             /* first word that may have a free granule */
+  sim_handle *handles;     /* index = handle id - 1 */
+  size_t nhandles, live_handles;
+  sim_ranges resv, maps, mallocs;
+  sim_event **events;
+  size_t nevents, cap_events;
+  sim_stream *streams;
+  size_t nstreams;
+  sim_fault faults[GA_CALL_COUNT];
+  uint64_t waits;
+} sim_device;
+
+static const ga_device_ops sim_ops;
+
+static sim_device *sim_of(const ga_device *d) {
+  return (d && d->ops == &sim_ops) ? (sim_device *)(uintptr_t)d : NULL;
+}
+
+/* ---- Faults ---- */
+
+static int fault_hit(sim_device *s, ga_device_call_t k, const char *call) {
+  sim_fault *f = &s->faults[k];
+  if (!f->armed) return 0;
+  if (f->countdown > 1) { f->countdown--; return 0; }
+  if (!f->repeat) f->armed = 0;
+  ga_dev_set_error(&s->base, "%s: %s (injected fault)", call,
+                   f->err == GA_DEV_EOOM ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_UNKNOWN");
+  return f->err;
+}
+
+/* ---- Sorted ranges (reservations, mappings, mallocs) ---- */
+
+/* Index of the first range with va >= key. */
+static size_t ranges_lower(const sim_ranges *r, uintptr_t key) {
+  size_t lo = 0, hi = r->n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (r->v[mid].va < key) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+/* The range containing addr, or -1. */
+static long ranges_find(const sim_ranges *r, uintptr_t addr) {
+  size_t i = ranges_lower(r, addr + 1);
+  if (i == 0) return -1;
+  const sim_range *x = &r->v[i - 1];
+  return (addr >= x->va && addr - x->va < x->size) ? (long)(i - 1) : -1;
+}
+
+static int ranges_insert(sim_ranges *r, sim_range x) {
+  if (r->n == r->cap) {
+    size_t cap = r->cap ? r->cap * 2 : 16;
+    sim_range *v = realloc(r->v, cap * sizeof *v);
+    if (!v) return -1;
+    r->v = v;
+    r->cap = cap;
+  }
+  size_t i = ranges_lower(r, x.va);
+  memmove(&r->v[i + 1], &r->v[i], (r->n - i) * sizeof *r->v);
+  r->v[i] = x;
+  r->n++;
+  return 0;
+}
+
+static void ranges_remove(sim_ranges *r, size_t i) {
+  memmove(&r->v[i], &r->v[i + 1], (r->n - i - 1) * sizeof *r->v);
+  r->n--;
+}
+
+/* Does [va, va+size) overlap any range? */
+static int ranges_overlap(const sim_ranges *r, uintptr_t va, size_t size) {
+  size_t i = ranges_lower(r, va);
+  if (i < r->n && r->v[i].va < va + size) return 1;
+  return i > 0 && r->v[i - 1].va + r->v[i - 1].size > va;
+}
+
+/* ---- Granules ---- */
+
+static int gran_used(const sim_device *s, size_t g) { return (s->bitmap[g / 64] >> (g % 64)) & 1; }
+static void gran_set(sim_device *s, size_t g, int on) {
+  if (on) s->bitmap[g / 64] |= (uint64_t)1 << (g % 64);
+  else s->bitmap[g / 64] &= ~((uint64_t)1 << (g % 64));
+}
+
+/* Picks n free granules: the first contiguous run if there is one, else the
+ * first n free ones. pre: n <= free granules. */
+static void gran_pick(sim_device *s, size_t n, uint32_t *out) {
+  size_t run = 0, start = 0;
+  for (size_t g = s->hint * 64; g < s->ngran; g++) {
+    if (g % 64 == 0 && s->bitmap[g / 64] == ~(uint64_t)0) { g += 63; run = 0; continue; }
+    if (gran_used(s, g)) { run = 0; continue; }
+    if (run++ == 0) start = g;
+    if (run == n) {
+      for (size_t i = 0; i < n; i++) out[i] = (uint32_t)(start + i);
+      return;
+    }
+  }
+  size_t k = 0;
+  for (size_t g = 0; g < s->ngran && k < n; g++)
+    if (!gran_used(s, g)) out[k++] = (uint32_t)g;
+}
+
+static void gran_take(sim_device *s, const uint32_t *g, size_t n) {
+  for (size_t i = 0; i < n; i++) gran_set(s, g[i], 1);
+  s->used += n;
+  while (s->hint < (s->ngran + 63) / 64 && s->bitmap[s->hint] == ~(uint64_t)0) s->hint++;
+}
+
+static void gran_give_back(sim_device *s, const uint32_t *g, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    gran_set(s, g[i], 0);
+    if (g[i] / 64 < s->hint) s->hint = g[i] / 64;
+    /* Return the host memory; the next owner reads zeroes. */
+    (void)fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)g[i] * (off_t)SIM_GRAN,
+                    (off_t)SIM_GRAN);
+  }
+  s->used -= n;
+}
+
+/* ---- Handles ---- */
+
+static sim_handle *handle_get(sim_device *s, ga_mem_handle h) {
+  if (h == 0 || h > s->nhandles) return NULL;
+  sim_handle *x = &s->handles[h - 1];
+  return (x->ngran && !x->released) ? x : NULL;
+}
+
+static int handle_new(sim_device *s, size_t ngran, ga_mem_handle *out) {
+  size_t slot = 0;
+  while (slot < s->nhandles && s->handles[slot].ngran) slot++;
+  if (slot == s->nhandles) {
+    sim_handle *v = realloc(s->handles, (s->nhandles + 1) * sizeof *v);
+    if (!v) return GA_DEV_EDRIVER;
+    s->handles = v;
+    s->nhandles++;
+  }
+  uint32_t *g = malloc(ngran * sizeof *g);
+  if (!g) return GA_DEV_EDRIVER;
+  gran_pick(s, ngran, g);
+  gran_take(s, g, ngran);
+  s->handles[slot] = (sim_handle){.ngran = ngran, .gran = g};
+  s->live_handles++;
+  *out = slot + 1;
+  return 0;
+}
+
+/* Frees the handle's granules once it is released and unmapped. */
+static void handle_maybe_free(sim_device *s, sim_handle *x) {
+  if (!x->released || x->maps) return;
+  gran_give_back(s, x->gran, x->ngran);
+  free(x->gran);
+  *x = (sim_handle){0};
+  s->live_handles--;
+}
+
+/* ---- Core VMM operations (no fault checks; shared by malloc) ---- */
+
+static int do_reserve(sim_device *s, size_t size, size_t align, void **va) {
+  if (align == 0) align = SIM_GRAN;
+  size_t span = size + align;
+  void *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    ga_dev_set_error(&s->base, "reserve: CUDA_ERROR_OUT_OF_MEMORY (no host address space for %zu bytes: %s)",
+                     size, strerror(errno));
+    return GA_DEV_EOOM;
+  }
+  uintptr_t base = (uintptr_t)p, start = (base + align - 1) & ~(uintptr_t)(align - 1);
+  if (start > base) munmap(p, start - base);
+  if (base + span > start + size) munmap((void *)(start + size), base + span - start - size);
+  if (ranges_insert(&s->resv, (sim_range){.va = start, .size = size}) != 0) {
+    munmap((void *)start, size);
+    ga_dev_set_error(&s->base, "reserve: host out of memory");
+    return GA_DEV_EDRIVER;
+  }
+  *va = (void *)start;
+  return 0;
+}
+
+static void do_unreserve(sim_device *s, size_t idx) {
+  munmap((void *)s->resv.v[idx].va, s->resv.v[idx].size);
+  ranges_remove(&s->resv, idx);
+}
+
+static int do_create(sim_device *s, size_t size, ga_mem_handle *h) {
+  size_t n = size / SIM_GRAN;
+  if (n > s->ngran - s->used) {
+    ga_dev_set_error(&s->base, "create: CUDA_ERROR_OUT_OF_MEMORY (%zu bytes asked, %zu free)", size,
+                     (s->ngran - s->used) * SIM_GRAN);
+    return GA_DEV_EOOM;
+  }
+  int rc = handle_new(s, n, h);
+  if (rc) ga_dev_set_error(&s->base, "create: host out of memory");
+  return rc;
+}
+
+static void do_release(sim_device *s, sim_handle *x) {
+  x->released = 1;
+  handle_maybe_free(s, x);
+}
+
+static void protnone(uintptr_t va, size_t size) {
+  (void)mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+             0);
+}
+
+static int do_map(sim_device *s, uintptr_t va, size_t size, ga_mem_handle h, size_t offset) {
+  sim_handle *x = &s->handles[h - 1];
+  size_t first = offset / SIM_GRAN, n = size / SIM_GRAN;
+  for (size_t i = 0; i < n;) {
+    size_t run = 1;
+    while (i + run < n && x->gran[first + i + run] == x->gran[first + i] + run) run++;
+    void *p = mmap((void *)(va + i * SIM_GRAN), run * SIM_GRAN, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED, s->fd, (off_t)x->gran[first + i] * (off_t)SIM_GRAN);
+    if (p == MAP_FAILED) {
+      protnone(va, size);
+      ga_dev_set_error(&s->base, "map: CUDA_ERROR_OUT_OF_MEMORY (host mmap failed: %s)", strerror(errno));
+      return GA_DEV_EOOM;
+    }
+    i += run;
+  }
+  if (ranges_insert(&s->maps, (sim_range){.va = va, .size = size, .h = h, .offset = offset}) != 0) {
+    protnone(va, size);
+    ga_dev_set_error(&s->base, "map: host out of memory");
+    return GA_DEV_EDRIVER;
+  }
+  x->maps++;
+  return 0;
+}
+
+static void do_unmap_one(sim_device *s, size_t idx) {
+  sim_range m = s->maps.v[idx];
+  protnone(m.va, m.size);
+  ranges_remove(&s->maps, idx);
+  sim_handle *x = &s->handles[m.h - 1];
+  x->maps--;
+  handle_maybe_free(s, x);
+}
+
+/* ---- Ops ---- */
+
+static int sim_granularity(ga_device *d, size_t *g) {
+  (void)d;
+  *g = SIM_GRAN;
+  return 0;
+}
+
+static int sim_mem_info(ga_device *d, size_t *free_bytes, size_t *total) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_MEM_INFO, "mem_info");
+  if (!rc) {
+    *free_bytes = (s->ngran - s->used) * SIM_GRAN;
+    *total = s->ngran * SIM_GRAN;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_malloc(ga_device *d, size_t size, void **ptr) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_MALLOC, "malloc");
+  size_t rsize = (size + SIM_GRAN - 1) & ~(SIM_GRAN - 1);
+  void *va = NULL;
+  ga_mem_handle h = 0;
+  if (rc) goto out;
+  if (size == 0) { *ptr = NULL; goto out; }
+  if (rsize < size || rsize / SIM_GRAN > s->ngran - s->used) {
+    ga_dev_set_error(d, "malloc: CUDA_ERROR_OUT_OF_MEMORY (%zu bytes asked, %zu free)", size,
+                     (s->ngran - s->used) * SIM_GRAN);
+    rc = GA_DEV_EOOM;
+    goto out;
+  }
+  if ((rc = do_reserve(s, rsize, SIM_GRAN, &va))) goto out;
+  if ((rc = do_create(s, rsize, &h))) goto unreserve;
+  if ((rc = do_map(s, (uintptr_t)va, rsize, h, 0))) goto release;
+  if (ranges_insert(&s->mallocs, (sim_range){.va = (uintptr_t)va, .size = rsize, .h = h}) != 0) {
+    ga_dev_set_error(d, "malloc: host out of memory");
+    rc = GA_DEV_EDRIVER;
+    goto unmap;
+  }
+  *ptr = va;
+  goto out;
+unmap:
+  do_unmap_one(s, (size_t)ranges_find(&s->maps, (uintptr_t)va));
+release:
+  do_release(s, &s->handles[h - 1]);
+unreserve:
+  do_unreserve(s, (size_t)ranges_find(&s->resv, (uintptr_t)va));
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_free(ga_device *d, void *ptr) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_FREE, "free");
+  if (rc || !ptr) goto out;
+  long i = ranges_find(&s->mallocs, (uintptr_t)ptr);
+  if (i < 0 || s->mallocs.v[i].va != (uintptr_t)ptr) {
+    ga_dev_set_error(d, "free: CUDA_ERROR_INVALID_VALUE (%p was not returned by malloc)", ptr);
+    rc = GA_DEV_EINVAL;
+    goto out;
+  }
+  sim_range m = s->mallocs.v[i];
+  ranges_remove(&s->mallocs, (size_t)i);
+  do_unmap_one(s, (size_t)ranges_find(&s->maps, m.va));
+  do_release(s, &s->handles[m.h - 1]);
+  do_unreserve(s, (size_t)ranges_find(&s->resv, m.va));
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_reserve(ga_device *d, size_t size, size_t align, void **va) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_RESERVE, "reserve");
+  if (rc) goto out;
+  if (size == 0 || size % SIM_GRAN || (align && (align % SIM_GRAN || (align & (align - 1))))) {
+    ga_dev_set_error(d, "reserve: CUDA_ERROR_INVALID_VALUE (size %zu and alignment %zu must be multiples of the %zu-byte granularity)",
+                     size, align, SIM_GRAN);
+    rc = GA_DEV_EINVAL;
+    goto out;
+  }
+  rc = do_reserve(s, size, align, va);
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_unreserve(ga_device *d, void *va, size_t size) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_UNRESERVE, "unreserve");
+  if (rc) goto out;
+  long i = ranges_find(&s->resv, (uintptr_t)va);
+  if (i < 0 || s->resv.v[i].va != (uintptr_t)va || s->resv.v[i].size != size) {
+    ga_dev_set_error(d, "unreserve: CUDA_ERROR_INVALID_VALUE (%p+%zu is not a reservation)", va, size);
+    rc = GA_DEV_EINVAL;
+  } else if (ranges_overlap(&s->maps, (uintptr_t)va, size)) {
+    ga_dev_set_error(d, "unreserve: CUDA_ERROR_INVALID_VALUE (%p+%zu still has mappings)", va, size);
+    rc = GA_DEV_EINVAL;
+  } else {
+    do_unreserve(s, (size_t)i);
+  }
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_create(ga_device *d, size_t size, ga_mem_handle *h) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_CREATE, "create");
+  if (rc) goto out;
+  if (size == 0 || size % SIM_GRAN) {
+    ga_dev_set_error(d, "create: CUDA_ERROR_INVALID_VALUE (size %zu is not a multiple of the %zu-byte granularity)",
+                     size, SIM_GRAN);
+    rc = GA_DEV_EINVAL;
+    goto out;
+  }
+  rc = do_create(s, size, h);
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_release(ga_device *d, ga_mem_handle h) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_RELEASE, "release");
+  if (rc) goto out;
+  sim_handle *x = handle_get(s, h);
+  if (!x) {
+    ga_dev_set_error(d, "release: CUDA_ERROR_INVALID_VALUE (handle %llu is not live)", (unsigned long long)h);
+    rc = GA_DEV_EINVAL;
+    goto out;
+  }
+  do_release(s, x);
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t offset) {
+  sim_device *s = sim_of(d);
+  uintptr_t v = (uintptr_t)va;
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_MAP, "map");
+  if (rc) goto out;
+  sim_handle *x = handle_get(s, h);
+  long r = ranges_find(&s->resv, v);
+  const char *why = NULL;
+  if (!x) why = "the handle is not live";
+  else if (size == 0 || v % SIM_GRAN || size % SIM_GRAN || offset % SIM_GRAN)
+    why = "address, size and offset must be multiples of the granularity";
+  else if (offset > x->ngran * SIM_GRAN || size > x->ngran * SIM_GRAN - offset)
+    why = "offset + size exceeds the handle";
+  else if (r < 0 || v + size > s->resv.v[r].va + s->resv.v[r].size)
+    why = "the range is not inside one reservation";
+  else if (ranges_overlap(&s->maps, v, size))
+    why = "part of the range is already mapped";
+  if (why) {
+    ga_dev_set_error(d, "map: CUDA_ERROR_INVALID_VALUE (%p+%zu: %s)", va, size, why);
+    rc = GA_DEV_EINVAL;
+    goto out;
+  }
+  rc = do_map(s, v, size, h, offset);
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_unmap(ga_device *d, void *va, size_t size) {
+  sim_device *s = sim_of(d);
+  uintptr_t v = (uintptr_t)va;
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_UNMAP, "unmap");
+  if (rc) goto out;
+  /* The range must be exactly a union of whole, adjacent mappings. */
+  size_t i = ranges_lower(&s->maps, v), j = i;
+  uintptr_t at = v;
+  while (j < s->maps.n && s->maps.v[j].va == at && at < v + size) at += s->maps.v[j++].size;
+  if (size == 0 || at != v + size || ranges_find(&s->mallocs, v) >= 0) {
+    ga_dev_set_error(d, "unmap: CUDA_ERROR_INVALID_VALUE (%p+%zu is not a union of whole mappings)", va, size);
+    rc = GA_DEV_EINVAL;
+    goto out;
+  }
+  while (j-- > i) do_unmap_one(s, j);
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+/* ---- Streams and events ---- */
+
+static sim_stream *stream_get(sim_device *s, ga_stream_t st, int create) {
+  for (size_t i = 0; i < s->nstreams; i++)
+    if (s->streams[i].s == st) return &s->streams[i];
+  if (!create) return NULL;
+  sim_stream *v = realloc(s->streams, (s->nstreams + 1) * sizeof *v);
+  if (!v) return NULL;
+  s->streams = v;
+  v[s->nstreams] = (sim_stream){.s = st};
+  return &v[s->nstreams++];
+}
+
+static sim_event *event_get(ga_event e) {
+  sim_event *ev = e;
+  return (ev && ev->magic == SIM_MAGIC) ? ev : NULL;
+}
+
+static void stream_complete(sim_device *s, ga_stream_t st, int count_wait) {
+  int waited = 0;
+  for (size_t i = 0; i < s->nevents; i++)
+    if (s->events[i]->pending && s->events[i]->stream == st) s->events[i]->pending = 0, waited = 1;
+  if (waited && count_wait) s->waits++;
+}
+
+static int sim_event_create(ga_device *d, ga_event *e) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_EVENT_CREATE, "event_create");
+  if (rc) goto out;
+  if (s->nevents == s->cap_events) {
+    size_t cap = s->cap_events ? s->cap_events * 2 : 16;
+    sim_event **v = realloc(s->events, cap * sizeof *v);
+    if (!v) goto oom;
+    s->events = v;
+    s->cap_events = cap;
+  }
+  sim_event *ev = calloc(1, sizeof *ev);
+  if (!ev) goto oom;
+  ev->magic = SIM_MAGIC;
+  s->events[s->nevents++] = ev;
+  *e = ev;
+  goto out;
+oom:
+  ga_dev_set_error(d, "event_create: host out of memory");
+  rc = GA_DEV_EDRIVER;
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_event_record(ga_device *d, ga_event e, ga_stream_t st) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_EVENT_RECORD, "event_record");
+  sim_event *ev = event_get(e);
+  if (!rc && !ev) {
+    ga_dev_set_error(d, "event_record: CUDA_ERROR_INVALID_HANDLE");
+    rc = GA_DEV_EINVAL;
+  }
+  if (!rc) {
+    sim_stream *ss = stream_get(s, st, 0);
+    ev->stream = st;
+    ev->pending = ss && ss->held;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_event_query(ga_device *d, ga_event e) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_EVENT_QUERY, "event_query");
+  sim_event *ev = event_get(e);
+  if (!rc && !ev) {
+    ga_dev_set_error(d, "event_query: CUDA_ERROR_INVALID_HANDLE");
+    rc = GA_DEV_EINVAL;
+  }
+  if (!rc && ev->pending) rc = GA_DEV_ENOTREADY;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_event_synchronize(ga_device *d, ga_event e) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_EVENT_SYNCHRONIZE, "event_synchronize");
+  sim_event *ev = event_get(e);
+  if (!rc && !ev) {
+    ga_dev_set_error(d, "event_synchronize: CUDA_ERROR_INVALID_HANDLE");
+    rc = GA_DEV_EINVAL;
+  }
+  /* Waiting on an event means the stream's work up to it finishes. */
+  if (!rc && ev->pending) ev->pending = 0, s->waits++;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_event_destroy(ga_device *d, ga_event e) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_EVENT_DESTROY, "event_destroy");
+  sim_event *ev = event_get(e);
+  if (!rc && !ev) {
+    ga_dev_set_error(d, "event_destroy: CUDA_ERROR_INVALID_HANDLE");
+    rc = GA_DEV_EINVAL;
+  }
+  if (!rc) {
+    for (size_t i = 0; i < s->nevents; i++)
+      if (s->events[i] == ev) { s->events[i] = s->events[--s->nevents]; break; }
+    ev->magic = 0;
+    free(ev);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_stream_synchronize(ga_device *d, ga_stream_t st) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_STREAM_SYNCHRONIZE, "stream_synchronize");
+  if (!rc) stream_complete(s, st, 1);
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_synchronize(ga_device *d) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_SYNCHRONIZE, "synchronize");
+  int waited = 0;
+  for (size_t i = 0; !rc && i < s->nevents; i++)
+    if (s->events[i]->pending) s->events[i]->pending = 0, waited = 1;
+  s->waits += (uint64_t)waited;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_stream_capturing(ga_device *d, ga_stream_t st, int *capturing) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_CAPTURE_QUERY, "stream_capturing");
+  sim_stream *ss = stream_get(s, st, 0);
+  if (!rc) *capturing = ss ? ss->capturing : 0;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static void sim_destroy(ga_device *d) {
+  sim_device *s = sim_of(d);
+  if (!s) return;
+  for (size_t i = s->maps.n; i-- > 0;) protnone(s->maps.v[i].va, s->maps.v[i].size);
+  for (size_t i = 0; i < s->resv.n; i++) munmap((void *)s->resv.v[i].va, s->resv.v[i].size);
+  for (size_t i = 0; i < s->nhandles; i++) free(s->handles[i].gran);
+  for (size_t i = 0; i < s->nevents; i++) free(s->events[i]);
+  free(s->handles);
+  free(s->resv.v);
+  free(s->maps.v);
+  free(s->mallocs.v);
+  free(s->events);
+  free(s->streams);
+  free(s->bitmap);
+  close(s->fd);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+static const ga_device_ops sim_ops = {
+    .name = "sim",
+    .granularity = sim_granularity,
+    .mem_info = sim_mem_info,
+    .malloc = sim_malloc,
+    .free = sim_free,
+    .reserve = sim_reserve,
+    .unreserve = sim_unreserve,
+    .create = sim_create,
+    .release = sim_release,
+    .map = sim_map,
+    .unmap = sim_unmap,
+    .event_create = sim_event_create,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .event_synchronize = sim_event_synchronize,
+    .event_destroy = sim_event_destroy,
+    .stream_synchronize = sim_stream_synchronize,
+    .synchronize = sim_synchronize,
+    .stream_capturing = sim_stream_capturing,
+    .destroy = sim_destroy,
+};
+
+/* ---- Opening ---- */
+
+int ga_sim_open(int ordinal, size_t capacity, ga_device **out, char *err, size_t errlen) {
+  size_t ngran = capacity / SIM_GRAN;
+  if (ngran == 0 || ngran > UINT32_MAX) {
+    snprintf(err, errlen, "sim: capacity %zu bytes must be at least one 2 MiB granule", capacity);
+    return GA_DEV_EINVAL;
+  }
+  sim_device *s = calloc(1, sizeof *s);
+  if (!s) goto oom;
+  s->bitmap = calloc((ngran + 63) / 64, sizeof *s->bitmap);
+  if (!s->bitmap) goto oom;
+  /* Granules past the end of the last word are marked used so scans stop. */
+  for (size_t g = ngran; g < ((ngran + 63) / 64) * 64; g++) s->bitmap[g / 64] |= (uint64_t)1 << (g % 64);
+  s->fd = memfd_create("gardenalloc-sim", MFD_CLOEXEC);
+  if (s->fd < 0 || ftruncate(s->fd, (off_t)(ngran * SIM_GRAN)) != 0) {
+    snprintf(err, errlen, "sim: cannot create %zu bytes of simulated device memory: %s", ngran * SIM_GRAN,
+             strerror(errno));
+    if (s->fd >= 0) close(s->fd);
+    free(s->bitmap);
+    free(s);
+    return GA_DEV_EDRIVER;
+  }
+  pthread_mutex_init(&s->mu, NULL);
+  s->ngran = ngran;
+  s->base.ops = &sim_ops;
+  s->base.ordinal = ordinal;
+  *out = &s->base;
+  return 0;
+oom:
+  if (s) free(s->bitmap);
+  free(s);
+  snprintf(err, errlen, "sim: host out of memory");
+  return GA_DEV_EDRIVER;
+}
+
+/* ---- Test controls ---- */
+
+int ga_sim_is(const ga_device *d) { return sim_of(d) != NULL; }
+
+int ga_sim_usage_get(ga_device *d, ga_sim_usage *u) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  size_t pending = 0;
+  for (size_t i = 0; i < s->nevents; i++) pending += (size_t)s->events[i]->pending;
+  *u = (ga_sim_usage){
+      .capacity = s->ngran * SIM_GRAN,
+      .used = s->used * SIM_GRAN,
+      .live_mallocs = s->mallocs.n,
+      .live_handles = s->live_handles - s->mallocs.n,
+      .live_reservations = s->resv.n - s->mallocs.n,
+      .live_mappings = s->maps.n - s->mallocs.n,
+      .live_events = s->nevents,
+      .pending_events = pending,
+      .waits = s->waits,
+  };
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+int ga_sim_hold_stream(ga_device *d, ga_stream_t stream, int hold) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  sim_stream *ss = stream_get(s, stream, 1);
+  int rc = ss ? 0 : GA_DEV_EDRIVER;
+  if (ss) {
+    ss->held = hold;
+    if (!hold) stream_complete(s, stream, 0);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+int ga_sim_inject(ga_device *d, ga_device_call_t kind, unsigned nth, int err, int repeat) {
+  sim_device *s = sim_of(d);
+  if (!s || (unsigned)kind >= GA_CALL_COUNT || nth == 0) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  s->faults[kind] = (sim_fault){.countdown = nth, .err = err, .repeat = repeat, .armed = 1};
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+int ga_sim_clear_faults(ga_device *d) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  memset(s->faults, 0, sizeof s->faults);
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  sim_stream *ss = stream_get(s, stream, 1);
+  if (ss) ss->capturing = capturing;
+  pthread_mutex_unlock(&s->mu);
+  return ss ? 0 : GA_DEV_EDRIVER;
+}

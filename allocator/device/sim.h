@@ -1,0 +1,50 @@
+/* sim.h — controls of the simulated device, for tests and benchmarks.
+ *
+ * The simulated device (sim.c) implements device.h on host memory with the
+ * driver's rules. These functions let a test hold stream work open, inject
+ * faults and read what is live. All of them are safe to call from any thread
+ * while an allocator uses the device. Each returns GA_DEV_EINVAL when `d` is
+ * not a simulated device.
+ */
+#ifndef GA_SIM_H
+#define GA_SIM_H
+
+#include "device.h"
+
+/* What the simulated device holds right now. */
+typedef struct ga_sim_usage {
+  size_t capacity;        /* bytes of simulated device memory */
+  size_t used;            /* bytes of physical memory allocated (malloc + create) */
+  size_t live_mallocs;    /* malloc'd ranges not yet freed */
+  size_t live_handles;    /* create'd handles not yet released (or still mapped) */
+  size_t live_reservations;
+  size_t live_mappings;
+  size_t live_events;
+  size_t pending_events;  /* recorded on a held stream, not yet complete */
+  uint64_t waits;         /* synchronisations that had to wait for held work */
+} ga_sim_usage;
+
+/* Is `d` a simulated device? */
+int ga_sim_is(const ga_device *d);
+
+/* Fills *u. */
+int ga_sim_usage_get(ga_device *d, ga_sim_usage *u);
+
+/* While `hold` is set, events recorded on `stream` stay pending (the stream's
+ * work is "running"). Clearing it completes them. Default: not held, events
+ * complete as soon as they are recorded. Synchronising the stream, the event
+ * or the device completes the work too (and counts a wait). */
+int ga_sim_hold_stream(ga_device *d, ga_stream_t stream, int hold);
+
+/* Makes the `nth` next call of `kind` (1 = the very next) fail with `err`
+ * (GA_DEV_EOOM or GA_DEV_EDRIVER). With `repeat`, every call of that kind from
+ * the nth on fails, until ga_sim_clear_faults. */
+int ga_sim_inject(ga_device *d, ga_device_call_t kind, unsigned nth, int err, int repeat);
+
+/* Disarms every injected fault. */
+int ga_sim_clear_faults(ga_device *d);
+
+/* Marks `stream` as capturing a CUDA graph (stream_capturing reports it). */
+int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing);
+
+#endif /* GA_SIM_H */

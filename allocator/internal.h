@@ -1,0 +1,201 @@
+/* internal.h — the allocator's shared structures and internal functions.
+ *
+ * Layers: api.c (validate, lock, dispatch) → policy/ (what to hand out) →
+ * segment/ (where the bytes live) → device/ (how memory is obtained).
+ * Functions named *_locked require the caller to hold a->mu.
+ *
+ * Block states:
+ *   FREE      in its pool's free tree, merged with free neighbours
+ *   ALLOCATED in the block map, handed to a client
+ *   PENDING   freed by the client, waiting for events on other streams
+ * Invariants (ga_check verifies each): the blocks of a segment tile it in
+ * address order; no two FREE blocks are neighbours; every FREE block is in
+ * exactly one free tree and every ALLOCATED block in the map; the statistics
+ * equal what the blocks say.
+ */
+#ifndef GA_INTERNAL_H
+#define GA_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "device/device.h"
+#include "gardenalloc.h"
+
+/* ---- Constants (PyTorch's) ---- */
+#define GA_MIN_BLOCK ((size_t)512)            /* kMinBlockSize */
+#define GA_SMALL_SIZE ((size_t)1 << 20)       /* kSmallSize: <= goes to the small pool */
+#define GA_SMALL_BUFFER ((size_t)2 << 20)     /* kSmallBuffer: small-pool segment */
+#define GA_MIN_LARGE_ALLOC ((size_t)10 << 20) /* kMinLargeAlloc */
+#define GA_ROUND_LARGE ((size_t)2 << 20)      /* kRoundLarge */
+#define GA_MAX_REQUEST ((size_t)1 << 60)      /* 1 EiB: larger requests fail early */
+
+enum { GA_BLOCK_FREE = 0, GA_BLOCK_ALLOCATED = 1, GA_BLOCK_PENDING = 2 };
+enum { GA_P_SMALL = 0, GA_P_LARGE = 1 }; /* index of a pool in a->pools */
+
+typedef struct ga_segment ga_segment;
+typedef struct ga_block ga_block;
+
+struct ga_block {
+  uintptr_t ptr;            /* first byte */
+  size_t size;              /* rounded size (bytes of the segment it covers) */
+  size_t requested;         /* what the client asked for (active blocks) */
+  ga_stream_t stream;       /* allocation stream; free blocks are reused only on it */
+  ga_segment *seg;          /* owning segment */
+  ga_block *prev, *next;    /* address neighbours inside the segment */
+  ga_block *left, *right;   /* free tree links */
+  uint32_t prio;            /* free tree heap priority */
+  uint8_t pool;             /* GA_P_SMALL or GA_P_LARGE */
+  uint8_t state;            /* GA_BLOCK_* */
+  uint8_t counted_split;    /* counted in inactive_split while in the free tree */
+  uint32_t event_count;     /* pending events before a PENDING block is free */
+  ga_stream_t *uses;        /* other streams that used the block (record_stream) */
+  uint32_t nuses, capuses;
+  uint64_t gc_base;         /* pool's get_free_block count when it became free */
+};
+
+struct ga_segment {
+  uintptr_t base;
+  size_t size;
+  uint8_t pool;
+  ga_stream_t stream;
+  ga_block *head;           /* block at base */
+  ga_segment *prev, *next;  /* all segments of the allocator */
+};
+
+typedef struct ga_pool {
+  ga_block *root;           /* free tree ordered by (stream, size, ptr) */
+  size_t count;             /* blocks in the tree */
+  uint64_t gc_calls;        /* get_free_block calls, the GC age clock */
+} ga_pool;
+
+typedef struct ga_blockmap {
+  uintptr_t *keys;          /* 0 = empty */
+  ga_block **vals;
+  size_t cap, count;        /* cap is a power of two */
+} ga_blockmap;
+
+typedef struct ga_pending {
+  ga_event ev;
+  ga_block *block;
+} ga_pending;
+
+struct ga_allocator {
+  pthread_mutex_t mu;
+  ga_config cfg;
+  ga_device *dev;
+  int owns_dev;
+  size_t device_total;      /* total device memory, from mem_info at create */
+  size_t allowed_max;       /* memory fraction limit; SIZE_MAX = none */
+  double fraction;
+  ga_pool pools[2];
+  ga_blockmap map;
+  ga_segment *segs;
+  size_t nsegs;
+  size_t reserved;          /* total_allocated_memory: bytes obtained from the device */
+  ga_pending *pending;
+  size_t npending, cap_pending;
+  ga_event *event_cache;    /* recycled events */
+  size_t nevent_cache, cap_event_cache;
+  ga_block *block_cache;    /* recycled block structs, linked by ->next */
+  ga_stats_t stats;
+};
+
+/* ---- Errors (report.c) ---- */
+void ga_error_set(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+/* PyTorch's format_size: "N bytes", "x.xx KiB", "x.xx MiB", "x.xx GiB". */
+void ga_format_size(size_t bytes, char *buf, size_t len);
+/* Builds the OOM report into the thread's error text. */
+void ga_report_oom_locked(ga_allocator_t *a, size_t alloc_size, int fraction_refused);
+
+/* ---- Stats (stats.c) ---- */
+void ga_stat_add(ga_stat_t *s, int64_t delta);
+/* Adds delta to the [all] and [pool] entries of a per-pool stat array. */
+static inline void ga_pstat_add(ga_stat_t *st, int pool, int64_t delta) {
+  ga_stat_add(&st[GA_POOL_ALL], delta);
+  ga_stat_add(&st[pool == GA_P_SMALL ? GA_POOL_SMALL : GA_POOL_LARGE], delta);
+}
+
+/* ---- Block map (blockmap.c): pointer -> allocated block ---- */
+int ga_blockmap_init(ga_blockmap *m);
+void ga_blockmap_destroy(ga_blockmap *m);
+int ga_blockmap_put(ga_blockmap *m, ga_block *b);          /* -1 on host OOM */
+ga_block *ga_blockmap_get(const ga_blockmap *m, uintptr_t ptr);
+ga_block *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr); /* removes */
+int ga_blockmap_reserve(ga_blockmap *m);                   /* room for one more; -1 on host OOM */
+
+/* ---- Free trees (policy/pool.c) ---- */
+void ga_pool_insert(ga_pool *p, ga_block *b);
+void ga_pool_remove(ga_pool *p, ga_block *b);
+/* Smallest block >= (stream, size, ptr) in tree order, or NULL. */
+ga_block *ga_pool_lower_bound(const ga_pool *p, ga_stream_t stream, size_t size, uintptr_t ptr);
+/* Largest block < (stream, size, ptr), or NULL. */
+ga_block *ga_pool_before(const ga_pool *p, ga_stream_t stream, size_t size, uintptr_t ptr);
+/* Calls fn on every block in order; stops early when fn returns non-zero.
+ * fn must not change the tree. */
+int ga_pool_walk(const ga_pool *p, int (*fn)(ga_block *, void *), void *arg);
+/* Is the tree ordered and a heap? Counts nodes into *n. */
+int ga_pool_valid(const ga_pool *p, size_t *n);
+
+/* ---- Blocks (policy/block.c) ---- */
+size_t ga_round_size(const ga_config *c, size_t size);
+size_t ga_allocation_size_for(const ga_config *c, size_t rounded);
+ga_block *ga_block_new_locked(ga_allocator_t *a);
+void ga_block_delete_locked(ga_allocator_t *a, ga_block *b);
+static inline int ga_block_is_split(const ga_block *b) { return b->prev || b->next; }
+/* Puts a block into its pool's free tree, counting inactive_split. */
+void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b);
+/* Takes a block out of its free tree, undoing the inactive_split count. */
+void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b);
+/* Hands out `b` (not in any tree) for `size` bytes asked, rounded to `rounded`. */
+int ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded);
+/* Makes an ALLOCATED/PENDING block FREE: merge with free neighbours, insert. */
+void ga_block_free_locked(ga_allocator_t *a, ga_block *b);
+
+/* ---- Streams (policy/stream.c) ---- */
+int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s);
+/* Client free of an allocated block: events for other streams, else free. */
+void ga_stream_free_locked(ga_allocator_t *a, ga_block *b);
+/* Frees the blocks whose events have completed. */
+void ga_stream_process_events_locked(ga_allocator_t *a);
+/* Waits for every pending event and frees the blocks. 0 or a device code. */
+int ga_stream_sync_all_locked(ga_allocator_t *a);
+/* Destroys the cached events (at teardown). */
+void ga_stream_teardown_locked(ga_allocator_t *a);
+
+/* ---- Native segments (segment/native.c) ---- */
+/* Obtains a segment of `size` bytes; *out is its single FREE-to-be block (not
+ * in a tree). Returns 0, a GA_DEV_* code, or -1 on host OOM. */
+int ga_native_segment_new_locked(ga_allocator_t *a, size_t size, int pool, ga_stream_t stream,
+                                 ga_block **out);
+/* Gives a whole-segment block (not in a tree) back to the device. */
+int ga_native_segment_release_locked(ga_allocator_t *a, ga_block *b);
+
+/* ---- Reclaim (policy/reclaim.c) ---- */
+int ga_reclaim_gc_locked(ga_allocator_t *a);
+/* Frees oversize cached blocks to make room; 1 if it freed enough, 0 if not,
+ * negative GA_DEV_* code negated on device failure. */
+int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size);
+/* empty_cache: sync events, release every unsplit cached block. 0 or GA_DEV_*. */
+int ga_reclaim_all_locked(ga_allocator_t *a);
+
+/* ---- Allocation (policy/alloc.c) ---- */
+ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out);
+ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr);
+/* Sets the error text for a pointer that is not a live allocation. */
+ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr);
+
+/* ---- Checking (check.c) ---- */
+int ga_check_locked(ga_allocator_t *a);
+
+/* ---- For tests: an allocator on a device the caller owns ---- */
+GA_API ga_status_t ga_create_on_device(const char *conf, ga_device *dev, ga_allocator_t **out);
+GA_API ga_device *ga_allocator_device(ga_allocator_t *a);
+
+#endif /* GA_INTERNAL_H */

@@ -1,0 +1,130 @@
+/* alloc.c — malloc and free: PyTorch's allocation sequence.
+ *
+ * malloc: retire completed events; round; pick the pool and segment size;
+ * best fit; on a miss: GC (with a fraction), a new segment, free oversize
+ * cached blocks and retry, flush the whole cache and retry (counted in
+ * num_alloc_retries); then the OOM report. A device error other than OOM
+ * stops the ladder and is returned as GA_ERR_DEVICE.
+ * free: find the block by pointer (hash map), diagnose bad pointers without
+ * touching any state, then free now or after the recorded streams' events.
+ */
+#include <stdio.h>
+
+#include "../internal.h"
+
+/* Best fit on (stream, size, address) with the oversize rules. */
+static ga_block *get_free_block(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size) {
+  ga_pool *p = &a->pools[pool];
+  if (a->allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
+  ga_block *b = ga_pool_lower_bound(p, stream, size, 0);
+  if (!b || b->stream != stream) return NULL;
+  size_t max_split = a->cfg.max_split_size;
+  if (size < max_split && b->size >= max_split) return NULL;
+  if (size >= max_split && b->size - size >= a->cfg.max_non_split_rounding) return NULL;
+  ga_block_from_free_tree_locked(a, b);
+  return b;
+}
+
+/* A new segment, within the memory fraction. 0, a GA_DEV_* code, or -1. */
+static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream_t stream, int retry,
+                       int *fraction_refused, ga_block **out) {
+  if (retry) a->stats.num_alloc_retries++;
+  if (a->allowed_max != SIZE_MAX && (a->reserved > a->allowed_max || alloc_size > a->allowed_max - a->reserved)) {
+    *fraction_refused = 1;
+    return GA_DEV_EOOM;
+  }
+  *fraction_refused = 0;
+  return ga_native_segment_new_locked(a, alloc_size, pool, stream, out);
+}
+
+static ga_status_t device_error(ga_allocator_t *a, const char *what, int rc) {
+  if (rc < 0) {
+    ga_error_set("ga_malloc: host out of memory while %s", what);
+    return GA_ERR_HOST_MEMORY;
+  }
+  ga_error_set("ga_malloc: device call failed while %s: %s", what, a->dev->error);
+  return GA_ERR_DEVICE;
+}
+
+ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {
+  if (size > GA_MAX_REQUEST) {
+    ga_error_set("CUDA out of memory. Tried to allocate more than 1EB memory. (ga_malloc of %zu bytes)", size);
+    return GA_ERR_OOM;
+  }
+  if (a->npending) ga_stream_process_events_locked(a);
+  size_t rounded = ga_round_size(&a->cfg, size);
+  int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
+  size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
+  int fresh = 0, refused = 0, rc;
+  ga_block *b = get_free_block(a, pool, stream, rounded);
+  if (!b) {
+    fresh = 1;
+    if ((rc = ga_reclaim_gc_locked(a))) return device_error(a, "collecting garbage", rc);
+    rc = alloc_block(a, alloc_size, pool, stream, 0, &refused, &b);
+    if (rc == GA_DEV_EOOM) {
+      int r = ga_reclaim_oversize_locked(a, pool, stream, rounded);
+      if (r < 0) return device_error(a, "freeing oversize cached blocks", -r);
+      if (r > 0) rc = alloc_block(a, alloc_size, pool, stream, 0, &refused, &b);
+    }
+    if (rc == GA_DEV_EOOM) {
+      int r = ga_reclaim_all_locked(a);
+      if (r) return device_error(a, "freeing the cache", r);
+      rc = alloc_block(a, alloc_size, pool, stream, 1, &refused, &b);
+    }
+    if (rc == GA_DEV_EOOM) {
+      a->stats.num_ooms++;
+      ga_report_oom_locked(a, alloc_size, refused);
+      return GA_ERR_OOM;
+    }
+    if (rc) return device_error(a, "allocating a segment", rc);
+  }
+  if (ga_block_hand_out_locked(a, b, size, rounded)) {
+    /* Host OOM for bookkeeping: put the block back where it came from. */
+    if (fresh) (void)ga_native_segment_release_locked(a, b);
+    else ga_block_to_free_tree_locked(a, b);
+    ga_error_set("ga_malloc: host out of memory for bookkeeping (%zu bytes asked)", size);
+    return GA_ERR_HOST_MEMORY;
+  }
+  *out = (void *)b->ptr;
+  return GA_OK;
+}
+
+/* Names what is wrong with a pointer that is not a live allocation. */
+static void diagnose_bad_free(ga_allocator_t *a, const char *fn, void *ptr) {
+  uintptr_t p = (uintptr_t)ptr;
+  for (ga_segment *s = a->segs; s; s = s->next) {
+    if (p < s->base || p - s->base >= s->size) continue;
+    for (ga_block *b = s->head; b; b = b->next) {
+      if (p < b->ptr || p - b->ptr >= b->size) continue;
+      if (b->ptr != p && b->state != GA_BLOCK_FREE)
+        ga_error_set("%s: %p points %zu bytes inside the allocation at %p (%zu bytes); pass the pointer "
+                     "ga_malloc returned", fn, ptr, (size_t)(p - b->ptr), (void *)b->ptr, b->size);
+      else if (b->state == GA_BLOCK_PENDING)
+        ga_error_set("%s: %p was already freed (double free; its block still waits on stream events)", fn, ptr);
+      else
+        ga_error_set("%s: %p is not a live allocation: it lies in cached free memory of this allocator "
+                     "(already freed: double free?)", fn, ptr);
+      return;
+    }
+  }
+  ga_error_set("%s: %p was not allocated by this allocator", fn, ptr);
+}
+
+ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
+  ga_block *b = ga_blockmap_take(&a->map, (uintptr_t)ptr);
+  if (!b) {
+    diagnose_bad_free(a, "ga_free", ptr);
+    return GA_ERR_BAD_POINTER;
+  }
+  ga_stats_t *s = &a->stats;
+  ga_pstat_add(s->allocation, b->pool, -1);
+  ga_pstat_add(s->allocated_bytes, b->pool, -(int64_t)b->size);
+  if (b->size >= a->cfg.max_split_size) ga_stat_add(&s->oversize_allocations, -1);
+  ga_stream_free_locked(a, b);
+  return GA_OK;
+}
+
+ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr) {
+  diagnose_bad_free(a, fn, ptr);
+  return GA_ERR_BAD_POINTER;
+}

@@ -1,0 +1,155 @@
+/* block.c — sizes, splitting and merging of blocks (PyTorch's rules).
+ *
+ * Rounding: at least 512 B, multiples of 512 B, or one of N steps between
+ * powers of two when roundup_power2_divisions is set for the size's interval.
+ * Split: the allocation takes the front; the small pool splits when at least
+ * 512 B remain, the large pool only for requests below max_split_size with
+ * strictly more than 1 MiB remaining. Merge: a freed block absorbs FREE
+ * neighbours of its own segment (segments never merge with each other).
+ */
+#include <stdlib.h>
+
+#include "../internal.h"
+
+/* ---- Sizes ---- */
+
+static size_t floor_log2(size_t v) {
+  size_t r = 0;
+  while (v >>= 1) r++;
+  return r;
+}
+
+static size_t divisions_for(const ga_config *c, size_t size) {
+  size_t lg = floor_log2(size), idx = lg > 20 ? lg - 20 : 0;
+  if (idx >= GA_ROUNDUP_INTERVALS) idx = GA_ROUNDUP_INTERVALS - 1;
+  return c->roundup_divisions[idx];
+}
+
+/* Rounds up to the next of `div` equal steps between two powers of two. */
+static size_t next_division(size_t size, size_t div) {
+  if ((size & (size - 1)) == 0) return size;
+  size_t floor2 = (size_t)1 << floor_log2(size);
+  size_t step = floor2 >> floor_log2(div);
+  if (step == 0) return floor2 << 1;
+  size_t down = size & ~(step - 1);
+  return down == size ? size : down + step;
+}
+
+size_t ga_round_size(const ga_config *c, size_t size) {
+  if (size < GA_MIN_BLOCK) return GA_MIN_BLOCK;
+  size_t div = divisions_for(c, size);
+  if (div > 1 && size > GA_MIN_BLOCK * div) return next_division(size, div);
+  return (size + GA_MIN_BLOCK - 1) / GA_MIN_BLOCK * GA_MIN_BLOCK;
+}
+
+size_t ga_allocation_size_for(const ga_config *c, size_t rounded) {
+  if (rounded <= GA_SMALL_SIZE) return GA_SMALL_BUFFER;
+  if (rounded < GA_MIN_LARGE_ALLOC) return ga_config_large_buffer(c);
+  return (rounded + GA_ROUND_LARGE - 1) / GA_ROUND_LARGE * GA_ROUND_LARGE;
+}
+
+static int should_split(const ga_allocator_t *a, const ga_block *b, size_t size) {
+  size_t remaining = b->size - size;
+  if (b->pool == GA_P_SMALL) return remaining >= GA_MIN_BLOCK;
+  return size < a->cfg.max_split_size && remaining > GA_SMALL_SIZE;
+}
+
+/* ---- Block structs ---- */
+
+ga_block *ga_block_new_locked(ga_allocator_t *a) {
+  ga_block *b = a->block_cache;
+  if (b) a->block_cache = b->next;
+  else if (!(b = malloc(sizeof *b))) return NULL;
+  *b = (ga_block){0};
+  return b;
+}
+
+void ga_block_delete_locked(ga_allocator_t *a, ga_block *b) {
+  free(b->uses);
+  b->uses = NULL;
+  b->next = a->block_cache;
+  a->block_cache = b;
+}
+
+/* ---- Free trees with the inactive_split bookkeeping ---- */
+
+void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
+  ga_pool *p = &a->pools[b->pool];
+  b->state = GA_BLOCK_FREE;
+  b->gc_base = p->gc_calls;
+  b->counted_split = (uint8_t)ga_block_is_split(b);
+  if (b->counted_split) {
+    ga_pstat_add(a->stats.inactive_split, b->pool, 1);
+    ga_pstat_add(a->stats.inactive_split_bytes, b->pool, (int64_t)b->size);
+  }
+  ga_pool_insert(p, b);
+}
+
+void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
+  ga_pool_remove(&a->pools[b->pool], b);
+  if (b->counted_split) {
+    ga_pstat_add(a->stats.inactive_split, b->pool, -1);
+    ga_pstat_add(a->stats.inactive_split_bytes, b->pool, -(int64_t)b->size);
+    b->counted_split = 0;
+  }
+}
+
+/* ---- Hand out and take back ---- */
+
+int ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded) {
+  if (ga_blockmap_reserve(&a->map)) return -1;
+  if (should_split(a, b, rounded)) {
+    ga_block *rest = ga_block_new_locked(a);
+    if (!rest) return -1;
+    rest->ptr = b->ptr + rounded;
+    rest->size = b->size - rounded;
+    rest->stream = b->stream;
+    rest->seg = b->seg;
+    rest->pool = b->pool;
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next) b->next->prev = rest;
+    b->next = rest;
+    b->size = rounded;
+    ga_block_to_free_tree_locked(a, rest);
+  }
+  b->state = GA_BLOCK_ALLOCATED;
+  b->requested = size;
+  (void)ga_blockmap_put(&a->map, b); /* cannot fail: room reserved above */
+  ga_stats_t *s = &a->stats;
+  ga_pstat_add(s->allocation, b->pool, 1);
+  ga_pstat_add(s->allocated_bytes, b->pool, (int64_t)b->size);
+  ga_pstat_add(s->active, b->pool, 1);
+  ga_pstat_add(s->active_bytes, b->pool, (int64_t)b->size);
+  ga_pstat_add(s->requested_bytes, b->pool, (int64_t)size);
+  if (b->size >= a->cfg.max_split_size) ga_stat_add(&s->oversize_allocations, 1);
+  return 0;
+}
+
+/* Absorbs the FREE neighbour `n` into `b` (n is b->prev or b->next). */
+static void merge_into(ga_allocator_t *a, ga_block *b, ga_block *n) {
+  ga_block_from_free_tree_locked(a, n);
+  if (n == b->prev) {
+    b->ptr = n->ptr;
+    b->prev = n->prev;
+    if (b->prev) b->prev->next = b;
+    else b->seg->head = b;
+  } else {
+    b->next = n->next;
+    if (b->next) b->next->prev = b;
+  }
+  b->size += n->size;
+  ga_block_delete_locked(a, n);
+}
+
+void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
+  size_t size = b->size, requested = b->requested;
+  if (b->prev && b->prev->state == GA_BLOCK_FREE) merge_into(a, b, b->prev);
+  if (b->next && b->next->state == GA_BLOCK_FREE) merge_into(a, b, b->next);
+  b->requested = 0;
+  ga_block_to_free_tree_locked(a, b);
+  ga_stats_t *s = &a->stats;
+  ga_pstat_add(s->active, b->pool, -1);
+  ga_pstat_add(s->active_bytes, b->pool, -(int64_t)size);
+  ga_pstat_add(s->requested_bytes, b->pool, -(int64_t)requested);
+}

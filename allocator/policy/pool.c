@@ -1,0 +1,136 @@
+/* pool.c — the free-block index of a pool: a treap ordered by
+ * (stream, size, address).
+ *
+ * lower_bound(stream, size) gives PyTorch's best fit: the smallest block of
+ * that stream at least `size` bytes long, the lowest address among equals.
+ * Priorities are a hash of the block address, so the shape is deterministic
+ * for a given history and the expected depth is O(log n).
+ * Owns nothing: blocks are the allocator's; this file only links them.
+ */
+#include "../internal.h"
+
+static uint32_t prio_of(uintptr_t p) {
+  uint64_t h = (uint64_t)p * 0x9e3779b97f4a7c15ULL;
+  return (uint32_t)(h >> 32);
+}
+
+/* -1, 0, 1 as block `b` orders before, equal to, after the key. */
+static int cmp(const ga_block *b, ga_stream_t stream, size_t size, uintptr_t ptr) {
+  uintptr_t bs = (uintptr_t)b->stream, ks = (uintptr_t)stream;
+  if (bs != ks) return bs < ks ? -1 : 1;
+  if (b->size != size) return b->size < size ? -1 : 1;
+  if (b->ptr != ptr) return b->ptr < ptr ? -1 : 1;
+  return 0;
+}
+
+static ga_block *rot_right(ga_block *t) {
+  ga_block *l = t->left;
+  t->left = l->right;
+  l->right = t;
+  return l;
+}
+
+static ga_block *rot_left(ga_block *t) {
+  ga_block *r = t->right;
+  t->right = r->left;
+  r->left = t;
+  return r;
+}
+
+static ga_block *insert(ga_block *t, ga_block *b) {
+  if (!t) return b;
+  if (cmp(t, b->stream, b->size, b->ptr) > 0) {
+    t->left = insert(t->left, b);
+    if (t->left->prio > t->prio) t = rot_right(t);
+  } else {
+    t->right = insert(t->right, b);
+    if (t->right->prio > t->prio) t = rot_left(t);
+  }
+  return t;
+}
+
+static ga_block *merge(ga_block *l, ga_block *r) {
+  if (!l) return r;
+  if (!r) return l;
+  if (l->prio > r->prio) {
+    l->right = merge(l->right, r);
+    return l;
+  }
+  r->left = merge(l, r->left);
+  return r;
+}
+
+static ga_block *remove_node(ga_block *t, ga_block *b) {
+  if (!t) return NULL;
+  if (t == b) return merge(t->left, t->right);
+  if (cmp(t, b->stream, b->size, b->ptr) > 0) t->left = remove_node(t->left, b);
+  else t->right = remove_node(t->right, b);
+  return t;
+}
+
+void ga_pool_insert(ga_pool *p, ga_block *b) {
+  b->left = b->right = NULL;
+  b->prio = prio_of(b->ptr);
+  p->root = insert(p->root, b);
+  p->count++;
+}
+
+void ga_pool_remove(ga_pool *p, ga_block *b) {
+  p->root = remove_node(p->root, b);
+  b->left = b->right = NULL;
+  p->count--;
+}
+
+ga_block *ga_pool_lower_bound(const ga_pool *p, ga_stream_t stream, size_t size, uintptr_t ptr) {
+  ga_block *best = NULL;
+  for (ga_block *t = p->root; t;) {
+    if (cmp(t, stream, size, ptr) >= 0) {
+      best = t;
+      t = t->left;
+    } else {
+      t = t->right;
+    }
+  }
+  return best;
+}
+
+ga_block *ga_pool_before(const ga_pool *p, ga_stream_t stream, size_t size, uintptr_t ptr) {
+  ga_block *best = NULL;
+  for (ga_block *t = p->root; t;) {
+    if (cmp(t, stream, size, ptr) < 0) {
+      best = t;
+      t = t->right;
+    } else {
+      t = t->left;
+    }
+  }
+  return best;
+}
+
+static int walk(ga_block *t, int (*fn)(ga_block *, void *), void *arg) {
+  if (!t) return 0;
+  int r = walk(t->left, fn, arg);
+  if (r) return r;
+  r = fn(t, arg);
+  return r ? r : walk(t->right, fn, arg);
+}
+
+int ga_pool_walk(const ga_pool *p, int (*fn)(ga_block *, void *), void *arg) {
+  return walk(p->root, fn, arg);
+}
+
+static int valid(const ga_block *t, const ga_block **last, size_t *n) {
+  if (!t) return 1;
+  if (!valid(t->left, last, n)) return 0;
+  if (*last && cmp(*last, t->stream, t->size, t->ptr) >= 0) return 0;
+  if ((t->left && t->left->prio > t->prio) || (t->right && t->right->prio > t->prio)) return 0;
+  *last = t;
+  (*n)++;
+  return valid(t->right, last, n);
+}
+
+int ga_pool_valid(const ga_pool *p, size_t *n) {
+  const ga_block *last = NULL;
+  *n = 0;
+  return valid(p->root, &last, n);
+}

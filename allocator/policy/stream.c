@@ -1,0 +1,116 @@
+/* stream.c — stream-ordered reuse: record_stream, events, deferred frees.
+ *
+ * A block belongs to its allocation stream. record_stream adds other streams
+ * that use it; when the client frees such a block, one event is recorded on
+ * each of those streams and the block stays PENDING (active, not reusable)
+ * until every event has completed. Events are recycled, not destroyed.
+ * If an event cannot be created or recorded, the stream is synchronised
+ * instead: slower, never unsafe.
+ */
+#include <stdlib.h>
+
+#include "../internal.h"
+
+int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
+  (void)a;
+  if (s == b->stream) return 0;
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (b->uses[i] == s) return 0;
+  if (b->nuses == b->capuses) {
+    uint32_t cap = b->capuses ? b->capuses * 2 : 2;
+    ga_stream_t *u = realloc(b->uses, cap * sizeof *u);
+    if (!u) return -1;
+    b->uses = u;
+    b->capuses = cap;
+  }
+  b->uses[b->nuses++] = s;
+  return 0;
+}
+
+static int event_get(ga_allocator_t *a, ga_event *ev) {
+  if (a->nevent_cache) {
+    *ev = a->event_cache[--a->nevent_cache];
+    return 0;
+  }
+  return ga_dev_event_create(a->dev, ev);
+}
+
+static void event_put(ga_allocator_t *a, ga_event ev) {
+  if (a->nevent_cache == a->cap_event_cache) {
+    size_t cap = a->cap_event_cache ? a->cap_event_cache * 2 : 16;
+    ga_event *v = realloc(a->event_cache, cap * sizeof *v);
+    if (!v) {
+      (void)ga_dev_event_destroy(a->dev, ev);
+      return;
+    }
+    a->event_cache = v;
+    a->cap_event_cache = cap;
+  }
+  a->event_cache[a->nevent_cache++] = ev;
+}
+
+/* Defers the reuse of `b` until work now queued on `s` is done. */
+static void defer_on(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
+  ga_event ev;
+  if (a->npending == a->cap_pending) {
+    size_t cap = a->cap_pending ? a->cap_pending * 2 : 16;
+    ga_pending *v = realloc(a->pending, cap * sizeof *v);
+    if (!v) goto sync;
+    a->pending = v;
+    a->cap_pending = cap;
+  }
+  if (event_get(a, &ev)) goto sync;
+  if (ga_dev_event_record(a->dev, ev, s)) {
+    event_put(a, ev);
+    goto sync;
+  }
+  a->pending[a->npending++] = (ga_pending){ev, b};
+  b->event_count++;
+  return;
+sync:
+  /* No event: wait for the stream now (or the whole device if that fails). */
+  if (ga_dev_stream_synchronize(a->dev, s)) (void)ga_dev_synchronize(a->dev);
+}
+
+void ga_stream_free_locked(ga_allocator_t *a, ga_block *b) {
+  b->state = GA_BLOCK_PENDING;
+  for (uint32_t i = 0; i < b->nuses; i++) defer_on(a, b, b->uses[i]);
+  b->nuses = 0;
+  if (b->event_count == 0) ga_block_free_locked(a, b);
+}
+
+/* Retires pending entry i (its event completed). */
+static void retire(ga_allocator_t *a, size_t i) {
+  ga_pending p = a->pending[i];
+  a->pending[i] = a->pending[--a->npending];
+  event_put(a, p.ev);
+  if (--p.block->event_count == 0) ga_block_free_locked(a, p.block);
+}
+
+void ga_stream_process_events_locked(ga_allocator_t *a) {
+  for (size_t i = 0; i < a->npending;) {
+    if (ga_dev_event_query(a->dev, a->pending[i].ev) == 0) retire(a, i);
+    else i++;
+  }
+}
+
+int ga_stream_sync_all_locked(ga_allocator_t *a) {
+  a->stats.num_sync_all_streams++;
+  int rc = 0;
+  for (size_t i = 0; i < a->npending;) {
+    int r = ga_dev_event_synchronize(a->dev, a->pending[i].ev);
+    if (r == 0) retire(a, i);
+    else rc = r, i++;
+  }
+  return rc;
+}
+
+void ga_stream_teardown_locked(ga_allocator_t *a) {
+  for (size_t i = 0; i < a->npending; i++) (void)ga_dev_event_destroy(a->dev, a->pending[i].ev);
+  for (size_t i = 0; i < a->nevent_cache; i++) (void)ga_dev_event_destroy(a->dev, a->event_cache[i]);
+  free(a->pending);
+  free(a->event_cache);
+  a->pending = NULL;
+  a->event_cache = NULL;
+  a->npending = a->nevent_cache = 0;
+}

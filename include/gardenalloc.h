@@ -1,0 +1,217 @@
+/* gardenalloc — a caching GPU allocator.
+ *
+ * One allocator serves one device. It hands out device memory from a cache of
+ * segments obtained from the device (cudaMalloc-style in native mode), with the
+ * same rounding, pools, best fit, splitting, max_split_size and retry ladder as
+ * PyTorch's CUDA caching allocator, so the numbers match PyTorch's exactly.
+ *
+ * Thread safety: every function may be called from any number of threads at
+ * once, on the same allocator or on different ones.
+ *
+ * Errors: functions return a ga_status_t; ga_last_error() gives the full text
+ * of the calling thread's last failure (an OOM report, the config key that was
+ * refused, the pointer that was not allocated here, the driver call that
+ * failed). A failed call leaves the allocator consistent and usable.
+ */
+#ifndef GARDENALLOC_H
+#define GARDENALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define GA_API __declspec(dllexport)
+#else
+#define GA_API __attribute__((visibility("default")))
+#endif
+
+/* ---- Types ---------------------------------------------------------------- */
+
+/** An allocator for one device. Opaque. */
+typedef struct ga_allocator ga_allocator_t;
+
+/** A stream: a cudaStream_t / CUstream value. NULL is the legacy default stream. */
+typedef void *ga_stream_t;
+
+/** Status codes. ga_status_str() names each one. */
+typedef enum ga_status {
+  GA_OK = 0,
+  GA_ERR_INVALID = 1,       /**< bad argument (NULL allocator, NULL out-pointer, bad fraction) */
+  GA_ERR_OOM = 2,           /**< out of device memory; ga_last_error() has the report */
+  GA_ERR_CONFIG = 3,        /**< bad configuration string; the message names key, value, allowed */
+  GA_ERR_DEVICE = 4,        /**< a device (driver) call failed for a reason other than OOM */
+  GA_ERR_BAD_POINTER = 5,   /**< free/record_stream of a pointer that is not a live allocation */
+  GA_ERR_NO_BACKEND = 6,    /**< the requested backend is not available on this machine */
+  GA_ERR_UNSUPPORTED = 7,   /**< a feature this build or backend does not provide */
+  GA_ERR_HOST_MEMORY = 8,   /**< the host ran out of memory for bookkeeping */
+} ga_status_t;
+
+/** Pool index of the per-pool statistics (PyTorch's stat types). */
+enum { GA_POOL_ALL = 0, GA_POOL_SMALL = 1, GA_POOL_LARGE = 2, GA_POOL_COUNT = 3 };
+
+/** Device call kinds, counted in ga_stats_t.device_calls. */
+typedef enum ga_device_call {
+  GA_CALL_MALLOC, GA_CALL_FREE, GA_CALL_RESERVE, GA_CALL_UNRESERVE,
+  GA_CALL_CREATE, GA_CALL_RELEASE, GA_CALL_MAP, GA_CALL_UNMAP,
+  GA_CALL_EVENT_CREATE, GA_CALL_EVENT_RECORD, GA_CALL_EVENT_QUERY,
+  GA_CALL_EVENT_SYNCHRONIZE, GA_CALL_EVENT_DESTROY,
+  GA_CALL_STREAM_SYNCHRONIZE, GA_CALL_SYNCHRONIZE, GA_CALL_MEM_INFO,
+  GA_CALL_CAPTURE_QUERY,
+  GA_CALL_COUNT
+} ga_device_call_t;
+
+/** One statistic, with PyTorch's four metrics. */
+typedef struct ga_stat {
+  int64_t current;   /**< live value */
+  int64_t peak;      /**< maximum since the last ga_reset_peak_stats */
+  int64_t allocated; /**< sum of increases since the last accumulated reset */
+  int64_t freed;     /**< sum of decreases since the last accumulated reset */
+} ga_stat_t;
+
+/* The per-pool statistic families, in PyTorch's memory_stats() names.
+ * X(name, meaning) */
+#define GA_POOL_STATS(X)                                                        \
+  X(allocation, "live allocations handed to clients")                           \
+  X(segment, "device segments (cudaMalloc calls that are still live)")          \
+  X(active, "blocks allocated or waiting on stream events")                     \
+  X(inactive_split, "free blocks inside a split segment (cannot be released)")  \
+  X(allocated_bytes, "bytes of allocated blocks (rounded sizes)")               \
+  X(reserved_bytes, "bytes obtained from the device")                           \
+  X(active_bytes, "bytes of active blocks")                                     \
+  X(inactive_split_bytes, "bytes of inactive_split blocks")                     \
+  X(requested_bytes, "bytes the clients asked for, of active blocks")
+
+/* Scalars, in PyTorch's names. X(name, meaning) */
+#define GA_SCALAR_STATS(X)                                                      \
+  X(num_alloc_retries, "allocations retried after flushing the whole cache")    \
+  X(num_ooms, "out-of-memory errors returned")                                  \
+  X(max_split_size, "max_split_size in bytes, -1 when unlimited")               \
+  X(num_sync_all_streams, "synchronisations of every pending stream event")     \
+  X(num_device_alloc, "device allocations (cudaMalloc calls)")                  \
+  X(num_device_free, "device frees (cudaFree calls)")
+
+/** Statistics, as torch.cuda.memory_stats() reports them, plus device calls. */
+typedef struct ga_stats {
+#define GA_X_FIELD(name, doc) ga_stat_t name[GA_POOL_COUNT];
+  GA_POOL_STATS(GA_X_FIELD)
+#undef GA_X_FIELD
+  ga_stat_t oversize_allocations; /**< allocations whose block is >= max_split_size */
+  ga_stat_t oversize_segments;    /**< segments whose size is >= max_split_size */
+#define GA_X_FIELD(name, doc) int64_t name;
+  GA_SCALAR_STATS(GA_X_FIELD)
+#undef GA_X_FIELD
+  uint64_t device_calls[GA_CALL_COUNT];    /**< device calls made, by kind */
+  uint64_t device_failures[GA_CALL_COUNT]; /**< device calls that failed, by kind */
+} ga_stats_t;
+
+/* ---- Lifetime ------------------------------------------------------------- */
+
+/** Creates an allocator for device `device` (its ordinal on the backend).
+ *  `conf` uses the grammar of PYTORCH_CUDA_ALLOC_CONF ("key:value,key:value");
+ *  NULL means: read the environment variable GARDENALLOC_CONF (unset = defaults).
+ *  Returns GA_ERR_CONFIG for a bad string, GA_ERR_NO_BACKEND when backend:cuda is
+ *  asked for and no driver or device answers. With backend:auto (the default)
+ *  a machine without a usable GPU gets the simulated device and one line on
+ *  stderr saying so. */
+GA_API ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out);
+
+/** Destroys the allocator and gives every segment back to the device, including
+ *  those still holding live allocations (their pointers become invalid).
+ *  NULL is a no-op. */
+GA_API void ga_destroy(ga_allocator_t *a);
+
+/* ---- Allocation ----------------------------------------------------------- */
+
+/** Allocates `size` bytes for use on `stream`. The pointer is 512-byte aligned.
+ *  Size 0 succeeds with *out = NULL and changes nothing (as cudaMalloc(0)).
+ *  GA_ERR_OOM: the device cannot hold the request even after the cache was
+ *  flushed; ga_last_error() has the PyTorch-style report. The block belongs to
+ *  `stream`: after ga_free it is reused at once for `stream`, and for other
+ *  streams only once it has been given back to the device. */
+GA_API ga_status_t ga_malloc(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out);
+
+/** Frees a pointer returned by ga_malloc. NULL is a no-op. If the block was
+ *  used on other streams (ga_record_stream), it becomes reusable only once
+ *  events recorded on those streams now have completed. A pointer that is not
+ *  a live allocation of this allocator (foreign, already freed, or inside an
+ *  allocation) returns GA_ERR_BAD_POINTER, names the case, and changes nothing. */
+GA_API ga_status_t ga_free(ga_allocator_t *a, void *ptr);
+
+/** Marks the allocation at `ptr` as used on `stream` (torch's record_stream):
+ *  its memory is not reused until work queued on `stream` before the free has
+ *  completed. The allocation stream itself is ignored. */
+GA_API ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t stream);
+
+/** Returns the size the client asked for and the block size of a live
+ *  allocation, or GA_ERR_BAD_POINTER. Either out-pointer may be NULL. */
+GA_API ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested,
+                                      size_t *block);
+
+/* ---- Cache ---------------------------------------------------------------- */
+
+/** torch.cuda.empty_cache(): waits for pending stream events, then gives every
+ *  cached segment that holds no allocation back to the device. */
+GA_API ga_status_t ga_empty_cache(ga_allocator_t *a);
+
+/** torch.cuda.set_per_process_memory_fraction(): the allocator will not reserve
+ *  more than fraction × total device memory. 1.0 removes the limit. Values
+ *  outside [0, 1] return GA_ERR_INVALID. */
+GA_API ga_status_t ga_set_memory_fraction(ga_allocator_t *a, double fraction);
+
+/** The current fraction (1.0 when unlimited). */
+GA_API double ga_get_memory_fraction(ga_allocator_t *a);
+
+/* ---- Statistics ----------------------------------------------------------- */
+
+/** Copies the statistics. */
+GA_API ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out);
+
+/** Sets every peak to the current value. */
+GA_API ga_status_t ga_reset_peak_stats(ga_allocator_t *a);
+
+/** Zeroes the allocated/freed metrics and the counters, as
+ *  torch.cuda.reset_accumulated_memory_stats(). */
+GA_API ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a);
+
+/** Writes the statistics as one flat JSON object with PyTorch's key names
+ *  ("allocated_bytes.all.current", ...) plus "device_calls.<kind>".
+ *  Returns the length of the full text; writes at most cap bytes including the
+ *  terminating NUL (call with cap 0 to size the buffer). */
+GA_API size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap);
+
+/** The name of a device call kind ("malloc", "map", ...). */
+GA_API const char *ga_device_call_name(ga_device_call_t kind);
+
+/* ---- Checking and errors -------------------------------------------------- */
+
+/** Walks every segment, block, index and statistic and returns the number of
+ *  broken invariants (0 when consistent). Each broken one is described on
+ *  stderr. */
+GA_API int ga_check(ga_allocator_t *a);
+
+/** The name of a status code. */
+GA_API const char *ga_status_str(ga_status_t status);
+
+/** The full text of the calling thread's last failure ("" if none). */
+GA_API const char *ga_last_error(void);
+
+/** The backend in use: "cuda" or "sim". */
+GA_API const char *ga_backend_name(ga_allocator_t *a);
+
+/** Checks a configuration string without creating anything. */
+GA_API ga_status_t ga_config_validate(const char *conf);
+
+/** Describes configuration key number `i` (0-based). Returns 0 past the last.
+ *  Any out-pointer may be NULL. `origin` is "pytorch" or "gardenalloc". */
+GA_API int ga_config_key(int i, const char **name, const char **type, const char **dflt,
+                         const char **origin, const char **doc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GARDENALLOC_H */

@@ -1,0 +1,2 @@
+#include "fixture.h"
+TestSuite(x, .fini = fx_close);
