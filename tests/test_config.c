@@ -1,2 +1,112 @@
-#include "fixture.h"
-TestSuite(x, .fini = fx_close);
+/* test_config.c — the parser: PyTorch's grammar and meanings, our keys. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "config.h"
+#include "gardenalloc.h"
+
+#define MiB ((size_t)1 << 20)
+
+static ga_config parse_ok(const char *s) {
+  ga_config c;
+  char err[512] = "";
+  cr_assert_eq(ga_config_parse(s, &c, err, sizeof err), 0, "'%s': %s", s, err);
+  return c;
+}
+
+Test(config, defaults_match_pytorch) {
+  ga_config c = parse_ok(NULL);
+  cr_assert_eq(c.max_split_size, SIZE_MAX);
+  cr_assert_eq(c.max_non_split_rounding, 20 * MiB);
+  cr_assert_eq(c.large_segment_size, 20 * MiB);
+  cr_assert_eq(c.gc_threshold, 0.0);
+  cr_assert_eq(c.expandable_segments, 0);
+  cr_assert_eq(c.memory_fraction, 1.0);
+  for (int i = 0; i < GA_ROUNDUP_INTERVALS; i++) cr_assert_eq(c.roundup_divisions[i], 0);
+  cr_assert_str_eq(c.backend, "auto");
+  cr_assert_eq(c.sim_capacity, (size_t)80 << 30);
+  ga_config e = parse_ok("");
+  cr_assert_eq(memcmp(&c, &e, sizeof c), 0);
+}
+
+Test(config, pytorch_keys_and_whitespace) {
+  ga_config c = parse_ok(" max_split_size_mb : 128 , garbage_collection_threshold:0.6,"
+                         "expandable_segments:False,release_lock_on_cudamalloc:True,"
+                         "per_process_memory_fraction:0.75,pinned_num_register_threads:8");
+  cr_assert_eq(c.max_split_size, 128 * MiB);
+  cr_assert_float_eq(c.gc_threshold, 0.6, 1e-12);
+  cr_assert_eq(c.release_lock_on_cudamalloc, 1);
+  cr_assert_float_eq(c.memory_fraction, 0.75, 1e-12);
+  cr_assert_eq(c.pinned_num_register_threads, 8);
+}
+
+Test(config, max_split_size_boundary_is_large_segment_size) {
+  ga_config c = parse_ok("max_split_size_mb:20");
+  cr_assert_eq(c.max_split_size, 20 * MiB);
+  char err[256];
+  cr_assert_eq(ga_config_parse("max_split_size_mb:19", &c, err, sizeof err), -1);
+  c = parse_ok("max_split_size_mb:99999999999999999");
+  cr_assert_eq(c.max_split_size, SIZE_MAX, "huge values clamp to unlimited");
+  /* large_segment_size_mb is applied before the check, wherever it appears. */
+  c = parse_ok("max_split_size_mb:32,large_segment_size_mb:32");
+  cr_assert_eq(c.max_non_split_rounding, 32 * MiB, "defaults to large_segment_size");
+}
+
+Test(config, roundup_single_value_fills_every_interval) {
+  ga_config c = parse_ok("roundup_power2_divisions:8");
+  for (int i = 0; i < GA_ROUNDUP_INTERVALS; i++) cr_assert_eq(c.roundup_divisions[i], 8);
+}
+
+Test(config, roundup_list_applies_keys_as_lower_bounds) {
+  ga_config c = parse_ok("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
+  size_t want[GA_ROUNDUP_INTERVALS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 8, 8, 8, 8};
+  for (int i = 0; i < GA_ROUNDUP_INTERVALS; i++) cr_assert_eq(c.roundup_divisions[i], want[i], "index %d", i);
+  c = parse_ok("roundup_power2_divisions:[1:4,64:0]");
+  cr_assert_eq(c.roundup_divisions[0], 4);
+  cr_assert_eq(c.roundup_divisions[5], 0);
+  cr_assert_eq(c.roundup_divisions[6], 0);
+}
+
+Test(config, later_keys_override_earlier_ones) {
+  ga_config c = parse_ok("max_split_size_mb:40,max_split_size_mb:64");
+  cr_assert_eq(c.max_split_size, 64 * MiB);
+}
+
+Test(config, native_backend_means_auto_and_our_keys_parse) {
+  ga_config c = parse_ok("backend:native,sim_capacity_mb:4096");
+  cr_assert_str_eq(c.backend, "auto");
+  cr_assert_eq(c.sim_capacity, 4096 * MiB);
+  c = parse_ok("backend:sim");
+  cr_assert_str_eq(c.backend, "sim");
+}
+
+Test(config, nothing_is_half_applied) {
+  ga_config c = parse_ok("max_split_size_mb:40");
+  ga_config before = c;
+  char err[256];
+  cr_assert_eq(ga_config_parse("max_split_size_mb:64,garbage_collection_threshold:7", &c, err, sizeof err), -1);
+  cr_assert_eq(memcmp(&c, &before, sizeof c), 0);
+  cr_assert(strstr(err, "garbage_collection_threshold") && strstr(err, "7"), "%s", err);
+}
+
+Test(config, expandable_segments_true_is_refused_until_available) {
+  ga_config c;
+  char err[256];
+  cr_assert_eq(ga_config_parse("expandable_segments:True", &c, err, sizeof err), -1);
+  cr_assert(strstr(err, "expandable_segments") && strstr(err, "True"), "%s", err);
+}
+
+Test(config, the_key_table_describes_every_key) {
+  const char *name, *type, *dflt, *origin, *doc;
+  int n = 0, found_backend = 0;
+  while (ga_config_key(n, &name, &type, &dflt, &origin, &doc)) {
+    cr_assert(name[0] && type[0] && dflt[0] && doc[0]);
+    cr_assert(!strcmp(origin, "pytorch") || !strcmp(origin, "gardenalloc"));
+    found_backend |= !strcmp(name, "backend");
+    n++;
+  }
+  cr_assert_geq(n, 15);
+  cr_assert(found_backend);
+  cr_assert_eq(ga_config_key(-1, NULL, NULL, NULL, NULL, NULL), 0);
+}

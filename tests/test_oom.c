@@ -1,2 +1,157 @@
+/* test_oom.c — the retry ladder, the memory fraction, the GC threshold and
+ * the OOM report, at a capped device capacity. */
+#include <stdio.h>
+
 #include "fixture.h"
-TestSuite(x, .fini = fx_close);
+
+TestSuite(oom, .fini = fx_close);
+
+Test(oom, flushing_the_cache_makes_room_where_pytorch_would) {
+  fx_open(NULL, 100 * MiB);
+  void *a = fx_alloc(30 * MiB), *b = fx_alloc(30 * MiB);
+  fx_free(a);
+  fx_free(b);
+  void *c = fx_alloc(80 * MiB); /* neither cached block fits; 60 + 80 > 100 */
+  assert_reserved(80 * MiB);
+  assert_scalar(num_alloc_retries, 1);
+  assert_scalar(num_device_free, 2);
+  assert_scalar(num_ooms, 0);
+  fx_free(c);
+}
+
+Test(oom, oversize_blocks_are_freed_first_largest_down) {
+  fx_open("max_split_size_mb:40", 200 * MiB);
+  void *p[3];
+  for (int i = 0; i < 3; i++) p[i] = fx_alloc((50 + i) * MiB);
+  for (int i = 0; i < 3; i++) fx_free(p[i]);
+  /* 150+ MiB cached in oversize blocks; 60 MiB does not fit beside them. */
+  void *q = fx_alloc(60 * MiB);
+  assert_scalar(num_alloc_retries, 0); /* no full flush was needed */
+  assert_scalar(num_device_free, 2);   /* 52 then 51: 103 >= 60 */
+  assert_reserved(50 * MiB + 60 * MiB);
+  fx_free(q);
+}
+
+Test(oom, a_single_large_enough_oversize_block_is_freed) {
+  fx_open("max_split_size_mb:40", 200 * MiB);
+  void *a = fx_alloc(120 * MiB);
+  fx_free(a);
+  void *b = fx_alloc(60 * MiB); /* 120 >= 60 + 20: not reused; 120 + 60 fits */
+  fx_free(b);
+  void *c = fx_alloc(80 * MiB); /* 180 + 80 > 200: frees the 120 (>= 80) alone */
+  assert_scalar(num_device_free, 1);
+  assert_scalar(num_alloc_retries, 0);
+  assert_reserved(140 * MiB);
+  fx_free(c);
+}
+
+Test(oom, true_oom_returns_the_full_report_and_stays_usable) {
+  fx_open(NULL, 100 * MiB);
+  void *a = fx_alloc(40 * MiB), *b = fx_alloc(10 * MiB + 1);
+  fx_free(b);
+  void *p = (void *)1;
+  cr_assert_eq(ga_malloc(fx_a, 70 * MiB, S1, &p), GA_ERR_OOM);
+  cr_assert_null(p);
+  char want[1024];
+  snprintf(want, sizeof want,
+           "CUDA out of memory. Tried to allocate 70.00 MiB. GPU 0 has a total capacity of 100.00 MiB of which "
+           "60.00 MiB is free. Of the allocated memory 40.00 MiB is allocated by gardenalloc, and 0 bytes is "
+           "reserved by gardenalloc but unallocated. The largest free block in the cache is 0 bytes.");
+  cr_assert_str_eq(ga_last_error(), want);
+  assert_scalar(num_ooms, 1);
+  assert_scalar(num_alloc_retries, 1);
+  cr_assert_eq(ga_check(fx_a), 0);
+  void *c = fx_alloc(50 * MiB); /* still usable */
+  fx_free(c);
+  fx_free(a);
+}
+
+Test(oom, report_suggests_a_fix_only_when_fragmentation_is_the_cause) {
+  fx_open(NULL, 100 * MiB);
+  /* 40 small segments of 2 MiB, each half used: 40 MiB cached in 1 MiB holes. */
+  void *small[80];
+  for (int i = 0; i < 80; i++) small[i] = fx_alloc(MiB);
+  for (int i = 0; i < 80; i += 2) fx_free(small[i]);
+  void *p;
+  cr_assert_eq(ga_malloc(fx_a, 50 * MiB, S1, &p), GA_ERR_OOM);
+  cr_assert(strstr(ga_last_error(), "and 40.00 MiB is reserved by gardenalloc but unallocated") != NULL, "%s",
+            ga_last_error());
+  cr_assert(strstr(ga_last_error(), "largest free block in the cache is 1024.00 KiB") != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "max_split_size_mb") == NULL, "40 MiB cached cannot hold 50 MiB: %s",
+            ga_last_error());
+  cr_assert_eq(ga_malloc(fx_a, 30 * MiB, S1, &p), GA_ERR_OOM); /* 40 MiB cached could have held it */
+  cr_assert(strstr(ga_last_error(), "Tried to allocate 30.00 MiB") != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "max_split_size_mb") != NULL, "%s", ga_last_error());
+  assert_scalar(num_ooms, 2);
+  for (int i = 1; i < 80; i += 2) fx_free(small[i]);
+}
+
+Test(oom, huge_requests_fail_early_with_a_clear_error) {
+  fx_open(NULL, 100 * MiB);
+  void *p;
+  size_t sizes[] = {SIZE_MAX, SIZE_MAX - 511, ((size_t)1 << 60) + 1};
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(ga_malloc(fx_a, sizes[i], S1, &p), GA_ERR_OOM);
+    cr_assert(strstr(ga_last_error(), "more than 1EB") != NULL, "%s", ga_last_error());
+  }
+  cr_assert_eq(ga_malloc(fx_a, (size_t)1 << 50, S1, &p), GA_ERR_OOM); /* 1 PiB: a real attempt */
+  cr_assert(strstr(ga_last_error(), "Tried to allocate 1048576.00 GiB") != NULL, "%s", ga_last_error());
+  assert_reserved(0);
+}
+
+Test(oom, memory_fraction_caps_reserved_memory_without_a_device_call) {
+  fx_open(NULL, 1000 * MiB);
+  cr_assert_eq(ga_set_memory_fraction(fx_a, 0.5), GA_OK);
+  cr_assert_float_eq(ga_get_memory_fraction(fx_a), 0.5, 1e-12);
+  void *a = fx_alloc(400 * MiB);
+  uint64_t mallocs = fx_stats().device_calls[GA_CALL_MALLOC];
+  void *p;
+  cr_assert_eq(ga_malloc(fx_a, 200 * MiB, S1, &p), GA_ERR_OOM);
+  assert_calls(GA_CALL_MALLOC, mallocs);
+  cr_assert(strstr(ga_last_error(), "500.00 MiB allowed; Of the allocated memory 400.00 MiB") != NULL, "%s",
+            ga_last_error());
+  void *b = fx_alloc(100 * MiB); /* 500 exactly fits */
+  cr_assert_eq(ga_set_memory_fraction(fx_a, 1.0), GA_OK);
+  void *c = fx_alloc(200 * MiB);
+  cr_assert_eq(ga_set_memory_fraction(fx_a, 1.5), GA_ERR_INVALID);
+  cr_assert_eq(ga_set_memory_fraction(fx_a, -0.1), GA_ERR_INVALID);
+  cr_assert(strstr(ga_last_error(), "invalid fraction") != NULL);
+  fx_free(a);
+  fx_free(b);
+  fx_free(c);
+}
+
+Test(oom, fraction_from_the_config_string) {
+  fx_open("per_process_memory_fraction:0.25", 1000 * MiB);
+  void *p;
+  cr_assert_eq(ga_malloc(fx_a, 300 * MiB, S1, &p), GA_ERR_OOM);
+  p = fx_alloc(250 * MiB);
+  fx_free(p);
+}
+
+/* Ages: each get_free_block call on the large pool ticks the clock. */
+static void scenario_gc(void) {
+  void *a100 = fx_alloc(100 * MiB), *a110 = fx_alloc(110 * MiB), *a120 = fx_alloc(120 * MiB);
+  fx_free(a100);
+  for (int i = 0; i < 4; i++) fx_free(fx_alloc_on(5 * MiB, S2)); /* 20 MiB segment on S2 */
+  fx_free(a110);
+  fx_free(a120);
+  void *b = fx_alloc(130 * MiB); /* a miss */
+  fx_free(b);
+}
+
+Test(oom, gc_threshold_frees_the_oldest_cached_segments) {
+  fx_open("garbage_collection_threshold:0.5", 1000 * MiB);
+  cr_assert_eq(ga_set_memory_fraction(fx_a, 0.5), GA_OK); /* 500 MiB allowed, GC above 250 */
+  scenario_gc();
+  /* 350 MiB cached > 250: ages 5 (a100), 1, 1, 1 -> average 2: only a100 goes. */
+  assert_scalar(num_device_free, 1);
+  assert_reserved(380 * MiB);
+}
+
+Test(oom, gc_threshold_needs_a_memory_fraction) {
+  fx_open("garbage_collection_threshold:0.5", 1000 * MiB);
+  scenario_gc();
+  assert_scalar(num_device_free, 0);
+  assert_reserved(480 * MiB);
+}

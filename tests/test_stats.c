@@ -1,2 +1,99 @@
+/* test_stats.c — PyTorch's memory_stats() keys and meanings. */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "fixture.h"
-TestSuite(x, .fini = fx_close);
+
+TestSuite(stats, .fini = fx_close);
+
+Test(stats, every_metric_follows_a_scenario) {
+  fx_open(NULL, GiB);
+  void *a = fx_alloc(3 * MiB + 100); /* large: 20 MiB segment, block 3 MiB + 512 */
+  void *b = fx_alloc(1000);          /* small: 2 MiB segment, block 1024 */
+  ga_stats_t s = fx_stats();
+  cr_assert_eq(s.allocation[GA_POOL_ALL].current, 2);
+  cr_assert_eq(s.allocation[GA_POOL_SMALL].current, 1);
+  cr_assert_eq(s.allocated_bytes[GA_POOL_LARGE].current, 3 * MiB + 512);
+  cr_assert_eq(s.allocated_bytes[GA_POOL_SMALL].current, 1024);
+  cr_assert_eq(s.requested_bytes[GA_POOL_ALL].current, 3 * MiB + 1100);
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 22 * MiB);
+  cr_assert_eq(s.segment[GA_POOL_ALL].current, 2);
+  cr_assert_eq(s.inactive_split_bytes[GA_POOL_ALL].current, 22 * MiB - 3 * MiB - 512 - 1024);
+  cr_assert_eq(s.num_device_alloc, 2);
+  cr_assert_eq(s.max_split_size, -1);
+  fx_free(a);
+  s = fx_stats();
+  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].current, 1024);
+  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].peak, 3 * MiB + 512 + 1024);
+  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].allocated, 3 * MiB + 512 + 1024);
+  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].freed, 3 * MiB + 512);
+  cr_assert_eq(s.allocation[GA_POOL_LARGE].freed, 1);
+  cr_assert_eq(s.inactive_split[GA_POOL_LARGE].current, 0, "the large segment is whole again");
+  fx_free(b);
+}
+
+Test(stats, reset_peak_and_accumulated) {
+  fx_open(NULL, GiB);
+  void *a = fx_alloc(50 * MiB);
+  fx_free(a);
+  cr_assert_eq(ga_reset_peak_stats(fx_a), GA_OK);
+  ga_stats_t s = fx_stats();
+  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].peak, 0);
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].peak, 50 * MiB, "peak = current");
+  cr_assert_eq(ga_reset_accumulated_stats(fx_a), GA_OK);
+  s = fx_stats();
+  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].allocated, 0);
+  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].freed, 0);
+  cr_assert_eq(s.num_device_alloc, 0);
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 50 * MiB, "current is kept");
+}
+
+Test(stats, json_has_all_122_pytorch_keys_and_device_calls) {
+  fx_open(NULL, GiB);
+  void *a = fx_alloc(7 * MiB);
+  size_t n = ga_stats_json(fx_a, NULL, 0);
+  cr_assert_gt(n, 1000);
+  char *buf = malloc(n + 1);
+  cr_assert_eq(ga_stats_json(fx_a, buf, n + 1), n);
+  cr_assert_eq(strlen(buf), n);
+  cr_assert_eq(buf[0], '{');
+  cr_assert_eq(buf[n - 1], '}');
+  int keys = 0;
+  for (char *p = buf; (p = strstr(p, "\":")); p++) keys++;
+  cr_assert_eq(keys, 122 + GA_CALL_COUNT);
+  cr_assert(strstr(buf, "\"allocated_bytes.all.current\":7340032,") != NULL, "%s", buf);
+  cr_assert(strstr(buf, "\"reserved_bytes.large_pool.peak\":20971520,") != NULL);
+  cr_assert(strstr(buf, "\"oversize_segments.current\":0,") != NULL);
+  cr_assert(strstr(buf, "\"max_split_size\":-1,") != NULL);
+  cr_assert(strstr(buf, "\"device_calls.malloc\":1") != NULL);
+  char small[16];
+  cr_assert_eq(ga_stats_json(fx_a, small, sizeof small), n, "truncation reports the full length");
+  cr_assert_eq(strlen(small), sizeof small - 1);
+  free(buf);
+  fx_free(a);
+}
+
+Test(stats, byte_measures_keep_their_order_through_random_work) {
+  fx_open("max_split_size_mb:64", 4 * GiB);
+  srand(42);
+  void *live[64] = {0};
+  for (int step = 0; step < 4000; step++) {
+    int i = rand() % 64;
+    if (live[i]) {
+      if (rand() % 4 == 0) ga_record_stream(fx_a, live[i], S2);
+      fx_free(live[i]);
+      live[i] = NULL;
+    } else {
+      size_t size = (rand() % 3 == 0) ? (size_t)(rand() % (80 * (int)MiB)) + 1 : (size_t)(rand() % 200000) + 1;
+      live[i] = fx_alloc_on(size, rand() % 2 ? S1 : S2);
+    }
+    if (step % 97 == 0) ga_empty_cache(fx_a);
+    ga_stats_t s = fx_stats();
+    cr_assert_leq(s.allocated_bytes[0].current, s.active_bytes[0].current);
+    cr_assert_leq(s.requested_bytes[0].current, s.active_bytes[0].current);
+    cr_assert_leq(s.active_bytes[0].current, s.reserved_bytes[0].current);
+    if (step % 500 == 0) cr_assert_eq(ga_check(fx_a), 0, "step %d", step);
+  }
+  for (int i = 0; i < 64; i++)
+    if (live[i]) fx_free(live[i]);
+}

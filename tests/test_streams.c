@@ -1,2 +1,109 @@
+/* test_streams.c — stream-ordered reuse and record_stream. */
 #include "fixture.h"
-TestSuite(x, .fini = fx_close);
+
+TestSuite(streams, .fini = fx_close);
+
+Test(streams, no_reuse_before_recorded_events_complete_and_reuse_after) {
+  fx_open(NULL, GiB);
+  ga_sim_hold_stream(fx_dev, S2, 1); /* S2 is still running its work */
+  void *p = fx_alloc_on(8 * MiB, S1);
+  cr_assert_eq(ga_record_stream(fx_a, p, S2), GA_OK);
+  fx_free(p);
+  assert_stat(active, GA_POOL_ALL, 1);        /* pending: still active */
+  assert_stat(allocation, GA_POOL_ALL, 0);    /* but no longer allocated */
+  assert_stat(requested_bytes, GA_POOL_ALL, 8 * MiB);
+  void *q = fx_alloc_on(8 * MiB, S1);
+  cr_assert_neq(q, p, "reused while S2 may still read it");
+  fx_free(q);
+  ga_sim_hold_stream(fx_dev, S2, 0); /* S2 finishes */
+  void *r = fx_alloc_on(8 * MiB, S1);
+  cr_assert_eq(r, p, "reusable once the event completed");
+  assert_stat(active, GA_POOL_ALL, 1);
+  fx_free(r);
+}
+
+Test(streams, the_allocation_stream_itself_needs_no_event) {
+  fx_open(NULL, GiB);
+  void *p = fx_alloc_on(MiB, S1);
+  cr_assert_eq(ga_record_stream(fx_a, p, S1), GA_OK);
+  fx_free(p);
+  assert_calls(GA_CALL_EVENT_RECORD, 0);
+  cr_assert_eq(fx_alloc_on(MiB, S1), p);
+  fx_free(p);
+}
+
+Test(streams, one_event_per_recorded_stream_and_events_are_recycled) {
+  fx_open(NULL, GiB);
+  ga_stream_t s3 = (ga_stream_t)(uintptr_t)0x3003;
+  for (int round = 0; round < 3; round++) {
+    void *p = fx_alloc_on(MiB, S1);
+    ga_record_stream(fx_a, p, S2);
+    ga_record_stream(fx_a, p, s3);
+    ga_record_stream(fx_a, p, S2); /* twice: one use */
+    fx_free(p);
+  }
+  assert_calls(GA_CALL_EVENT_RECORD, 6);
+  void *q = fx_alloc_on(MiB, S1); /* retires the last two events */
+  assert_calls(GA_CALL_EVENT_CREATE, 2);
+  fx_free(q);
+}
+
+Test(streams, a_block_waits_for_every_recorded_stream) {
+  fx_open(NULL, GiB);
+  ga_stream_t s3 = (ga_stream_t)(uintptr_t)0x3003;
+  ga_sim_hold_stream(fx_dev, S2, 1);
+  ga_sim_hold_stream(fx_dev, s3, 1);
+  void *p = fx_alloc_on(4 * MiB, S1);
+  ga_record_stream(fx_a, p, S2);
+  ga_record_stream(fx_a, p, s3);
+  fx_free(p);
+  ga_sim_hold_stream(fx_dev, S2, 0);
+  void *q = fx_alloc_on(4 * MiB, S1);
+  cr_assert_neq(q, p, "s3 is still running");
+  fx_free(q);
+  ga_sim_hold_stream(fx_dev, s3, 0);
+  q = fx_alloc_on(4 * MiB, S1);
+  cr_assert_eq(q, p);
+  fx_free(q);
+}
+
+Test(streams, empty_cache_waits_for_pending_events_then_frees) {
+  fx_open(NULL, GiB);
+  ga_sim_hold_stream(fx_dev, S2, 1);
+  void *p = fx_alloc_on(30 * MiB, S1);
+  ga_record_stream(fx_a, p, S2);
+  fx_free(p);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  assert_reserved(0);
+  assert_scalar(num_sync_all_streams, 1);
+  ga_sim_usage u;
+  ga_sim_usage_get(fx_dev, &u);
+  cr_assert_eq(u.waits, 1, "empty_cache had to wait for S2");
+  ga_sim_hold_stream(fx_dev, S2, 0);
+}
+
+Test(streams, oom_path_waits_for_pending_blocks_before_giving_up) {
+  fx_open(NULL, 100 * MiB);
+  ga_sim_hold_stream(fx_dev, S2, 1);
+  void *p = fx_alloc_on(60 * MiB, S1);
+  ga_record_stream(fx_a, p, S2);
+  fx_free(p);
+  /* 60 MiB is pending on S2; 60 MiB more does not fit beside it. */
+  void *q = fx_alloc_on(60 * MiB, S1);
+  assert_scalar(num_sync_all_streams, 1);
+  assert_scalar(num_alloc_retries, 1);
+  assert_scalar(num_ooms, 0);
+  ga_sim_usage u;
+  ga_sim_usage_get(fx_dev, &u);
+  cr_assert_eq(u.waits, 1);
+  fx_free(q);
+  ga_sim_hold_stream(fx_dev, S2, 0);
+}
+
+Test(streams, record_stream_of_a_bad_pointer_is_refused) {
+  fx_open(NULL, GiB);
+  int x;
+  cr_assert_eq(ga_record_stream(fx_a, &x, S2), GA_ERR_BAD_POINTER);
+  cr_assert(strstr(ga_last_error(), "ga_record_stream") && strstr(ga_last_error(), "not allocated by this allocator"),
+            "%s", ga_last_error());
+}

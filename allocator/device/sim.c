@@ -77,6 +77,7 @@ typedef struct sim_device {
   size_t nstreams;
   sim_fault faults[GA_CALL_COUNT];
   uint64_t waits;
+  uint64_t faults_fired;
 } sim_device;
 
 static const ga_device_ops sim_ops;
@@ -92,6 +93,7 @@ static int fault_hit(sim_device *s, ga_device_call_t k, const char *call) {
   if (!f->armed) return 0;
   if (f->countdown > 1) { f->countdown--; return 0; }
   if (!f->repeat) f->armed = 0;
+  s->faults_fired++;
   ga_dev_set_error(&s->base, "%s: %s (injected fault)", call,
                    f->err == GA_DEV_EOOM ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_UNKNOWN");
   return f->err;
@@ -750,6 +752,7 @@ int ga_sim_usage_get(ga_device *d, ga_sim_usage *u) {
       .live_events = s->nevents,
       .pending_events = pending,
       .waits = s->waits,
+      .faults_fired = s->faults_fired,
   };
   pthread_mutex_unlock(&s->mu);
   return 0;
