@@ -1,6 +1,7 @@
 /* api.c — the public C API: validate arguments, take the allocator's lock,
  * dispatch to the policy. No policy lives here.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,8 @@ ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out) {
     ga_error_set("ga_create: %s", err);
     return rc == GA_DEV_ENODEV ? GA_ERR_NO_BACKEND : GA_ERR_DEVICE;
   }
-  if (notice) fprintf(stderr, "%s\n", notice);
+  static atomic_int noticed;
+  if (notice && atomic_exchange(&noticed, 1) == 0) fprintf(stderr, "%s\n", notice);
   st = create(&cfg, dev, 1, out);
   if (st) ga_dev_destroy(dev);
   return st;
@@ -277,3 +279,16 @@ const char *ga_status_str(ga_status_t status) {
 }
 
 const char *ga_backend_name(ga_allocator_t *a) { return a ? a->dev->ops->name : "none"; }
+
+ga_status_t ga_mem_get_info(ga_allocator_t *a, size_t *free_bytes, size_t *total_bytes) {
+  CHECK_ALLOCATOR("ga_mem_get_info");
+  size_t f = 0, t = 0;
+  pthread_mutex_lock(&a->mu);
+  int rc = ga_dev_mem_info(a->dev, &f, &t);
+  if (rc) ga_error_set("ga_mem_get_info: %s", a->dev->error);
+  pthread_mutex_unlock(&a->mu);
+  if (rc) return GA_ERR_DEVICE;
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+  return GA_OK;
+}

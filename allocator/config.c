@@ -106,7 +106,7 @@ static int parse_u64(const tok *v, uint64_t *out) {
 
 /* An integer number of MiB, converted to bytes and clamped to SIZE_MAX. */
 static int value_mib(ctx *x, size_t *bytes, const char *allowed) {
-  const tok *v;
+  const tok *v = NULL;
   uint64_t mb;
   char buf[64];
   if (value(x, &v, allowed)) return -1;
@@ -116,7 +116,7 @@ static int value_mib(ctx *x, size_t *bytes, const char *allowed) {
 }
 
 static int value_bool(ctx *x, int *out) {
-  const tok *v;
+  const tok *v = NULL;
   char buf[64];
   if (value(x, &v, "True or False")) return -1;
   if (tok_is(v, "True")) *out = 1;
@@ -126,7 +126,7 @@ static int value_bool(ctx *x, int *out) {
 }
 
 static int value_double(ctx *x, double *out, const char *allowed) {
-  const tok *v;
+  const tok *v = NULL;
   char buf[64], *end;
   if (value(x, &v, allowed)) return -1;
   tok_str(v, buf);
@@ -143,7 +143,7 @@ static size_t log2u(uint64_t v) { size_t r = 0; while (v >>= 1) r++; return r; }
 /* ---- One parser per option ---- */
 
 static int opt_backend(ctx *x) {
-  const tok *v;
+  const tok *v = NULL;
   char buf[64];
   const char *allowed = "auto, cuda, sim, native";
   if (value(x, &v, allowed)) return -1;
@@ -195,7 +195,7 @@ static int opt_per_process_memory_fraction(ctx *x) {
  * 2 in MiB selecting the interval [K MiB, 2K MiB), and N 0 or a power of 2. */
 static int opt_roundup_power2_divisions(ctx *x) {
   const char *allowed = "a power of 2, or a list [MiB:N,...,>:N] of power-of-2 MiB keys and N = 0 or a power of 2";
-  const tok *v;
+  const tok *v = NULL;
   char buf[64];
   uint64_t n;
   size_t *tab = x->c->roundup_divisions;
@@ -250,7 +250,7 @@ static int opt_pinned_use_hip_host_register(ctx *x) { return value_bool(x, &x->c
 static int opt_pinned_use_background_threads(ctx *x) { return value_bool(x, &x->c->pinned_use_background_threads); }
 
 static int opt_pinned_num_register_threads(ctx *x) {
-  const tok *v;
+  const tok *v = NULL;
   uint64_t n;
   char buf[64];
   if (value(x, &v, "a power of 2 <= 128")) return -1;
@@ -261,7 +261,7 @@ static int opt_pinned_num_register_threads(ctx *x) {
 }
 
 static int opt_pinned_reserve_segment_size_mb(ctx *x) {
-  const tok *v;
+  const tok *v = NULL;
   uint64_t n;
   char buf[64];
   if (value(x, &v, "an integer > 0")) return -1;

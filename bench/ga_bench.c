@@ -1,1 +1,229 @@
-int main(void){return 0;}
+/* ga-bench — replays allocation traces through gardenalloc and reports peak
+ * requested / allocated / reserved bytes, OOMs and device calls, next to
+ * PyTorch's own reserved memory where a trace has a .meta.json baseline.
+ *
+ *   ga-bench replay PATH... [--conf STR] [--capacity-mb N] [--json]
+ *   ga-bench keys [--markdown]
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage:\n"
+          "  ga-bench replay PATH... [--conf STR] [--capacity-mb N] [--json]\n"
+          "      PATH is an RMM CSV trace or a directory of them (*.csv).\n"
+          "      --conf        GARDENALLOC_CONF string (default: the environment variable)\n"
+          "      --capacity-mb memory of the simulated device (default 81920)\n"
+          "      --json        one JSON object per trace instead of the table\n"
+          "  ga-bench keys [--markdown]   the configuration keys\n");
+}
+
+/* ---- Baselines from <trace>.meta.json ---- */
+
+typedef struct baseline {
+  int have;
+  unsigned long long peak_live, pytorch_reserved;
+} baseline;
+
+static int json_u64_after(const char *text, const char *anchor, const char *key, unsigned long long *out) {
+  const char *p = anchor ? strstr(text, anchor) : text;
+  if (!p) return -1;
+  char pat[128];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  p = strstr(p, pat);
+  if (!p) return -1;
+  return sscanf(p + strlen(pat), " %llu", out) == 1 ? 0 : -1;
+}
+
+static baseline load_baseline(const char *csv) {
+  baseline b = {0};
+  char path[4096];
+  size_t n = strlen(csv);
+  if (n < 4 || n + 16 > sizeof path || strcmp(csv + n - 4, ".csv")) return b;
+  snprintf(path, sizeof path, "%.*s.meta.json", (int)(n - 4), csv);
+  FILE *f = fopen(path, "r");
+  if (!f) return b;
+  static char text[1 << 16];
+  size_t len = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[len] = 0;
+  if (json_u64_after(text, NULL, "peak_live_requested_bytes", &b.peak_live) == 0 &&
+      json_u64_after(text, "\"pytorch_baseline_at_snapshot\"", "reserved_bytes", &b.pytorch_reserved) == 0)
+    b.have = 1;
+  return b;
+}
+
+/* ---- Paths ---- */
+
+typedef struct paths {
+  char **v;
+  size_t n, cap;
+} paths;
+
+static void add_path(paths *p, const char *s) {
+  if (p->n == p->cap) {
+    p->cap = p->cap ? p->cap * 2 : 32;
+    p->v = realloc(p->v, p->cap * sizeof *p->v);
+    if (!p->v) exit(2);
+  }
+  p->v[p->n++] = strdup(s);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* A file, or every *.csv of a directory in name order. */
+static int expand(const char *arg, paths *out) {
+  DIR *d = opendir(arg);
+  if (!d) {
+    add_path(out, arg);
+    return 0;
+  }
+  size_t first = out->n;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t n = strlen(e->d_name);
+    if (n > 4 && strcmp(e->d_name + n - 4, ".csv") == 0) {
+      char full[4096];
+      snprintf(full, sizeof full, "%s/%s", arg, e->d_name);
+      add_path(out, full);
+    }
+  }
+  closedir(d);
+  qsort(out->v + first, out->n - first, sizeof *out->v, cmp_str);
+  if (out->n == first) {
+    fprintf(stderr, "ga-bench: %s: no .csv traces in this directory\n", arg);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- Output ---- */
+
+static double gib(unsigned long long b) { return (double)b / (double)(1ULL << 30); }
+
+static const char *base_name(const char *p) {
+  const char *s = strrchr(p, '/');
+  return s ? s + 1 : p;
+}
+
+static void print_json(const char *path, const char *conf, const trace *t, const replay_result *r, const baseline *b) {
+  printf("{\"trace\":\"%s\",\"conf\":\"%s\",\"device\":\"%s\",\"device_total_bytes\":%zu,\"events\":%zu,\"skipped_failures\":%zu,", path, conf ? conf : "",
+         r->backend, r->device_total, r->events, t->skipped_failures);
+  printf("\"peak_requested_bytes\":%llu,\"peak_allocated_bytes\":%llu,\"peak_reserved_bytes\":%llu,",
+         (unsigned long long)r->peak_requested, (unsigned long long)r->peak_allocated,
+         (unsigned long long)r->peak_reserved);
+  printf("\"num_ooms\":%llu,\"num_alloc_retries\":%llu,\"seconds\":%.6f,", (unsigned long long)r->num_ooms,
+         (unsigned long long)r->num_alloc_retries, r->seconds);
+  if (b->have) printf("\"pytorch_reserved_bytes\":%llu,", b->pytorch_reserved);
+  printf("\"device_calls\":{");
+  for (int k = 0; k < GA_CALL_COUNT; k++)
+    printf("\"%s\":%llu%s", ga_device_call_name((ga_device_call_t)k), (unsigned long long)r->stats.device_calls[k],
+           k + 1 < GA_CALL_COUNT ? "," : "");
+  printf("}}\n");
+}
+
+static void print_header(void) {
+  printf("%-36s %8s %10s %10s %10s %8s %10s %8s %5s %8s %8s\n", "trace", "events", "peak live", "peak alloc",
+         "peak resv", "resv/live", "PyTorch", "vs PT", "OOMs", "mallocs", "frees");
+  printf("%-36s %8s %10s %10s %10s %8s %10s %8s %5s %8s %8s\n", "", "", "(GiB)", "(GiB)", "(GiB)", "", "resv (GiB)",
+         "", "", "", "");
+}
+
+static void print_row(const char *path, const replay_result *r, const baseline *b) {
+  char pt[16] = "-", vs[16] = "-";
+  if (b->have) {
+    snprintf(pt, sizeof pt, "%.2f", gib(b->pytorch_reserved));
+    snprintf(vs, sizeof vs, "%.3f", (double)r->peak_reserved / (double)b->pytorch_reserved);
+  }
+  printf("%-36.36s %8zu %10.2f %10.2f %10.2f %8.3f %10s %8s %5llu %8llu %8llu\n", base_name(path), r->events,
+         gib(r->peak_requested), gib(r->peak_allocated), gib(r->peak_reserved),
+         r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, pt, vs,
+         (unsigned long long)r->num_ooms, (unsigned long long)r->stats.device_calls[GA_CALL_MALLOC],
+         (unsigned long long)r->stats.device_calls[GA_CALL_FREE]);
+}
+
+/* ---- Commands ---- */
+
+static int cmd_replay(int argc, char **argv) {
+  const char *conf = getenv("GARDENALLOC_CONF");
+  const char *capacity = NULL;
+  int json = 0;
+  paths p = {0};
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) json = 1;
+    else if (!strcmp(argv[i], "--conf") && i + 1 < argc) conf = argv[++i];
+    else if (!strcmp(argv[i], "--capacity-mb") && i + 1 < argc) capacity = argv[++i];
+    else if (argv[i][0] == '-') {
+      fprintf(stderr, "ga-bench replay: unknown option '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    } else if (expand(argv[i], &p)) return 2;
+  }
+  if (p.n == 0) {
+    fprintf(stderr, "ga-bench replay: no trace given\n");
+    usage(stderr);
+    return 2;
+  }
+  char full_conf[1024];
+  if (capacity) {
+    snprintf(full_conf, sizeof full_conf, "sim_capacity_mb:%s%s%s", capacity, conf && *conf ? "," : "", conf ? conf : "");
+    conf = full_conf;
+  }
+  if (ga_config_validate(conf) != GA_OK) {
+    fprintf(stderr, "ga-bench: %s\n", ga_last_error());
+    return 2;
+  }
+  if (!json) printf("configuration: \"%s\"\n", conf ? conf : "");
+  int failed = 0;
+  for (size_t i = 0; i < p.n; i++) {
+    trace t;
+    replay_result r;
+    char err[1024];
+    if (trace_load(p.v[i], &t, err, sizeof err) || trace_replay(&t, conf, &r, err, sizeof err)) {
+      fprintf(stderr, "ga-bench: %s\n", err);
+      failed = 1;
+      if (t.path) trace_free(&t);
+      continue;
+    }
+    baseline b = load_baseline(p.v[i]);
+    if (!json && i == 0) {
+      printf("device: %s, %.2f GiB\n\n", r.backend, gib(r.device_total));
+      print_header();
+    }
+    if (json) print_json(p.v[i], conf, &t, &r, &b);
+    else print_row(p.v[i], &r, &b);
+    fflush(stdout);
+    trace_free(&t);
+  }
+  for (size_t i = 0; i < p.n; i++) free(p.v[i]);
+  free(p.v);
+  return failed;
+}
+
+static int cmd_keys(int argc, char **argv) {
+  int md = argc > 0 && !strcmp(argv[0], "--markdown");
+  const char *name, *type, *dflt, *origin, *doc;
+  if (md) printf("| key | values | default | from | meaning |\n|---|---|---|---|---|\n");
+  for (int i = 0; ga_config_key(i, &name, &type, &dflt, &origin, &doc); i++) {
+    if (md) printf("| `%s` | %s | %s | %s | %s |\n", name, type, dflt, origin, doc);
+    else printf("%-34s %-36s default %-22s (%s) %s\n", name, type, dflt, origin, doc);
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "replay")) return cmd_replay(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "keys")) return cmd_keys(argc - 2, argv + 2);
+  fprintf(stderr, "ga-bench: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

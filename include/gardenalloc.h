@@ -202,6 +202,9 @@ GA_API const char *ga_last_error(void);
 /** The backend in use: "cuda" or "sim". */
 GA_API const char *ga_backend_name(ga_allocator_t *a);
 
+/** The device's free and total memory (cudaMemGetInfo). Either pointer may be NULL. */
+GA_API ga_status_t ga_mem_get_info(ga_allocator_t *a, size_t *free_bytes, size_t *total_bytes);
+
 /** Checks a configuration string without creating anything. */
 GA_API ga_status_t ga_config_validate(const char *conf);
 

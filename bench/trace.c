@@ -1,0 +1,224 @@
+/* trace.c — reading RMM CSV traces and replaying them through ga_malloc /
+ * ga_free. Ids are mapped to pointers with an open-addressing table. */
+#include "trace.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- Reading ---- */
+
+static int push(trace *t, trace_event e) {
+  if (t->n == t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 4096;
+    trace_event *v = realloc(t->ev, cap * sizeof *v);
+    if (!v) return -1;
+    t->ev = v;
+    t->cap = cap;
+  }
+  t->ev[t->n++] = e;
+  return 0;
+}
+
+static int parse_num(const char *s, uint64_t *out) {
+  if (!*s) return -1;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 0);
+  if (errno || *end || s[0] == '-') return -1;
+  *out = v;
+  return 0;
+}
+
+/* Splits a line into at most 6 comma-separated fields, in place. */
+static int split(char *line, char *f[6]) {
+  int n = 0;
+  f[n++] = line;
+  for (char *p = line; *p; p++)
+    if (*p == ',') {
+      if (n == 6) return -1;
+      *p = 0;
+      f[n++] = p + 1;
+    }
+  return n;
+}
+
+int trace_load(const char *path, trace *t, char *err, size_t errlen) {
+  memset(t, 0, sizeof *t);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return -1;
+  }
+  t->path = strdup(path);
+  char line[1024];
+  size_t lineno = 0;
+  int rc = 0;
+  while (fgets(line, sizeof line, f)) {
+    lineno++;
+    size_t len = strlen(line);
+    if (len && line[len - 1] != '\n' && !feof(f)) {
+      snprintf(err, errlen, "%s:%zu: line too long", path, lineno);
+      rc = -1;
+      break;
+    }
+    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+    if (len == 0) continue;
+    if (lineno == 1 && strncmp(line, "Thread,", 7) == 0) continue; /* header */
+    char *fld[6];
+    uint64_t id, size, stream;
+    if (split(line, fld) != 6) {
+      snprintf(err, errlen, "%s:%zu: expected 6 fields (Thread,Time,Action,Pointer,Size,Stream)", path, lineno);
+      rc = -1;
+      break;
+    }
+    if (strcmp(fld[2], "allocate failure") == 0) {
+      t->skipped_failures++;
+      continue;
+    }
+    int is_free = strcmp(fld[2], "free") == 0;
+    if (!is_free && strcmp(fld[2], "allocate") != 0) {
+      snprintf(err, errlen, "%s:%zu: unknown action '%s' (allowed: allocate, free, allocate failure)", path, lineno, fld[2]);
+      rc = -1;
+      break;
+    }
+    const char *bad = parse_num(fld[3], &id) ? "pointer" : parse_num(fld[4], &size) ? "size" : parse_num(fld[5], &stream) ? "stream" : NULL;
+    if (bad) {
+      snprintf(err, errlen, "%s:%zu: malformed %s field", path, lineno, bad);
+      rc = -1;
+      break;
+    }
+    if (push(t, (trace_event){.id = id, .size = size, .stream = stream, .is_free = (uint8_t)is_free})) {
+      snprintf(err, errlen, "%s: out of memory", path);
+      rc = -1;
+      break;
+    }
+  }
+  fclose(f);
+  if (rc) trace_free(t);
+  return rc;
+}
+
+void trace_free(trace *t) {
+  free(t->ev);
+  free(t->path);
+  memset(t, 0, sizeof *t);
+}
+
+/* ---- Id -> pointer table ---- */
+
+typedef struct slot {
+  uint64_t id;     /* id + 1; 0 = empty */
+  void *ptr;       /* NULL: the allocate failed */
+  uint64_t size;
+} slot;
+
+typedef struct idmap {
+  slot *s;
+  size_t cap;
+} idmap;
+
+static size_t home(const idmap *m, uint64_t key) {
+  key ^= key >> 31;
+  key *= 0x9e3779b97f4a7c15ULL;
+  return (size_t)(key >> 17) & (m->cap - 1);
+}
+
+static slot *find(idmap *m, uint64_t id, int insert) {
+  uint64_t key = id + 1;
+  size_t i = home(m, key);
+  while (m->s[i].id && m->s[i].id != key) i = (i + 1) & (m->cap - 1);
+  if (!m->s[i].id && !insert) return NULL;
+  return &m->s[i];
+}
+
+/* Removes slot x keeping probe chains intact (backward shift). */
+static void erase(idmap *m, slot *x) {
+  size_t hole = (size_t)(x - m->s), mask = m->cap - 1;
+  for (size_t j = (hole + 1) & mask; m->s[j].id; j = (j + 1) & mask) {
+    size_t h = home(m, m->s[j].id);
+    if (((j - h) & mask) >= ((j - hole) & mask)) {
+      m->s[hole] = m->s[j];
+      hole = j;
+    }
+  }
+  m->s[hole].id = 0;
+}
+
+/* ---- Replay ---- */
+
+int trace_replay(const trace *t, const char *conf, replay_result *r, char *err, size_t errlen) {
+  memset(r, 0, sizeof *r);
+  ga_allocator_t *a;
+  if (ga_create(conf, 0, &a) != GA_OK) {
+    snprintf(err, errlen, "%s", ga_last_error());
+    return -1;
+  }
+  idmap m = {0};
+  m.cap = 1024;
+  while (m.cap < t->n * 2) m.cap *= 2;
+  m.s = calloc(m.cap, sizeof *m.s);
+  if (!m.s) {
+    ga_destroy(a);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  uint64_t live = 0;
+  int rc = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (size_t i = 0; i < t->n && !rc; i++) {
+    const trace_event *e = &t->ev[i];
+    slot *x = find(&m, e->id, !e->is_free);
+    if (e->is_free) {
+      if (!x) {
+        snprintf(err, errlen, "%s: event %zu frees id 0x%llx that is not live", t->path, i + 1, (unsigned long long)e->id);
+        rc = -1;
+        break;
+      }
+      if (x->ptr && ga_free(a, x->ptr) != GA_OK) {
+        snprintf(err, errlen, "%s: event %zu: %s", t->path, i + 1, ga_last_error());
+        rc = -1;
+      }
+      if (x->ptr) live -= x->size;
+      erase(&m, x);
+      r->frees++;
+      continue;
+    }
+    if (x->id) {
+      snprintf(err, errlen, "%s: event %zu allocates id 0x%llx that is already live", t->path, i + 1, (unsigned long long)e->id);
+      rc = -1;
+      break;
+    }
+    void *p = NULL;
+    ga_status_t st = ga_malloc(a, (size_t)e->size, (ga_stream_t)(uintptr_t)e->stream, &p);
+    if (st != GA_OK && st != GA_ERR_OOM) {
+      snprintf(err, errlen, "%s: event %zu: %s", t->path, i + 1, ga_last_error());
+      rc = -1;
+      break;
+    }
+    *x = (slot){.id = e->id + 1, .ptr = p, .size = e->size};
+    if (p) live += e->size;
+    if (live > r->peak_requested) r->peak_requested = live;
+    r->allocs++;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  r->events = r->allocs + r->frees;
+  ga_stats(a, &r->stats);
+  snprintf(r->backend, sizeof r->backend, "%s", ga_backend_name(a));
+  ga_mem_get_info(a, NULL, &r->device_total);
+  r->peak_allocated = (uint64_t)r->stats.allocated_bytes[GA_POOL_ALL].peak;
+  r->peak_reserved = (uint64_t)r->stats.reserved_bytes[GA_POOL_ALL].peak;
+  r->num_ooms = (uint64_t)r->stats.num_ooms;
+  r->num_alloc_retries = (uint64_t)r->stats.num_alloc_retries;
+  if (!rc && ga_check(a) != 0) {
+    snprintf(err, errlen, "%s: ga_check found broken invariants after the replay", t->path);
+    rc = -1;
+  }
+  free(m.s);
+  ga_destroy(a);
+  return rc;
+}

@@ -1,0 +1,53 @@
+/* trace.h — RMM CSV allocation traces: reading and replaying.
+ *
+ * Format (RAPIDS RMM logging_resource_adaptor):
+ *   Thread,Time,Action,Pointer,Size,Stream
+ *   1,16:44:27.632574,allocate,0x1,40960000,0
+ * Action is "allocate", "free" or "allocate failure" (skipped). Pointer is an
+ * id that pairs a free with its allocate. Stream is a number (decimal or 0x
+ * hex); 0 is the default stream.
+ */
+#ifndef GA_BENCH_TRACE_H
+#define GA_BENCH_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gardenalloc.h"
+
+typedef struct trace_event {
+  uint64_t id;      /* Pointer column */
+  uint64_t size;    /* bytes asked (allocate) */
+  uint64_t stream;  /* Stream column */
+  uint8_t is_free;
+} trace_event;
+
+typedef struct trace {
+  char *path;
+  trace_event *ev;
+  size_t n, cap;
+  size_t skipped_failures; /* "allocate failure" rows */
+} trace;
+
+/* Reads a trace file. On error returns -1 and writes "<path>:<line>: <what>". */
+int trace_load(const char *path, trace *t, char *err, size_t errlen);
+void trace_free(trace *t);
+
+typedef struct replay_result {
+  size_t events, allocs, frees;
+  uint64_t peak_requested;  /* largest sum of live requested bytes */
+  uint64_t peak_allocated, peak_reserved;
+  uint64_t num_ooms, num_alloc_retries;
+  double seconds;           /* wall time of the replay loop */
+  ga_stats_t stats;         /* at the end, before teardown */
+  char backend[8];          /* "sim" or "cuda" */
+  size_t device_total;      /* device memory in bytes */
+} replay_result;
+
+/* Replays a trace on a new allocator created from `conf`. A free of an id
+ * whose allocate failed with OOM is skipped. Returns -1 with a message for a
+ * trace that frees an unknown id or allocates a live one, or when the
+ * allocator cannot be created. */
+int trace_replay(const trace *t, const char *conf, replay_result *r, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,120 @@
+/* test_replay.c — the trace reader and replayer behind `ga-bench replay`. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "../bench/trace.h"
+#include "fixture.h"
+
+static char path[64];
+
+static const char *write_trace(const char *text) {
+  snprintf(path, sizeof path, "/tmp/ga_trace_XXXXXX");
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  return path;
+}
+
+static void cleanup(void) { unlink(path); }
+
+TestSuite(replay, .fini = cleanup);
+
+Test(replay, peaks_of_a_small_trace) {
+  const char *p = write_trace(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "1,00:00:00.0,allocate,0x1,16777216,0\n"
+      "1,00:00:00.0,allocate,0x2,1000,0\n"
+      "1,00:00:00.0,allocate failure,0x0,99999999999,0\n"
+      "1,00:00:00.0,free,0x1,16777216,0\n"
+      "1,00:00:00.0,allocate,0x3,8388608,0x7\n"
+      "1,00:00:00.0,free,0x2,1000,0\n");
+  trace t;
+  replay_result r;
+  char err[256];
+  cr_assert_eq(trace_load(p, &t, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(t.n, 5);
+  cr_assert_eq(t.skipped_failures, 1);
+  cr_assert_eq(trace_replay(&t, "backend:sim,sim_capacity_mb:1024", &r, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(r.peak_requested, 16777216 + 1000);
+  cr_assert_eq(r.peak_allocated, 16777216 + 1024);
+  cr_assert_eq(r.peak_reserved, 16 * MiB + 2 * MiB + 20 * MiB, "stream 7 cannot reuse stream 0's 16 MiB");
+  cr_assert_eq(r.allocs, 3);
+  cr_assert_eq(r.frees, 2);
+  cr_assert_eq(r.stats.device_calls[GA_CALL_MALLOC], 3);
+  trace_free(&t);
+}
+
+Test(replay, ooms_are_counted_and_their_frees_skipped) {
+  const char *p = write_trace("1,0,allocate,0x1,83886080,0\n1,0,allocate,0x2,83886080,0\n1,0,free,0x2,83886080,0\n");
+  trace t;
+  replay_result r;
+  char err[256];
+  cr_assert_eq(trace_load(p, &t, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(trace_replay(&t, "backend:sim,sim_capacity_mb:100", &r, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(r.num_ooms, 1);
+  trace_free(&t);
+}
+
+static void expect_load_error(const char *text, const char *phrase) {
+  const char *p = write_trace(text);
+  trace t;
+  char err[512];
+  cr_assert_eq(trace_load(p, &t, err, sizeof err), -1, "accepted: %s", text);
+  cr_assert(strstr(err, phrase) != NULL, "expected '%s' in: %s", phrase, err);
+}
+
+Test(replay, bad_lines_are_reported_with_their_line_number) {
+  expect_load_error("Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1,100,0\n1,0,allocate,0x2\n",
+                    ":3: expected 6 fields");
+  expect_load_error("1,0,alloc,0x1,100,0\n", ":1: unknown action 'alloc'");
+  expect_load_error("1,0,allocate,0x1,12abc,0\n", ":1: malformed size field");
+  expect_load_error("1,0,allocate,zz,100,0\n", ":1: malformed pointer field");
+  expect_load_error("1,0,allocate,0x1,100,-1\n", ":1: malformed stream field");
+  trace t;
+  char err[256];
+  cr_assert_eq(trace_load("/nonexistent/trace.csv", &t, err, sizeof err), -1);
+  cr_assert(strstr(err, "cannot open") != NULL, "%s", err);
+}
+
+Test(replay, inconsistent_traces_are_refused) {
+  const char *p = write_trace("1,0,free,0x9,100,0\n");
+  trace t;
+  replay_result r;
+  char err[256];
+  cr_assert_eq(trace_load(p, &t, err, sizeof err), 0);
+  cr_assert_eq(trace_replay(&t, "backend:sim,sim_capacity_mb:64", &r, err, sizeof err), -1);
+  cr_assert(strstr(err, "event 1 frees id 0x9 that is not live") != NULL, "%s", err);
+  trace_free(&t);
+  p = write_trace("1,0,allocate,0x1,100,0\n1,0,allocate,0x1,100,0\n");
+  cr_assert_eq(trace_load(p, &t, err, sizeof err), 0);
+  cr_assert_eq(trace_replay(&t, "backend:sim,sim_capacity_mb:64", &r, err, sizeof err), -1);
+  cr_assert(strstr(err, "already live") != NULL, "%s", err);
+  trace_free(&t);
+}
+
+Test(replay, a_real_pytorch_trace_reaches_its_recorded_peak) {
+  const char *csv = GA_SHARED_DIR "/traces/pytorch_snapshots/cs336_medium_ctx128_inference.csv";
+  if (access(csv, R_OK) != 0) cr_skip_test("%s is absent (the shared traces are not beside the checkout)", csv);
+  trace t;
+  replay_result r;
+  char err[512];
+  cr_assert_eq(trace_load(csv, &t, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(trace_replay(&t, "backend:sim", &r, err, sizeof err), 0, "%s", err);
+  /* peak_live_requested_bytes in the trace's .meta.json */
+  FILE *f = fopen(GA_SHARED_DIR "/traces/pytorch_snapshots/cs336_medium_ctx128_inference.meta.json", "r");
+  cr_assert(f != NULL);
+  char text[8192];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  const char *k = strstr(text, "\"peak_live_requested_bytes\":");
+  cr_assert(k != NULL);
+  unsigned long long want = strtoull(k + strlen("\"peak_live_requested_bytes\":"), NULL, 10);
+  cr_assert_eq(r.peak_requested, want);
+  cr_assert_geq(r.peak_reserved, r.peak_allocated);
+  cr_assert_geq(r.peak_allocated, r.peak_requested);
+  cr_assert_eq(r.num_ooms, 0);
+  trace_free(&t);
+}
