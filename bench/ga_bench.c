@@ -205,12 +205,26 @@ static int cmd_replay(int argc, char **argv) {
   return failed;
 }
 
+/* Prints s with '|' escaped for a markdown table cell. */
+static void md_cell(const char *s) {
+  for (; *s; s++) {
+    if (*s == '|') putchar('\\');
+    putchar(*s);
+  }
+}
+
 static int cmd_keys(int argc, char **argv) {
   int md = argc > 0 && !strcmp(argv[0], "--markdown");
   const char *name, *type, *dflt, *origin, *doc;
   if (md) printf("| key | values | default | from | meaning |\n|---|---|---|---|---|\n");
   for (int i = 0; ga_config_key(i, &name, &type, &dflt, &origin, &doc); i++) {
-    if (md) printf("| `%s` | %s | %s | %s | %s |\n", name, type, dflt, origin, doc);
+    if (md) {
+      printf("| `%s` | ", name);
+      md_cell(type);
+      printf(" | %s | %s | ", dflt, origin);
+      md_cell(doc);
+      printf(" |\n");
+    }
     else printf("%-34s %-36s default %-22s (%s) %s\n", name, type, dflt, origin, doc);
   }
   return 0;
