@@ -40,6 +40,12 @@ static ga_status_t create(const ga_config *cfg, ga_device *dev, int owns, ga_all
   a->allowed_max = SIZE_MAX;
   a->fraction = 1.0;
   a->stats.max_split_size = cfg->max_split_size == SIZE_MAX ? -1 : (int64_t)cfg->max_split_size;
+  if (ga_dev_granularity(dev, &a->gran) || a->gran == 0) a->gran = GA_SMALL_BUFFER;
+  a->large_page = cfg->expandable_page_size ? cfg->expandable_page_size : cfg->large_segment_size;
+  a->large_page = (a->large_page + a->gran - 1) / a->gran * a->gran;
+  /* PyTorch reserves 1.125x the device's memory per expandable segment. */
+  size_t want = total / 8 * 9;
+  a->reserve_size = (want + a->large_page - 1) / a->large_page * a->large_page;
   if (cfg->memory_fraction < 1.0) {
     a->fraction = cfg->memory_fraction;
     a->allowed_max = (size_t)(cfg->memory_fraction * (double)total);
@@ -99,10 +105,13 @@ void ga_destroy(ga_allocator_t *a) {
   pthread_mutex_lock(&a->mu);
   (void)ga_stream_sync_all_locked(a);
   ga_stream_teardown_locked(a);
+  ga_expandable_teardown_locked(a);
+  ga_pages_teardown_locked(a);
   while (a->segs) {
     ga_segment *s = a->segs;
     a->segs = s->next;
-    (void)ga_dev_free(a->dev, (void *)s->base);
+    if (!s->expandable) (void)ga_dev_free(a->dev, (void *)s->base);
+    free(s->backing);
     for (ga_block *b = s->head, *n; b; b = n) {
       n = b->next;
       free(b->uses);
@@ -217,6 +226,8 @@ ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
   }
   pthread_mutex_lock(&a->mu);
   *out = a->stats;
+  out->mapped_pages = a->stats.mapped_bytes.current / (int64_t)a->gran;
+  out->cached_pages = a->stats.page_cache_bytes.current / (int64_t)a->gran;
   memcpy(out->device_calls, a->dev->calls, sizeof out->device_calls);
   memcpy(out->device_failures, a->dev->failures, sizeof out->device_failures);
   pthread_mutex_unlock(&a->mu);
@@ -229,6 +240,9 @@ static void each_stat(ga_stats_t *s, void (*fn)(ga_stat_t *)) {
 #undef GA_X
   fn(&s->oversize_allocations);
   fn(&s->oversize_segments);
+#define GA_X(name, doc) fn(&s->name);
+  GA_EXTRA_STATS(GA_X)
+#undef GA_X
 }
 
 static void peak_to_current(ga_stat_t *s) { s->peak = s->current; }
@@ -249,6 +263,7 @@ ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a) {
   ga_stats_t *s = &a->stats;
   s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
   s->num_device_alloc = s->num_device_free = 0;
+  s->num_unmap_syncs = s->num_pages_moved = 0;
   pthread_mutex_unlock(&a->mu);
   return GA_OK;
 }

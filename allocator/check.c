@@ -12,6 +12,7 @@ typedef struct totals {
   int64_t inactive[3], inactive_bytes[3], segment[3], reserved[3];
   int64_t oversize_alloc, oversize_seg;
   size_t free_blocks[2], allocated_blocks, pending_blocks, pending_events;
+  size_t mapped_granules, expandable_segs;
 } totals;
 
 #define BROKEN(...) (fprintf(stderr, "ga_check: " __VA_ARGS__), fputc('\n', stderr), broken++)
@@ -21,6 +22,29 @@ static void add3(int64_t *v, int pool, int64_t d) {
   v[pool == GA_P_SMALL ? GA_POOL_SMALL : GA_POOL_LARGE] += d;
 }
 
+/* The granules of an expandable segment's block: memory behind every granule
+ * a mapped block touches, none behind an unmapped block. Each granule is
+ * counted once, by the block holding its first byte... or the one starting in it. */
+static int check_granules(ga_allocator_t *a, ga_segment *s, ga_block *b, totals *t) {
+  int broken = 0;
+  size_t g = a->gran, first = (b->ptr - s->base) / g, last = (b->ptr - s->base + b->size + g - 1) / g;
+  if (b->state == GA_BLOCK_UNMAPPED) {
+    if (b->ptr % g || b->size % g) BROKEN("unmapped block %p+%zu is not granule-aligned", (void *)b->ptr, b->size);
+    for (size_t i = first; i < last && i < s->nbacking; i++)
+      if (s->backing[i].ph) BROKEN("granule %zu of segment %p is mapped inside an unmapped block", i, (void *)s->base);
+    return broken;
+  }
+  for (size_t i = first; i < last; i++) {
+    if (i >= s->nbacking || !s->backing[i].ph) {
+      BROKEN("granule %zu of segment %p is used by block %p but not mapped", i, (void *)s->base, (void *)b->ptr);
+      break;
+    }
+  }
+  /* Count granules starting inside this block (each granule once). */
+  for (size_t i = (b->ptr - s->base + g - 1) / g; i * g < b->ptr - s->base + b->size; i++) t->mapped_granules++;
+  return broken;
+}
+
 static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t at, totals *t) {
   int broken = 0;
   if (b->seg != s) BROKEN("block %p does not point to its segment %p", (void *)b->ptr, (void *)s->base);
@@ -28,12 +52,18 @@ static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t 
   if (b->size == 0 || b->size % GA_MIN_BLOCK) BROKEN("block %p has size %zu, not a positive multiple of 512", (void *)b->ptr, b->size);
   if (b->next && b->next->prev != b) BROKEN("block %p: next->prev is not the block", (void *)b->ptr);
   if (b->pool != s->pool || b->stream != s->stream) BROKEN("block %p: pool or stream differs from its segment's", (void *)b->ptr);
+  if (s->expandable) broken += check_granules(a, s, b, t);
+  if (b->state == GA_BLOCK_UNMAPPED) {
+    if (!s->expandable) BROKEN("block %p is unmapped in a native segment", (void *)b->ptr);
+    if (b->next && b->next->state == GA_BLOCK_UNMAPPED) BROKEN("unmapped blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
+    return broken;
+  }
   if (b->state == GA_BLOCK_FREE) {
     t->free_blocks[b->pool]++;
     if (b->next && b->next->state == GA_BLOCK_FREE) BROKEN("free blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
     if (ga_pool_lower_bound(&a->pools[b->pool], b->stream, b->size, b->ptr) != b) BROKEN("free block %p is not in its free tree", (void *)b->ptr);
-    if (b->counted_split != (uint8_t)ga_block_is_split(b)) BROKEN("free block %p: split flag out of date", (void *)b->ptr);
-    if (ga_block_is_split(b)) add3(t->inactive, b->pool, 1), add3(t->inactive_bytes, b->pool, (int64_t)b->size);
+    if (b->counted_split != (uint8_t)(ga_block_is_split(b) && !s->expandable)) BROKEN("free block %p: split flag out of date", (void *)b->ptr);
+    if (ga_block_is_split(b) && !s->expandable) add3(t->inactive, b->pool, 1), add3(t->inactive_bytes, b->pool, (int64_t)b->size);
     return broken;
   }
   add3(t->active, b->pool, 1);
@@ -66,16 +96,41 @@ static int check_stat(const char *name, const ga_stat_t *s, const int64_t *want)
   return broken;
 }
 
+/* Handles, the page cache and the granule counts agree. */
+static int check_pages(ga_allocator_t *a, totals *t, size_t *reserved) {
+  int broken = 0;
+  size_t nphys = 0, mapped = 0;
+  for (ga_phys *ph = a->phys; ph; ph = ph->next) {
+    nphys++;
+    *reserved += ph->size;
+    add3(t->reserved, ph->pool, (int64_t)ph->size);
+    mapped += ph->nmapped;
+    size_t cached = 0;
+    for (size_t i = 0; i < a->ncache; i++) cached += a->cache[i].ph == ph;
+    if (ph->nmapped + cached != ph->ngran) BROKEN("handle %p: %u mapped + %zu cached granules != %u", (void *)ph, ph->nmapped, cached, ph->ngran);
+  }
+  if (nphys != a->nphys) BROKEN("%zu handles listed, %zu counted", nphys, a->nphys);
+  if (mapped != t->mapped_granules) BROKEN("handles say %zu granules are mapped, segments use %zu", mapped, t->mapped_granules);
+  if (a->stats.mapped_bytes.current != (int64_t)(mapped * a->gran)) BROKEN("mapped_bytes %lld != %zu granules", (long long)a->stats.mapped_bytes.current, mapped);
+  if (a->stats.page_cache_bytes.current != (int64_t)(a->ncache * a->gran)) BROKEN("page_cache_bytes %lld != %zu cached granules", (long long)a->stats.page_cache_bytes.current, a->ncache);
+  return broken;
+}
+
 int ga_check_locked(ga_allocator_t *a) {
   int broken = 0;
   totals t = {0};
   size_t nsegs = 0, reserved = 0;
   for (ga_segment *s = a->segs; s; s = s->next) {
     nsegs++;
-    reserved += s->size;
-    add3(t.segment, s->pool, 1);
-    add3(t.reserved, s->pool, (int64_t)s->size);
-    if (s->size >= a->cfg.max_split_size) t.oversize_seg++;
+    if (s->expandable) {
+      t.expandable_segs++;
+      if (s->base % a->gran || s->size % a->gran) BROKEN("expandable segment %p is not granule-aligned", (void *)s->base);
+    } else {
+      reserved += s->size;
+      add3(t.segment, s->pool, 1);
+      add3(t.reserved, s->pool, (int64_t)s->size);
+      if (s->size >= a->cfg.max_split_size) t.oversize_seg++;
+    }
     if (s->next && s->next->prev != s) BROKEN("segment list broken at %p", (void *)s->base);
     if (!s->head || s->head->prev) BROKEN("segment %p: bad head block", (void *)s->base);
     uintptr_t at = s->base;
@@ -90,6 +145,7 @@ int ga_check_locked(ga_allocator_t *a) {
     if (!ga_pool_valid(&a->pools[p], &n)) BROKEN("free tree %d is out of order", p);
     if (n != a->pools[p].count || n != t.free_blocks[p]) BROKEN("free tree %d holds %zu blocks (count %zu), segments have %zu free", p, n, a->pools[p].count, t.free_blocks[p]);
   }
+  broken += check_pages(a, &t, &reserved);
   if (a->map.count != t.allocated_blocks) BROKEN("block map holds %zu pointers, segments have %zu allocated blocks", a->map.count, t.allocated_blocks);
   if (a->npending != t.pending_events) BROKEN("%zu pending events, blocks wait on %zu", a->npending, t.pending_events);
   if (nsegs != a->nsegs || reserved != a->reserved) BROKEN("segment count/bytes %zu/%zu, recorded %zu/%zu", nsegs, reserved, a->nsegs, a->reserved);
@@ -112,7 +168,11 @@ int ga_check_locked(ga_allocator_t *a) {
   /* The simulated device agrees on what we hold. */
   ga_sim_usage u;
   if (ga_sim_usage_get(a->dev, &u) == 0) {
-    if (u.live_mallocs != a->nsegs) BROKEN("the device has %zu live mallocs, the allocator %zu segments", u.live_mallocs, a->nsegs);
+    size_t native = a->nsegs - t.expandable_segs;
+    if (u.live_mallocs != native) BROKEN("the device has %zu live mallocs, the allocator %zu native segments", u.live_mallocs, native);
+    if (u.live_reservations != t.expandable_segs) BROKEN("the device has %zu reservations, the allocator %zu expandable segments", u.live_reservations, t.expandable_segs);
+    if (u.live_handles != a->nphys) BROKEN("the device has %zu handles, the allocator %zu", u.live_handles, a->nphys);
+    if (u.live_mappings != t.mapped_granules) BROKEN("the device has %zu mappings, the allocator maps %zu granules", u.live_mappings, t.mapped_granules);
     if (u.live_events != a->npending + a->nevent_cache) BROKEN("the device has %zu events, the allocator holds %zu", u.live_events, a->npending + a->nevent_cache);
   }
   return broken;

@@ -235,12 +235,17 @@ static int opt_roundup_power2_divisions(ctx *x) {
   }
 }
 
-static int opt_expandable_segments(ctx *x) {
-  if (value_bool(x, &x->c->expandable_segments)) return -1;
-  if (x->c->expandable_segments)
-    return fail(x, "'True' is not available in this version of gardenalloc yet (allowed: False)");
+static int opt_expandable_segments(ctx *x) { return value_bool(x, &x->c->expandable_segments); }
+
+static int opt_expandable_page_size_mb(ctx *x) {
+  if (value_mib(x, &x->c->expandable_page_size, "a positive even integer")) return -1;
+  if (x->c->expandable_page_size == 0 || x->c->expandable_page_size % (2 * MiB) || x->c->expandable_page_size == SIZE_MAX)
+    return fail(x, "%zu MiB is not a page size (allowed: a positive even integer, pages are made of 2 MiB granules)",
+                x->c->expandable_page_size / MiB);
   return 0;
 }
+
+static int opt_expandable_cache_max_mb(ctx *x) { return value_mib(x, &x->c->expandable_cache_max, "an integer >= 0"); }
 
 static int opt_release_lock_on_cudamalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
 static int opt_release_lock_on_hipmalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
@@ -292,6 +297,7 @@ void ga_config_defaults(ga_config *c) {
   c->memory_fraction = 1.0;
   strcpy(c->backend, "auto");
   c->sim_capacity = (size_t)81920 * MiB;
+  c->expandable_cache_max = 256 * MiB;
 }
 
 int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {

@@ -26,6 +26,8 @@ typedef struct ga_config {
   size_t pinned_reserve_segment_size_mb;
   double memory_fraction;          /* 1.0 = unlimited */
   size_t large_segment_size;       /* bytes */
+  size_t expandable_page_size;     /* bytes; 0 = large_segment_size */
+  size_t expandable_cache_max;     /* bytes of unmapped pages kept for reuse */
   char backend[8];                 /* "auto", "cuda" or "sim" */
   size_t sim_capacity;             /* bytes */
 } ga_config;
@@ -49,7 +51,11 @@ typedef struct ga_config {
   X(per_process_memory_fraction, "float in [0,1]", "1.0", "pytorch",                                 \
     "reserve at most this share of the device's memory")                                             \
   X(expandable_segments, "True|False", "False", "pytorch",                                           \
-    "map pages into one growing reserved range instead of separate segments (not yet available: True is refused)") \
+    "map pages into one growing reserved range per stream and pool instead of separate segments")    \
+  X(expandable_page_size_mb, "int MiB, a multiple of 2", "large_segment_size_mb", "gardenalloc",       \
+    "expandable segments: size of the physical pages created for the large pool (the small pool uses 2 MiB)") \
+  X(expandable_cache_max_mb, "int MiB >= 0", "256", "gardenalloc",                                     \
+    "expandable segments: unmapped pages kept for reuse; beyond this they go back to the device")    \
   X(release_lock_on_cudamalloc, "True|False", "False", "pytorch",                                    \
     "accepted for compatibility; gardenalloc holds its lock over device calls")                      \
   X(release_lock_on_hipmalloc, "True|False", "False", "pytorch", "alias of release_lock_on_cudamalloc") \

@@ -8,6 +8,8 @@
  *   FREE      in its pool's free tree, merged with free neighbours
  *   ALLOCATED in the block map, handed to a client
  *   PENDING   freed by the client, waiting for events on other streams
+ *   UNMAPPED  (expandable segments) reserved address space with no memory
+ *             behind it; granule-aligned; merged with UNMAPPED neighbours
  * Invariants (ga_check verifies each): the blocks of a segment tile it in
  * address order; no two FREE blocks are neighbours; every FREE block is in
  * exactly one free tree and every ALLOCATED block in the map; the statistics
@@ -32,7 +34,7 @@
 #define GA_ROUND_LARGE ((size_t)2 << 20)      /* kRoundLarge */
 #define GA_MAX_REQUEST ((size_t)1 << 60)      /* 1 EiB: larger requests fail early */
 
-enum { GA_BLOCK_FREE = 0, GA_BLOCK_ALLOCATED = 1, GA_BLOCK_PENDING = 2 };
+enum { GA_BLOCK_FREE = 0, GA_BLOCK_ALLOCATED = 1, GA_BLOCK_PENDING = 2, GA_BLOCK_UNMAPPED = 3 };
 enum { GA_P_SMALL = 0, GA_P_LARGE = 1 }; /* index of a pool in a->pools */
 
 typedef struct ga_segment ga_segment;
@@ -56,13 +58,35 @@ struct ga_block {
   uint64_t gc_base;         /* pool's get_free_block count when it became free */
 };
 
+typedef struct ga_phys ga_phys;
+
+/* A granule of physical memory: granule `idx` of handle `ph`. */
+typedef struct ga_piece {
+  ga_phys *ph;
+  uint32_t idx;
+} ga_piece;
+
+/* A physical allocation (create): `size` bytes in granules, each either
+ * mapped somewhere or in the page cache. */
+struct ga_phys {
+  ga_mem_handle h;
+  size_t size;
+  uint32_t ngran;           /* granules in the handle */
+  uint32_t nmapped;         /* granules mapped into a segment */
+  uint8_t pool;             /* pool whose growth created it (for per-pool stats) */
+  ga_phys *prev, *next;     /* all handles of the allocator */
+};
+
 struct ga_segment {
   uintptr_t base;
   size_t size;
   uint8_t pool;
+  uint8_t expandable;       /* a reserved range mapped granule by granule */
   ga_stream_t stream;
   ga_block *head;           /* block at base */
   ga_segment *prev, *next;  /* all segments of the allocator */
+  ga_piece *backing;        /* expandable: memory behind granule i (ph NULL = unmapped) */
+  size_t nbacking;          /* entries allocated in backing */
 };
 
 typedef struct ga_pool {
@@ -101,6 +125,14 @@ struct ga_allocator {
   size_t nevent_cache, cap_event_cache;
   ga_block *block_cache;    /* recycled block structs, linked by ->next */
   ga_stats_t stats;
+  /* Expandable segments */
+  size_t gran;              /* device granularity (2 MiB): the unit of map/unmap */
+  size_t large_page;        /* create unit for the large pool */
+  size_t reserve_size;      /* address space reserved per expandable segment */
+  ga_phys *phys;            /* every live physical handle */
+  size_t nphys;
+  ga_piece *cache;          /* unmapped granules of live handles, sorted */
+  size_t ncache, cap_cache;
 };
 
 /* ---- Errors (report.c) ---- */
@@ -176,6 +208,50 @@ int ga_native_segment_new_locked(ga_allocator_t *a, size_t size, int pool, ga_st
                                  ga_block **out);
 /* Gives a whole-segment block (not in a tree) back to the device. */
 int ga_native_segment_release_locked(ga_allocator_t *a, ga_block *b);
+
+/* Merges a FREE-to-be block with FREE neighbours and inserts it (no stats). */
+ga_block *ga_block_merge_insert_locked(ga_allocator_t *a, ga_block *b);
+/* Marks b UNMAPPED and merges it with UNMAPPED neighbours. */
+ga_block *ga_block_merge_unmapped_locked(ga_allocator_t *a, ga_block *b);
+/* Splits `b` at offset `at` (0 < at < size): b keeps the front, the new block
+ * (same state, not in any tree) the rest. NULL on host OOM. */
+ga_block *ga_block_split_off_locked(ga_allocator_t *a, ga_block *b, size_t at);
+
+/* ---- Physical pages (segment/pages.c) ---- */
+/* Makes at least n granules available in the page cache: cached ones first,
+ * then granules of free pages anywhere (never inside [keep_lo, keep_hi)),
+ * then new pages of `page` bytes (smaller when the device is nearly full).
+ * 0, GA_DEV_* code (EOOM when even that cannot hold them), or -1 host OOM. */
+int ga_pages_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
+                           uintptr_t keep_hi, int *fraction_refused);
+/* Takes the first cached granule (pre: ncache > 0). */
+ga_piece ga_pages_take_locked(ga_allocator_t *a);
+/* Room in the cache for n more granules. -1 on host OOM. */
+int ga_pages_room_locked(ga_allocator_t *a, size_t n);
+/* Puts a granule into the page cache. -1 on host OOM. */
+int ga_pages_put_locked(ga_allocator_t *a, ga_piece p);
+/* Releases handles whose granules are all cached, while the cache holds more
+ * than `keep` bytes. 0 or the GA_DEV_* code of a failed release. */
+int ga_pages_trim_locked(ga_allocator_t *a, size_t keep);
+/* Bytes of free cached memory that lie in partly used granules. */
+size_t ga_pages_partial_free_locked(ga_allocator_t *a);
+/* Gives every handle back at teardown (mappings must be gone). */
+void ga_pages_teardown_locked(ga_allocator_t *a);
+
+/* ---- Expandable segments (segment/expandable.c) ---- */
+/* Finds or makes room for `size` contiguous bytes on (pool, stream) by
+ * mapping granules; *out is a FREE block of at least `size` bytes, taken out
+ * of its tree. 0, a GA_DEV_* code, or -1 on host OOM. */
+int ga_expandable_grow_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size,
+                              int *fraction_refused, ga_block **out);
+/* Unmaps granules [g0, g1) of FREE block b's segment, all inside b, into the
+ * page cache. The caller has synchronised b's stream. 0 or a GA_DEV_* code. */
+int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1);
+/* empty_cache: unmaps every whole free granule, drops empty segments.
+ * 0 or a GA_DEV_* code. */
+int ga_expandable_release_all_locked(ga_allocator_t *a);
+/* Teardown: unmaps and unreserves every expandable segment. */
+void ga_expandable_teardown_locked(ga_allocator_t *a);
 
 /* ---- Reclaim (policy/reclaim.c) ---- */
 int ga_reclaim_gc_locked(ga_allocator_t *a);

@@ -3,8 +3,10 @@
  * The OOM report follows PyTorch's field for field (tried to allocate: the
  * segment size attempted; total capacity; free; allowed, when a fraction is
  * set; allocated; reserved but unallocated) and adds the largest cached free
- * block. The fragmentation hint appears only when the cached-but-unallocated
- * memory could have held the request, i.e. when fragmentation is the cause.
+ * block. Without expandable segments, the hint to turn them on appears only
+ * when the cached-but-unallocated memory could have held the request, i.e.
+ * when fragmentation is the cause; with them, the report says how much free
+ * memory is stuck in partly used pages (the only fragmentation left).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,13 +57,18 @@ void ga_report_oom_locked(ga_allocator_t *a, size_t alloc_size, int fraction_ref
   ga_format_size(allocated, alloc, sizeof alloc);
   ga_format_size(unallocated, unalloc, sizeof unalloc);
   ga_format_size(big, bigs, sizeof bigs);
-  const char *hint = "";
-  if (!a->cfg.expandable_segments && a->cfg.max_split_size == SIZE_MAX && unallocated >= alloc_size)
-    hint = " If reserved but unallocated memory is large try setting GARDENALLOC_CONF=max_split_size_mb:<MiB> "
-           "to avoid fragmentation.";
+  char extra[160] = "";
+  if (a->cfg.expandable_segments) {
+    char part[32];
+    ga_format_size(ga_pages_partial_free_locked(a), part, sizeof part);
+    snprintf(extra, sizeof extra, " %s of free cached memory lies in partly used 2 MiB pages.", part);
+  } else if (unallocated >= alloc_size) {
+    snprintf(extra, sizeof extra, " If reserved but unallocated memory is large try setting "
+                                  "GARDENALLOC_CONF=expandable_segments:True to avoid fragmentation.");
+  }
   ga_error_set("CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
                "free. %sOf the allocated memory %s is allocated by gardenalloc, and %s is reserved by "
                "gardenalloc but unallocated. The largest free block in the cache is %s.%s%s",
-               tried, a->dev->ordinal, cap, fr, allowed, alloc, unalloc, bigs, hint,
+               tried, a->dev->ordinal, cap, fr, allowed, alloc, unalloc, bigs, extra,
                fraction_refused ? " (The request was refused by the memory fraction limit.)" : "");
 }

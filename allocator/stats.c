@@ -56,6 +56,10 @@ size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap) {
   jstat(&j, "oversize_segments", "", &s.oversize_segments);
 #define GA_X(name, doc) jput(&j, "\"%s\":%lld,", #name, (long long)s.name);
   GA_SCALAR_STATS(GA_X)
+  GA_EXTRA_SCALARS(GA_X)
+#undef GA_X
+#define GA_X(name, doc) jstat(&j, #name, "", &s.name);
+  GA_EXTRA_STATS(GA_X)
 #undef GA_X
   for (int k = 0; k < GA_CALL_COUNT; k++)
     jput(&j, "\"device_calls.%s\":%llu%s", ga_device_call_name((ga_device_call_t)k),

@@ -91,8 +91,19 @@ typedef struct ga_stat {
   X(num_ooms, "out-of-memory errors returned")                                  \
   X(max_split_size, "max_split_size in bytes, -1 when unlimited")               \
   X(num_sync_all_streams, "synchronisations of every pending stream event")     \
-  X(num_device_alloc, "device allocations (cudaMalloc calls)")                  \
-  X(num_device_free, "device frees (cudaFree calls)")
+  X(num_device_alloc, "device allocations (cudaMalloc, or cuMemCreate of a page)") \
+  X(num_device_free, "device frees (cudaFree, or cuMemRelease of a page)")
+
+/* Ours, for expandable segments. X(name, meaning) */
+#define GA_EXTRA_STATS(X)                                                       \
+  X(mapped_bytes, "bytes of physical memory mapped into expandable segments")   \
+  X(page_cache_bytes, "bytes of physical memory held but not mapped (page cache)")
+
+#define GA_EXTRA_SCALARS(X)                                                     \
+  X(mapped_pages, "2 MiB granules mapped into expandable segments")             \
+  X(cached_pages, "2 MiB granules in the page cache")                           \
+  X(num_unmap_syncs, "stream synchronisations before unmapping memory")         \
+  X(num_pages_moved, "granules unmapped from free memory to be mapped elsewhere")
 
 /** Statistics, as torch.cuda.memory_stats() reports them, plus device calls. */
 typedef struct ga_stats {
@@ -103,6 +114,12 @@ typedef struct ga_stats {
   ga_stat_t oversize_segments;    /**< segments whose size is >= max_split_size */
 #define GA_X_FIELD(name, doc) int64_t name;
   GA_SCALAR_STATS(GA_X_FIELD)
+#undef GA_X_FIELD
+#define GA_X_FIELD(name, doc) ga_stat_t name;
+  GA_EXTRA_STATS(GA_X_FIELD)
+#undef GA_X_FIELD
+#define GA_X_FIELD(name, doc) int64_t name;
+  GA_EXTRA_SCALARS(GA_X_FIELD)
 #undef GA_X_FIELD
   uint64_t device_calls[GA_CALL_COUNT];    /**< device calls made, by kind */
   uint64_t device_failures[GA_CALL_COUNT]; /**< device calls that failed, by kind */
@@ -178,7 +195,8 @@ GA_API ga_status_t ga_reset_peak_stats(ga_allocator_t *a);
 GA_API ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a);
 
 /** Writes the statistics as one flat JSON object with PyTorch's key names
- *  ("allocated_bytes.all.current", ...) plus "device_calls.<kind>".
+ *  ("allocated_bytes.all.current", ...) plus ours (GA_EXTRA_STATS,
+ *  GA_EXTRA_SCALARS) and "device_calls.<kind>".
  *  Returns the length of the full text; writes at most cap bytes including the
  *  terminating NUL (call with cap 0 to size the buffer). */
 GA_API size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap);

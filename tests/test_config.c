@@ -90,11 +90,18 @@ Test(config, nothing_is_half_applied) {
   cr_assert(strstr(err, "garbage_collection_threshold") && strstr(err, "7"), "%s", err);
 }
 
-Test(config, expandable_segments_true_is_refused_until_available) {
-  ga_config c;
+Test(config, expandable_segment_keys) {
+  ga_config c = parse_ok("expandable_segments:True,expandable_page_size_mb:2,expandable_cache_max_mb:0");
+  cr_assert_eq(c.expandable_segments, 1);
+  cr_assert_eq(c.expandable_page_size, 2 * MiB);
+  cr_assert_eq(c.expandable_cache_max, 0);
+  c = parse_ok(NULL);
+  cr_assert_eq(c.expandable_page_size, 0, "0 = large_segment_size");
+  cr_assert_eq(c.expandable_cache_max, 256 * MiB);
   char err[256];
-  cr_assert_eq(ga_config_parse("expandable_segments:True", &c, err, sizeof err), -1);
-  cr_assert(strstr(err, "expandable_segments") && strstr(err, "True"), "%s", err);
+  cr_assert_eq(ga_config_parse("expandable_page_size_mb:3", &c, err, sizeof err), -1);
+  cr_assert(strstr(err, "expandable_page_size_mb") && strstr(err, "3 MiB"), "%s", err);
+  cr_assert_eq(ga_config_parse("expandable_page_size_mb:0", &c, err, sizeof err), -1);
 }
 
 Test(config, the_key_table_describes_every_key) {

@@ -12,12 +12,24 @@
 
 #include "../internal.h"
 
+static size_t expandable_size(const ga_block *b) {
+  return b->size + (b->next && b->next->state == GA_BLOCK_UNMAPPED ? b->next->size : 0);
+}
+
 /* Best fit on (stream, size, address) with the oversize rules. */
 static ga_block *get_free_block(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size) {
   ga_pool *p = &a->pools[pool];
   if (a->allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
   ga_block *b = ga_pool_lower_bound(p, stream, size, 0);
   if (!b || b->stream != stream) return NULL;
+  if (b->seg->expandable) {
+    /* Prefer holes to the block that borders unmapped space (it can grow):
+     * compare candidates by the size they could expand to. */
+    for (ga_block *n = ga_pool_lower_bound(p, stream, b->size, b->ptr + 1);
+         n && n->stream == stream && n->seg->expandable && expandable_size(n) < expandable_size(b);
+         n = ga_pool_lower_bound(p, stream, n->size, n->ptr + 1))
+      b = n;
+  }
   size_t max_split = a->cfg.max_split_size;
   if (size < max_split && b->size >= max_split) return NULL;
   if (size >= max_split && b->size - size >= a->cfg.max_non_split_rounding) return NULL;
@@ -46,6 +58,39 @@ static ga_status_t device_error(ga_allocator_t *a, const char *what, int rc) {
   return GA_ERR_DEVICE;
 }
 
+/* Native mode's ladder: GC, a new segment, free oversize blocks and retry,
+ * flush everything and retry. 0, EOOM, another GA_DEV_* code or -1. */
+static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t rounded, size_t alloc_size,
+                       int *refused, ga_block **b) {
+  int rc;
+  if ((rc = ga_reclaim_gc_locked(a))) return rc;
+  rc = alloc_block(a, alloc_size, pool, stream, 0, refused, b);
+  if (rc == GA_DEV_EOOM) {
+    int r = ga_reclaim_oversize_locked(a, pool, stream, rounded);
+    if (r < 0) return -r;
+    if (r > 0) rc = alloc_block(a, alloc_size, pool, stream, 0, refused, b);
+  }
+  if (rc == GA_DEV_EOOM) {
+    int r = ga_reclaim_all_locked(a);
+    if (r) return r;
+    rc = alloc_block(a, alloc_size, pool, stream, 1, refused, b);
+  }
+  return rc;
+}
+
+/* Expandable mode: map granules (cached, moved from free memory anywhere, or
+ * new); if that fails, wait for pending stream events, which frees more
+ * memory to move, and retry once. */
+static int grow_expandable(ga_allocator_t *a, int pool, ga_stream_t stream, size_t rounded, int *refused,
+                           ga_block **b) {
+  int rc = ga_expandable_grow_locked(a, pool, stream, rounded, refused, b);
+  if (rc != GA_DEV_EOOM) return rc;
+  int r = ga_stream_sync_all_locked(a);
+  if (r) return r;
+  a->stats.num_alloc_retries++;
+  return ga_expandable_grow_locked(a, pool, stream, rounded, refused, b);
+}
+
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {
   if (size > GA_MAX_REQUEST) {
     ga_error_set("CUDA out of memory. Tried to allocate more than 1EB memory. (ga_malloc of %zu bytes)", size);
@@ -58,25 +103,15 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   int fresh = 0, refused = 0, rc;
   ga_block *b = get_free_block(a, pool, stream, rounded);
   if (!b) {
-    fresh = 1;
-    if ((rc = ga_reclaim_gc_locked(a))) return device_error(a, "collecting garbage", rc);
-    rc = alloc_block(a, alloc_size, pool, stream, 0, &refused, &b);
-    if (rc == GA_DEV_EOOM) {
-      int r = ga_reclaim_oversize_locked(a, pool, stream, rounded);
-      if (r < 0) return device_error(a, "freeing oversize cached blocks", -r);
-      if (r > 0) rc = alloc_block(a, alloc_size, pool, stream, 0, &refused, &b);
-    }
-    if (rc == GA_DEV_EOOM) {
-      int r = ga_reclaim_all_locked(a);
-      if (r) return device_error(a, "freeing the cache", r);
-      rc = alloc_block(a, alloc_size, pool, stream, 1, &refused, &b);
-    }
+    fresh = !a->cfg.expandable_segments;
+    rc = a->cfg.expandable_segments ? grow_expandable(a, pool, stream, rounded, &refused, &b)
+                                    : grow_native(a, pool, stream, rounded, alloc_size, &refused, &b);
     if (rc == GA_DEV_EOOM) {
       a->stats.num_ooms++;
-      ga_report_oom_locked(a, alloc_size, refused);
+      ga_report_oom_locked(a, a->cfg.expandable_segments ? rounded : alloc_size, refused);
       return GA_ERR_OOM;
     }
-    if (rc) return device_error(a, "allocating a segment", rc);
+    if (rc) return device_error(a, "obtaining device memory", rc);
   }
   if (ga_block_hand_out_locked(a, b, size, rounded)) {
     /* Host OOM for bookkeeping: put the block back where it came from. */

@@ -50,7 +50,7 @@ size_t ga_allocation_size_for(const ga_config *c, size_t rounded) {
 
 static int should_split(const ga_allocator_t *a, const ga_block *b, size_t size) {
   size_t remaining = b->size - size;
-  if (b->pool == GA_P_SMALL) return remaining >= GA_MIN_BLOCK;
+  if (b->pool == GA_P_SMALL || b->seg->expandable) return remaining >= GA_MIN_BLOCK;
   return size < a->cfg.max_split_size && remaining > GA_SMALL_SIZE;
 }
 
@@ -77,7 +77,7 @@ void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
   ga_pool *p = &a->pools[b->pool];
   b->state = GA_BLOCK_FREE;
   b->gc_base = p->gc_calls;
-  b->counted_split = (uint8_t)ga_block_is_split(b);
+  b->counted_split = (uint8_t)(ga_block_is_split(b) && !b->seg->expandable);
   if (b->counted_split) {
     ga_pstat_add(a->stats.inactive_split, b->pool, 1);
     ga_pstat_add(a->stats.inactive_split_bytes, b->pool, (int64_t)b->size);
@@ -99,18 +99,8 @@ void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
 int ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded) {
   if (ga_blockmap_reserve(&a->map)) return -1;
   if (should_split(a, b, rounded)) {
-    ga_block *rest = ga_block_new_locked(a);
+    ga_block *rest = ga_block_split_off_locked(a, b, rounded);
     if (!rest) return -1;
-    rest->ptr = b->ptr + rounded;
-    rest->size = b->size - rounded;
-    rest->stream = b->stream;
-    rest->seg = b->seg;
-    rest->pool = b->pool;
-    rest->prev = b;
-    rest->next = b->next;
-    if (b->next) b->next->prev = rest;
-    b->next = rest;
-    b->size = rounded;
     ga_block_to_free_tree_locked(a, rest);
   }
   b->state = GA_BLOCK_ALLOCATED;
@@ -126,30 +116,66 @@ int ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t
   return 0;
 }
 
-/* Absorbs the FREE neighbour `n` into `b` (n is b->prev or b->next). */
-static void merge_into(ga_allocator_t *a, ga_block *b, ga_block *n) {
-  ga_block_from_free_tree_locked(a, n);
-  if (n == b->prev) {
-    b->ptr = n->ptr;
-    b->prev = n->prev;
-    if (b->prev) b->prev->next = b;
-    else b->seg->head = b;
-  } else {
-    b->next = n->next;
-    if (b->next) b->next->prev = b;
+ga_block *ga_block_split_off_locked(ga_allocator_t *a, ga_block *b, size_t at) {
+  ga_block *rest = ga_block_new_locked(a);
+  if (!rest) return NULL;
+  rest->ptr = b->ptr + at;
+  rest->size = b->size - at;
+  rest->stream = b->stream;
+  rest->seg = b->seg;
+  rest->pool = b->pool;
+  rest->state = b->state;
+  rest->prev = b;
+  rest->next = b->next;
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  b->size = at;
+  return rest;
+}
+
+/* x absorbs its next neighbour (same state; a FREE one has left its tree).
+ * The earlier struct always survives, so a pointer to the first block of a
+ * run stays valid while later blocks merge into it. */
+static void absorb_next(ga_allocator_t *a, ga_block *x) {
+  ga_block *y = x->next;
+  x->size += y->size;
+  x->next = y->next;
+  if (x->next) x->next->prev = x;
+  ga_block_delete_locked(a, y);
+}
+
+ga_block *ga_block_merge_insert_locked(ga_allocator_t *a, ga_block *b) {
+  b->requested = 0;
+  if (b->prev && b->prev->state == GA_BLOCK_FREE) {
+    ga_block_from_free_tree_locked(a, b->prev);
+    b = b->prev;
+    absorb_next(a, b);
   }
-  b->size += n->size;
-  ga_block_delete_locked(a, n);
+  if (b->next && b->next->state == GA_BLOCK_FREE) {
+    ga_block_from_free_tree_locked(a, b->next);
+    absorb_next(a, b);
+  }
+  ga_block_to_free_tree_locked(a, b);
+  return b;
+}
+
+/* Merges an UNMAPPED block with UNMAPPED neighbours. */
+ga_block *ga_block_merge_unmapped_locked(ga_allocator_t *a, ga_block *b) {
+  b->state = GA_BLOCK_UNMAPPED;
+  if (b->prev && b->prev->state == GA_BLOCK_UNMAPPED) {
+    b = b->prev;
+    absorb_next(a, b);
+  }
+  if (b->next && b->next->state == GA_BLOCK_UNMAPPED) absorb_next(a, b);
+  return b;
 }
 
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
   size_t size = b->size, requested = b->requested;
-  if (b->prev && b->prev->state == GA_BLOCK_FREE) merge_into(a, b, b->prev);
-  if (b->next && b->next->state == GA_BLOCK_FREE) merge_into(a, b, b->next);
-  b->requested = 0;
-  ga_block_to_free_tree_locked(a, b);
+  int pool = b->pool;
+  ga_block_merge_insert_locked(a, b); /* b may be merged into its predecessor */
   ga_stats_t *s = &a->stats;
-  ga_pstat_add(s->active, b->pool, -1);
-  ga_pstat_add(s->active_bytes, b->pool, -(int64_t)size);
-  ga_pstat_add(s->requested_bytes, b->pool, -(int64_t)requested);
+  ga_pstat_add(s->active, pool, -1);
+  ga_pstat_add(s->active_bytes, pool, -(int64_t)size);
+  ga_pstat_add(s->requested_bytes, pool, -(int64_t)requested);
 }

@@ -27,7 +27,7 @@ typedef struct blist {
 
 static int collect_unsplit(ga_block *b, void *arg) {
   blist *l = arg;
-  if (ga_block_is_split(b)) return 0;
+  if (ga_block_is_split(b) || b->seg->expandable) return 0;
   if (l->n == l->cap) {
     size_t cap = l->cap ? l->cap * 2 : 64;
     ga_block **v = realloc(l->v, cap * sizeof *v);
@@ -88,7 +88,7 @@ int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, 
   ga_pool *p = &a->pools[pool];
   size_t key = size < max_split ? max_split : size;
   ga_block *b = ga_pool_lower_bound(p, stream, key, 0);
-  if (b && b->stream == stream && !ga_block_is_split(b)) {
+  if (b && b->stream == stream && !ga_block_is_split(b) && !b->seg->expandable) {
     int rc = release_free_block(a, b);
     return rc ? -rc : 1;
   }
@@ -99,7 +99,7 @@ int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, 
   ga_block *it = ga_pool_before(p, stream, key, 0);
   while (it && released < key && it->size >= max_split && it->stream == stream) {
     ga_block *prev = ga_pool_before(p, it->stream, it->size, it->ptr);
-    if (!ga_block_is_split(it)) {
+    if (!ga_block_is_split(it) && !it->seg->expandable) {
       size_t sz = it->size;
       int rc = release_free_block(a, it);
       if (rc) return -rc;
@@ -110,7 +110,9 @@ int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, 
   return released >= key;
 }
 
-/* ---- Everything (empty_cache, last step of the ladder) ---- */
+/* ---- Everything (empty_cache, last step of the native ladder) ----
+ * Expandable segments unmap every whole free granule and drop empty
+ * reservations; handles whose granules are all unmapped go back. */
 
 int ga_reclaim_all_locked(ga_allocator_t *a) {
   /* A failed event wait keeps those blocks pending; the rest still goes back. */
@@ -122,5 +124,6 @@ int ga_reclaim_all_locked(ga_allocator_t *a) {
     free(l.v);
     if (l.oom && !rc) rc = GA_DEV_EDRIVER;
   }
+  if (!rc) rc = ga_expandable_release_all_locked(a);
   return rc ? rc : rc_sync;
 }

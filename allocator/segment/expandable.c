@@ -1,0 +1,280 @@
+/* expandable.c — expandable segments: one reserved address range per
+ * (stream, pool), mapped granule by granule as it grows.
+ *
+ * The blocks of an expandable segment tile its whole reservation; UNMAPPED
+ * blocks have no memory behind them and are granule-aligned. Each granule is
+ * mapped with its own map call, so any whole free granule can later be
+ * unmapped alone and its memory mapped where a contiguous range is needed
+ * (pages.c decides where memory comes from).
+ *
+ * Failure handling: every device call is followed at once by the structural
+ * change it made, so a failure part-way leaves a consistent state (mapped
+ * granules become FREE blocks, nothing is half-mapped or lost) and is
+ * returned to the caller.
+ */
+#include <stdlib.h>
+
+#include "../internal.h"
+
+static size_t round_up(size_t v, size_t g) { return (v + g - 1) / g * g; }
+
+/* Enough spare block structs for n splits, so structure updates after a
+ * device call cannot fail. */
+static int spare_blocks(ga_allocator_t *a, int n) {
+  ga_block *got[4];
+  int k = 0;
+  for (; k < n; k++)
+    if (!(got[k] = ga_block_new_locked(a))) break;
+  int ok = k == n;
+  while (k-- > 0) ga_block_delete_locked(a, got[k]);
+  return ok ? 0 : -1;
+}
+
+static int backing_room(ga_segment *s, size_t granules) {
+  if (granules <= s->nbacking) return 0;
+  size_t n = s->nbacking ? s->nbacking : 64;
+  while (n < granules) n *= 2;
+  ga_piece *v = realloc(s->backing, n * sizeof *v);
+  if (!v) return -1;
+  for (size_t i = s->nbacking; i < n; i++) v[i] = (ga_piece){0};
+  s->backing = v;
+  s->nbacking = n;
+  return 0;
+}
+
+/* ---- Segments ---- */
+
+static int segment_new(ga_allocator_t *a, int pool, ga_stream_t stream, size_t min_size, ga_segment **out) {
+  size_t size = a->reserve_size > min_size ? a->reserve_size : round_up(min_size, a->gran);
+  ga_segment *s = calloc(1, sizeof *s);
+  ga_block *b = ga_block_new_locked(a);
+  void *va = NULL;
+  int rc = -1;
+  if (!s || !b) goto fail;
+  if ((rc = ga_dev_reserve(a->dev, size, a->gran, &va))) goto fail;
+  *s = (ga_segment){.base = (uintptr_t)va, .size = size, .pool = (uint8_t)pool, .expandable = 1,
+                    .stream = stream, .head = b};
+  b->ptr = s->base;
+  b->size = size;
+  b->stream = stream;
+  b->pool = (uint8_t)pool;
+  b->seg = s;
+  b->state = GA_BLOCK_UNMAPPED;
+  s->next = a->segs;
+  if (a->segs) a->segs->prev = s;
+  a->segs = s;
+  a->nsegs++;
+  *out = s;
+  return 0;
+fail:
+  free(s);
+  if (b) ga_block_delete_locked(a, b);
+  return rc;
+}
+
+static int segment_delete(ga_allocator_t *a, ga_segment *s) {
+  int rc = ga_dev_unreserve(a->dev, (void *)s->base, s->size);
+  if (rc) return rc;
+  if (s->prev) s->prev->next = s->next;
+  else a->segs = s->next;
+  if (s->next) s->next->prev = s->prev;
+  a->nsegs--;
+  ga_block_delete_locked(a, s->head);
+  free(s->backing);
+  free(s);
+  return 0;
+}
+
+/* ---- Finding room ---- */
+
+/* The lowest-address run of FREE/UNMAPPED blocks on (pool, stream) that holds
+ * `size` bytes and reaches unmapped space; *run_end is where the run ends. */
+static ga_block *find_run(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size, uintptr_t *run_end) {
+  for (ga_segment *s = a->segs; s; s = s->next) {
+    if (!s->expandable || s->pool != pool || s->stream != stream) continue;
+    ga_block *start = NULL;
+    size_t total = 0;
+    int unmapped = 0;
+    for (ga_block *b = s->head; b; b = b->next) {
+      if (b->state != GA_BLOCK_FREE && b->state != GA_BLOCK_UNMAPPED) {
+        start = NULL;
+        continue;
+      }
+      if (!start) start = b, total = 0, unmapped = 0;
+      total += b->size;
+      unmapped |= b->state == GA_BLOCK_UNMAPPED;
+      if (total >= size && unmapped) {
+        ga_block *e = b;
+        while (e->next && (e->next->state == GA_BLOCK_FREE || e->next->state == GA_BLOCK_UNMAPPED)) e = e->next;
+        *run_end = e->ptr + e->size;
+        return start;
+      }
+    }
+  }
+  return NULL;
+}
+
+/* ---- Mapping ---- */
+
+/* The first `bytes` of UNMAPPED block u are now mapped: they become FREE and
+ * merge with FREE neighbours. Returns the merged FREE block. */
+static ga_block *mapped_prefix(ga_allocator_t *a, ga_block *u, size_t bytes) {
+  if (bytes < u->size) (void)ga_block_split_off_locked(a, u, bytes); /* spare struct reserved */
+  u->state = GA_BLOCK_FREE;
+  return ga_block_merge_insert_locked(a, u);
+}
+
+/* Maps the first `want` granules of UNMAPPED block u from the cache.
+ * *merged gets the FREE block they joined (NULL when none was mapped). */
+static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, ga_block **merged) {
+  ga_segment *s = u->seg;
+  size_t first = (u->ptr - s->base) / a->gran, done = 0;
+  int rc = backing_room(s, first + want) ? -1 : 0;
+  while (!rc && done < want) {
+    ga_piece p = ga_pages_take_locked(a);
+    rc = ga_dev_map(a->dev, (void *)(u->ptr + done * a->gran), a->gran, p.ph->h, p.idx * a->gran);
+    if (rc) {
+      (void)ga_pages_put_locked(a, p); /* room: it was just taken */
+      break;
+    }
+    s->backing[first + done] = p;
+    p.ph->nmapped++;
+    done++;
+  }
+  ga_stat_add(&a->stats.mapped_bytes, (int64_t)(done * a->gran));
+  *merged = done ? mapped_prefix(a, u, done * a->gran) : NULL;
+  return rc;
+}
+
+int ga_expandable_grow_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size,
+                              int *fraction_refused, ga_block **out) {
+  *fraction_refused = 0;
+  uintptr_t run_end = 0;
+  ga_block *run = find_run(a, pool, stream, size, &run_end);
+  if (!run) {
+    ga_segment *s;
+    int rc = segment_new(a, pool, stream, size, &s);
+    if (rc) return rc;
+    run = s->head;
+    run_end = s->base + s->size;
+  }
+  uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, a->gran);
+  size_t n = 0;
+  for (ga_block *b = run; b && b->ptr < hi; b = b->next)
+    if (b->state == GA_BLOCK_UNMAPPED) n += ((b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g) - b->ptr) / a->gran;
+  size_t page = pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->large_page;
+  /* Free memory outside the range may move here; `run` survives any merge
+   * (the earlier block of a merge is the one kept). */
+  int rc = ga_pages_obtain_locked(a, n, pool, page, lo, hi_g, fraction_refused);
+  if (rc) return rc;
+  ga_block *m = run->state == GA_BLOCK_FREE ? run : NULL, *b = run;
+  while (b && b->ptr < hi) {
+    if (b->state != GA_BLOCK_UNMAPPED) {
+      b = b->next;
+      continue;
+    }
+    uintptr_t end = b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g;
+    if (spare_blocks(a, 2)) return -1;
+    ga_block *merged;
+    rc = map_granules(a, b, (end - b->ptr) / a->gran, &merged);
+    if (rc) return rc;
+    m = merged;
+    b = m->next;
+  }
+  /* m is the FREE block starting at lo, at least size bytes long. */
+  ga_block_from_free_tree_locked(a, m);
+  *out = m;
+  (void)ga_pages_trim_locked(a, a->cfg.expandable_cache_max); /* a failed release keeps the page cached */
+  return 0;
+}
+
+/* ---- Unmapping ---- */
+
+int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1) {
+  ga_segment *s = b->seg;
+  size_t k = g1 - g0, first = (g0 * a->gran - s->base) / a->gran;
+  /* Room first: after the unmap nothing may fail. */
+  if (spare_blocks(a, 2) || ga_pages_room_locked(a, k)) return -1;
+  int rc = ga_dev_unmap(a->dev, (void *)(g0 * a->gran), k * a->gran);
+  if (rc) return rc;
+  for (size_t i = 0; i < k; i++) {
+    ga_piece p = s->backing[first + i];
+    s->backing[first + i] = (ga_piece){0};
+    p.ph->nmapped--;
+    (void)ga_pages_put_locked(a, p);
+  }
+  ga_stat_add(&a->stats.mapped_bytes, -(int64_t)(k * a->gran));
+  /* b = [FREE front][UNMAPPED middle][FREE back] */
+  ga_block_from_free_tree_locked(a, b);
+  ga_block *mid = b;
+  if (g0 * a->gran > b->ptr) {
+    mid = ga_block_split_off_locked(a, b, g0 * a->gran - b->ptr);
+    ga_block_to_free_tree_locked(a, b);
+  }
+  if (g1 * a->gran < mid->ptr + mid->size) {
+    ga_block *back = ga_block_split_off_locked(a, mid, k * a->gran);
+    ga_block_to_free_tree_locked(a, back);
+  }
+  ga_block_merge_unmapped_locked(a, mid);
+  return 0;
+}
+
+typedef struct frees {
+  ga_block **v;
+  size_t n, cap;
+} frees;
+
+int ga_expandable_release_all_locked(ga_allocator_t *a) {
+  int rc = 0;
+  frees f = {0};
+  for (ga_segment *s = a->segs, *next; s && !rc; s = next) {
+    next = s->next;
+    if (!s->expandable) continue;
+    /* Collect first: unmapping a free block never touches another FREE one. */
+    f.n = 0;
+    for (ga_block *b = s->head; b; b = b->next) {
+      size_t g0 = (b->ptr + a->gran - 1) / a->gran, g1 = (b->ptr + b->size) / a->gran;
+      if (b->state != GA_BLOCK_FREE || g1 <= g0) continue;
+      if (f.n == f.cap) {
+        size_t cap = f.cap ? f.cap * 2 : 32;
+        ga_block **v = realloc(f.v, cap * sizeof *v);
+        if (!v) { rc = -1; break; }
+        f.v = v;
+        f.cap = cap;
+      }
+      f.v[f.n++] = b;
+    }
+    if (f.n && !rc) {
+      /* Work queued before the frees may still touch this memory. */
+      if ((rc = ga_dev_stream_synchronize(a->dev, s->stream))) break;
+      a->stats.num_unmap_syncs++;
+    }
+    for (size_t i = 0; i < f.n && !rc; i++) {
+      ga_block *b = f.v[i];
+      rc = ga_expandable_unmap_locked(a, b, (b->ptr + a->gran - 1) / a->gran, (b->ptr + b->size) / a->gran);
+    }
+    if (!rc && !s->head->next && s->head->state == GA_BLOCK_UNMAPPED) rc = segment_delete(a, s);
+  }
+  free(f.v);
+  int rc2 = ga_pages_trim_locked(a, 0);
+  return rc ? rc : rc2;
+}
+
+void ga_expandable_teardown_locked(ga_allocator_t *a) {
+  for (ga_segment *s = a->segs; s; s = s->next) {
+    if (!s->expandable) continue;
+    for (ga_block *b = s->head; b; b = b->next) {
+      if (b->state == GA_BLOCK_UNMAPPED) continue;
+      /* Every granule touching a mapped block, once. */
+      size_t g0 = b->ptr / a->gran, g1 = (b->ptr + b->size + a->gran - 1) / a->gran;
+      for (size_t g = g0; g < g1; g++) {
+        ga_piece *p = &s->backing[g - s->base / a->gran];
+        if (!p->ph) continue;
+        (void)ga_dev_unmap(a->dev, (void *)(g * a->gran), a->gran);
+        p->ph->nmapped--;
+        *p = (ga_piece){0};
+      }
+    }
+    (void)ga_dev_unreserve(a->dev, (void *)s->base, s->size);
+  }
+}

@@ -1,0 +1,239 @@
+/* pages.c — physical memory behind expandable segments, as a device-wide
+ * resource.
+ *
+ * Memory is created in handles of at most one page (2 MiB for the small pool,
+ * 20 MiB by default for the large pool) and never more than a range needs, but
+ * mapped, unmapped and moved in granules (2 MiB): a granule of a handle is a
+ * piece. A piece is either mapped into some segment or in the
+ * page cache. When a range needs memory, pieces come from the cache, then from
+ * whole free granules anywhere (any segment, any stream: the owning stream is
+ * synchronised before the unmap), and only then from new pages. A handle goes
+ * back to the device once all its pieces are cached: on empty_cache, under
+ * memory pressure, or when the cache grows past expandable_cache_max_mb.
+ *
+ * Owns: the handle list, the page cache, reserved_bytes / page_cache_bytes.
+ * Invariant: for every handle, nmapped + (its pieces in the cache) == ngran.
+ */
+#include <stdlib.h>
+
+#include "../internal.h"
+
+/* ---- The cache ---- */
+
+int ga_pages_put_locked(ga_allocator_t *a, ga_piece p) {
+  if (a->ncache == a->cap_cache) {
+    size_t cap = a->cap_cache ? a->cap_cache * 2 : 64;
+    ga_piece *v = realloc(a->cache, cap * sizeof *v);
+    if (!v) return -1;
+    a->cache = v;
+    a->cap_cache = cap;
+  }
+  a->cache[a->ncache++] = p;
+  ga_stat_add(&a->stats.page_cache_bytes, (int64_t)a->gran);
+  return 0;
+}
+
+ga_piece ga_pages_take_locked(ga_allocator_t *a) {
+  ga_stat_add(&a->stats.page_cache_bytes, -(int64_t)a->gran);
+  return a->cache[--a->ncache];
+}
+
+int ga_pages_room_locked(ga_allocator_t *a, size_t n) {
+  if (a->ncache + n <= a->cap_cache) return 0;
+  size_t cap = a->cap_cache ? a->cap_cache : 64;
+  while (cap < a->ncache + n) cap *= 2;
+  ga_piece *v = realloc(a->cache, cap * sizeof *v);
+  if (!v) return -1;
+  a->cache = v;
+  a->cap_cache = cap;
+  return 0;
+}
+
+/* ---- Handles ---- */
+
+static void phys_unlink(ga_allocator_t *a, ga_phys *ph) {
+  if (ph->prev) ph->prev->next = ph->next;
+  else a->phys = ph->next;
+  if (ph->next) ph->next->prev = ph->prev;
+  a->nphys--;
+}
+
+/* Releases a handle whose pieces are all cached. 0 or a GA_DEV_* code. */
+static int phys_release(ga_allocator_t *a, ga_phys *ph) {
+  int rc = ga_dev_release(a->dev, ph->h);
+  if (rc) return rc;
+  size_t kept = 0;
+  for (size_t i = 0; i < a->ncache; i++)
+    if (a->cache[i].ph != ph) a->cache[kept++] = a->cache[i];
+  ga_stat_add(&a->stats.page_cache_bytes, -(int64_t)((a->ncache - kept) * a->gran));
+  a->ncache = kept;
+  ga_pstat_add(a->stats.reserved_bytes, ph->pool, -(int64_t)ph->size);
+  a->reserved -= ph->size;
+  a->stats.num_device_free++;
+  phys_unlink(a, ph);
+  free(ph);
+  return 0;
+}
+
+int ga_pages_trim_locked(ga_allocator_t *a, size_t keep) {
+  for (ga_phys *ph = a->phys, *next; ph && a->ncache * a->gran > keep; ph = next) {
+    next = ph->next;
+    if (ph->nmapped) continue;
+    int rc = phys_release(a, ph);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* A new handle of `size` bytes, all of it into the cache. */
+static int phys_create(ga_allocator_t *a, size_t size, int pool) {
+  ga_phys *ph = calloc(1, sizeof *ph);
+  if (!ph || ga_pages_room_locked(a, size / a->gran)) {
+    free(ph);
+    return -1;
+  }
+  int rc = ga_dev_create(a->dev, size, &ph->h);
+  if (rc) {
+    free(ph);
+    return rc;
+  }
+  ph->size = size;
+  ph->ngran = (uint32_t)(size / a->gran);
+  ph->pool = (uint8_t)pool;
+  ph->next = a->phys;
+  if (a->phys) a->phys->prev = ph;
+  a->phys = ph;
+  a->nphys++;
+  ga_pstat_add(a->stats.reserved_bytes, pool, (int64_t)size);
+  a->reserved += size;
+  a->stats.num_device_alloc++;
+  for (uint32_t i = 0; i < ph->ngran; i++) (void)ga_pages_put_locked(a, (ga_piece){ph, i});
+  return 0;
+}
+
+/* ---- Taking free granules from elsewhere ---- */
+
+typedef struct cand {
+  struct one {
+    ga_block *b;
+    size_t g0, g1; /* whole free granules of b that may move */
+  } *v;
+  size_t n, cap;
+  size_t klo, khi; /* granules that must stay: the range being mapped */
+  size_t gran;
+  int oom;
+} cand;
+
+static int whole_granules(const ga_block *b, size_t gran, size_t *g0, size_t *g1) {
+  *g0 = (b->ptr + gran - 1) / gran;
+  *g1 = (b->ptr + b->size) / gran;
+  return *g1 > *g0;
+}
+
+static int collect(ga_block *b, void *arg) {
+  cand *c = arg;
+  size_t g0, g1;
+  if (!b->seg->expandable || !whole_granules(b, c->gran, &g0, &g1)) return 0;
+  if (g0 < c->khi && g1 > c->klo) { /* overlaps the range: only the part outside may move */
+    if (g1 > c->khi) g0 = c->khi;
+    else if (g0 < c->klo) g1 = c->klo;
+    else return 0;
+  }
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : 32;
+    struct one *v = realloc(c->v, cap * sizeof *v);
+    if (!v) return c->oom = 1;
+    c->v = v;
+    c->cap = cap;
+  }
+  c->v[c->n++] = (struct one){b, g0, g1};
+  return 0;
+}
+
+static int by_size(const void *x, const void *y) {
+  const struct one *a = x, *b = y;
+  if (a->b->size != b->b->size) return a->b->size < b->b->size ? -1 : 1;
+  return a->b->ptr < b->b->ptr ? -1 : a->b->ptr > b->b->ptr;
+}
+
+/* Moves up to `want` whole free granules into the cache, smallest free
+ * blocks first (the large ones stay able to serve large requests). */
+static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t keep_hi) {
+  cand c = {.klo = keep_lo / a->gran, .khi = (keep_hi + a->gran - 1) / a->gran, .gran = a->gran};
+  for (int p = 0; p < 2; p++) ga_pool_walk(&a->pools[p], collect, &c);
+  if (c.oom) {
+    free(c.v);
+    return -1;
+  }
+  qsort(c.v, c.n, sizeof *c.v, by_size);
+  ga_stream_t synced[8];
+  size_t nsynced = 0;
+  int rc = 0;
+  for (size_t i = 0; i < c.n && want > 0 && !rc; i++) {
+    ga_block *b = c.v[i].b;
+    size_t g0 = c.v[i].g0, g1 = c.v[i].g1;
+    size_t k = g1 - g0 < want ? g1 - g0 : want;
+    /* Work queued on the block's stream before its free may still touch it. */
+    int done = 0;
+    for (size_t s = 0; s < nsynced; s++) done |= synced[s] == b->stream;
+    if (!done) {
+      if ((rc = ga_dev_stream_synchronize(a->dev, b->stream))) break;
+      a->stats.num_unmap_syncs++;
+      if (nsynced < 8) synced[nsynced++] = b->stream;
+    }
+    if ((rc = ga_expandable_unmap_locked(a, b, g1 - k, g1))) break;
+    a->stats.num_pages_moved += (int64_t)k;
+    want -= k;
+  }
+  free(c.v);
+  return rc;
+}
+
+/* ---- Obtaining granules ---- */
+
+int ga_pages_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
+                           uintptr_t keep_hi, int *fraction_refused) {
+  *fraction_refused = 0;
+  int rc = 0;
+  if (a->ncache < n && (rc = steal(a, n - a->ncache, keep_lo, keep_hi))) return rc;
+  while (a->ncache < n) {
+    /* Handles of at most one page, never more than needed: nothing is
+     * created that no range asked for. */
+    size_t need = (n - a->ncache) * a->gran, size = need < page ? need : page;
+    if (a->allowed_max != SIZE_MAX && (a->reserved > a->allowed_max || size > a->allowed_max - a->reserved)) {
+      *fraction_refused = 1;
+      return GA_DEV_EOOM;
+    }
+    rc = phys_create(a, size, pool);
+    if (rc == GA_DEV_EOOM && a->ncache && ga_pages_trim_locked(a, 0) == 0) rc = phys_create(a, size, pool);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* ---- Reports and teardown ---- */
+
+static int add_partial(ga_block *b, void *arg) {
+  size_t *sum = arg, gran = sum[1], g0, g1;
+  if (!b->seg->expandable) return 0;
+  sum[0] += whole_granules(b, gran, &g0, &g1) ? b->size - (g1 - g0) * gran : b->size;
+  return 0;
+}
+
+size_t ga_pages_partial_free_locked(ga_allocator_t *a) {
+  size_t sum[2] = {0, a->gran};
+  for (int p = 0; p < 2; p++) ga_pool_walk(&a->pools[p], add_partial, sum);
+  return sum[0];
+}
+
+void ga_pages_teardown_locked(ga_allocator_t *a) {
+  while (a->phys) {
+    ga_phys *ph = a->phys;
+    (void)ga_dev_release(a->dev, ph->h);
+    phys_unlink(a, ph);
+    free(ph);
+  }
+  free(a->cache);
+  a->cache = NULL;
+  a->ncache = a->cap_cache = 0;
+}
