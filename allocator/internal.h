@@ -185,8 +185,10 @@ static inline int ga_block_is_split(const ga_block *b) { return b->prev || b->ne
 void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b);
 /* Takes a block out of its free tree, undoing the inactive_split count. */
 void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b);
-/* Hands out `b` (not in any tree) for `size` bytes asked, rounded to `rounded`. */
-int ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded);
+/* Hands out `b` (not in any tree) for `size` bytes asked, rounded to `rounded`;
+ * returns the allocated block (the front of b, or in expandable segments
+ * possibly its back), NULL on host OOM (b unchanged). */
+ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded);
 /* Makes an ALLOCATED/PENDING block FREE: merge with free neighbours, insert. */
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b);
 

@@ -627,7 +627,13 @@ static int sim_stream_synchronize(ga_device *d, ga_stream_t st) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_STREAM_SYNCHRONIZE, "stream_synchronize");
-  if (!rc) stream_complete(s, st, 1);
+  sim_stream *ss = stream_get(s, st, 0);
+  if (!rc && ss && ss->held) { /* a held stream has work running: this waits for it */
+    stream_complete(s, st, 0);
+    s->waits++;
+  } else if (!rc) {
+    stream_complete(s, st, 1);
+  }
   pthread_mutex_unlock(&s->mu);
   return rc;
 }

@@ -31,10 +31,11 @@ int ga_sim_is(const ga_device *d);
 /* Fills *u. */
 int ga_sim_usage_get(ga_device *d, ga_sim_usage *u);
 
-/* While `hold` is set, events recorded on `stream` stay pending (the stream's
- * work is "running"). Clearing it completes them. Default: not held, events
- * complete as soon as they are recorded. Synchronising the stream, the event
- * or the device completes the work too (and counts a wait). */
+/* While `hold` is set, `stream` has work running: events recorded on it stay
+ * pending. Clearing it completes them. Default: not held, events complete as
+ * soon as they are recorded. Synchronising the stream, the event or the device
+ * completes the work too and counts a wait (synchronising a held stream always
+ * counts one: it had work running). */
 int ga_sim_hold_stream(ga_device *d, ga_stream_t stream, int hold);
 
 /* Makes the `nth` next call of `kind` (1 = the very next) fail with `err`

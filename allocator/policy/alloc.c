@@ -113,14 +113,15 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
     }
     if (rc) return device_error(a, "obtaining device memory", rc);
   }
-  if (ga_block_hand_out_locked(a, b, size, rounded)) {
+  ga_block *got = ga_block_hand_out_locked(a, b, size, rounded);
+  if (!got) {
     /* Host OOM for bookkeeping: put the block back where it came from. */
     if (fresh) (void)ga_native_segment_release_locked(a, b);
     else ga_block_to_free_tree_locked(a, b);
     ga_error_set("ga_malloc: host out of memory for bookkeeping (%zu bytes asked)", size);
     return GA_ERR_HOST_MEMORY;
   }
-  *out = (void *)b->ptr;
+  *out = (void *)got->ptr;
   return GA_OK;
 }
 

@@ -96,11 +96,30 @@ void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
 
 /* ---- Hand out and take back ---- */
 
-int ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded) {
-  if (ga_blockmap_reserve(&a->map)) return -1;
+static size_t whole_granules(uintptr_t lo, uintptr_t hi, size_t g) {
+  uintptr_t a = (lo + g - 1) / g, b = hi / g;
+  return b > a ? b - a : 0;
+}
+
+/* Expandable segments: take the back of the block instead of the front when
+ * that leaves more whole free granules (which can move elsewhere) behind. */
+static int take_back(const ga_allocator_t *a, const ga_block *b, size_t rounded) {
+  if (!b->seg->expandable) return 0;
+  uintptr_t lo = b->ptr, hi = b->ptr + b->size;
+  return whole_granules(lo, hi - rounded, a->gran) > whole_granules(lo + rounded, hi, a->gran);
+}
+
+ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded) {
+  if (ga_blockmap_reserve(&a->map)) return NULL;
   if (should_split(a, b, rounded)) {
-    ga_block *rest = ga_block_split_off_locked(a, b, rounded);
-    if (!rest) return -1;
+    int back = take_back(a, b, rounded);
+    ga_block *rest = ga_block_split_off_locked(a, b, back ? b->size - rounded : rounded);
+    if (!rest) return NULL;
+    if (back) {
+      ga_block *front = b;
+      b = rest;
+      rest = front;
+    }
     ga_block_to_free_tree_locked(a, rest);
   }
   b->state = GA_BLOCK_ALLOCATED;
@@ -113,7 +132,7 @@ int ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t
   ga_pstat_add(s->active_bytes, b->pool, (int64_t)b->size);
   ga_pstat_add(s->requested_bytes, b->pool, (int64_t)size);
   if (b->size >= a->cfg.max_split_size) ga_stat_add(&s->oversize_allocations, 1);
-  return 0;
+  return b;
 }
 
 ga_block *ga_block_split_off_locked(ga_allocator_t *a, ga_block *b, size_t at) {
