@@ -94,7 +94,7 @@ static int expand(const char *arg, paths *out) {
     }
   }
   closedir(d);
-  qsort(out->v + first, out->n - first, sizeof *out->v, cmp_str);
+  if (out->n > first) qsort(out->v + first, out->n - first, sizeof *out->v, cmp_str);
   if (out->n == first) {
     fprintf(stderr, "ga-bench: %s: no .csv traces in this directory\n", arg);
     return -1;

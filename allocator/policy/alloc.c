@@ -88,7 +88,10 @@ static int grow_expandable(ga_allocator_t *a, int pool, ga_stream_t stream, size
   int r = ga_stream_sync_all_locked(a);
   if (r) return r;
   a->stats.num_alloc_retries++;
-  return ga_expandable_grow_locked(a, pool, stream, rounded, refused, b);
+  rc = ga_expandable_grow_locked(a, pool, stream, rounded, refused, b);
+  /* Memory pressure: what this failed request gathered goes back. */
+  if (rc == GA_DEV_EOOM) (void)ga_pages_trim_locked(a, 0);
+  return rc;
 }
 
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {

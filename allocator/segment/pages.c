@@ -8,8 +8,9 @@
  * page cache. When a range needs memory, pieces come from the cache, then from
  * whole free granules anywhere (any segment, any stream: the owning stream is
  * synchronised before the unmap), and only then from new pages. A handle goes
- * back to the device once all its pieces are cached: on empty_cache, under
- * memory pressure, or when the cache grows past expandable_cache_max_mb.
+ * back to the device once all its pieces are cached: on empty_cache, when a
+ * request fails for lack of memory, or when the cache grows past
+ * expandable_cache_max_mb.
  *
  * Owns: the handle list, the page cache, reserved_bytes / page_cache_bytes.
  * Invariant: for every handle, nmapped + (its pieces in the cache) == ngran.
@@ -165,7 +166,7 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
     free(c.v);
     return -1;
   }
-  qsort(c.v, c.n, sizeof *c.v, by_size);
+  if (c.n) qsort(c.v, c.n, sizeof *c.v, by_size);
   ga_stream_t synced[8];
   size_t nsynced = 0;
   int rc = 0;
@@ -204,9 +205,7 @@ int ga_pages_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, u
       *fraction_refused = 1;
       return GA_DEV_EOOM;
     }
-    rc = phys_create(a, size, pool);
-    if (rc == GA_DEV_EOOM && a->ncache && ga_pages_trim_locked(a, 0) == 0) rc = phys_create(a, size, pool);
-    if (rc) return rc;
+    if ((rc = phys_create(a, size, pool))) return rc;
   }
   return 0;
 }

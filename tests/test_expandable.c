@@ -1,0 +1,336 @@
+/* test_expandable.c — expandable segments: PyTorch's published cases, pages
+ * that move to where they are needed, capacity, data integrity across
+ * remaps, stream safety of unmaps, and fault injection on every VMM call. */
+#include <stdlib.h>
+
+#include "fixture.h"
+
+TestSuite(expandable, .fini = fx_close);
+
+#define EXP "expandable_segments:True"
+#define EXP2 "expandable_segments:True,expandable_page_size_mb:2"
+
+/* ---- Published cases: order no longer matters ---- */
+
+static void sixteens_then_thirtytwos(int reverse) {
+  void *p[8];
+  size_t first = reverse ? 32 * MiB : 16 * MiB, second = reverse ? 16 * MiB : 32 * MiB;
+  int n1 = reverse ? 4 : 8, n2 = reverse ? 8 : 4;
+  for (int i = 0; i < n1; i++) p[i] = fx_alloc(first);
+  for (int i = 0; i < n1; i++) fx_free(p[i]);
+  for (int i = 0; i < n2; i++) p[i] = fx_alloc(second);
+  ga_stats_t s = fx_stats();
+  cr_assert_leq(s.reserved_bytes[GA_POOL_ALL].peak, 140 * MiB, "peak reserved %lld",
+                (long long)s.reserved_bytes[GA_POOL_ALL].peak);
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 128 * MiB);
+  cr_assert_eq(s.mapped_bytes.current, 128 * MiB);
+  cr_assert_eq(s.segment[GA_POOL_ALL].current, 0, "mapped pages are not segments (as PyTorch)");
+  for (int i = 0; i < n2; i++) fx_free(p[i]);
+}
+
+Test(expandable, eight_16MiB_then_four_32MiB_maps_at_most_140MiB) {
+  fx_open(EXP, GiB);
+  sixteens_then_thirtytwos(0);
+}
+
+Test(expandable, four_32MiB_then_eight_16MiB_maps_the_same) {
+  fx_open(EXP, GiB);
+  sixteens_then_thirtytwos(1);
+}
+
+Test(expandable, small_and_large_requests_grow_their_own_segments) {
+  fx_open(EXP, GiB);
+  char *a = fx_alloc(2 * MiB), *b = fx_alloc(2 * MiB), *c = fx_alloc(MiB / 2);
+  cr_assert_eq(b, a + 2 * MiB, "contiguous growth");
+  assert_reserved(6 * MiB);
+  assert_stat(reserved_bytes, GA_POOL_SMALL, 2 * MiB);
+  ga_stats_t s = fx_stats();
+  cr_assert_eq(s.device_calls[GA_CALL_RESERVE], 2);
+  cr_assert_eq(s.mapped_pages, 3);
+  fx_free(a);
+  fx_free(b);
+  fx_free(c);
+}
+
+/* ---- Pages move to where they are needed ---- */
+
+Test(expandable, freed_pages_between_live_blocks_serve_a_larger_request) {
+  fx_open(EXP2, GiB);
+  char *p[4];
+  for (int i = 0; i < 4; i++) {
+    p[i] = fx_alloc(16 * MiB);
+    fx_fill(p[i], 16 * MiB, (unsigned)i);
+  }
+  fx_free(p[0]);
+  fx_free(p[2]);
+  uint64_t creates = fx_stats().device_calls[GA_CALL_CREATE];
+  char *q = fx_alloc(32 * MiB);
+  memset(q, 0x77, 32 * MiB);
+  ga_stats_t s = fx_stats();
+  cr_assert_eq(s.device_calls[GA_CALL_CREATE], creates, "no new physical memory");
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 64 * MiB);
+  cr_assert_eq(s.num_pages_moved, 16);
+  cr_assert(fx_verify(p[1], 16 * MiB, 1) && fx_verify(p[3], 16 * MiB, 3), "live blocks keep every byte");
+  fx_free(p[1]);
+  fx_free(p[3]);
+  fx_free(q);
+}
+
+Test(expandable, pages_move_across_streams_and_pools) {
+  fx_open(EXP2, 64 * MiB);
+  void *small[8];
+  for (int i = 0; i < 8; i++) small[i] = fx_alloc_on(MiB, S1); /* 4 granules of the small pool */
+  void *big = fx_alloc_on(50 * MiB, S2);                         /* 25 granules on S2 */
+  for (int i = 0; i < 8; i++) fx_free(small[i]);
+  fx_free(big);
+  /* 58 MiB are free in whole granules on two streams and two pools;
+   * 60 MiB on a third stream fits only by moving them. */
+  ga_stream_t s3 = (ga_stream_t)(uintptr_t)0x3003;
+  void *c = fx_alloc_on(60 * MiB, s3);
+  assert_reserved(60 * MiB);
+  fx_free(c);
+}
+
+/* ---- Capacity: free whole pages plus what the device has left ---- */
+
+Test(expandable, a_request_fits_whenever_free_pages_and_capacity_hold_it) {
+  fx_open(EXP, 64 * MiB);
+  char *a = fx_alloc(20 * MiB), *b = fx_alloc(20 * MiB), *c = fx_alloc(20 * MiB);
+  fx_fill(b, 20 * MiB, 9);
+  fx_free(a);
+  fx_free(c);
+  /* 40 MiB free in two separate places + 4 MiB never used = 44 MiB. */
+  char *d = fx_alloc(44 * MiB);
+  memset(d, 1, 44 * MiB);
+  cr_assert(fx_verify(b, 20 * MiB, 9));
+  assert_reserved(64 * MiB);
+  void *e;
+  cr_assert_eq(ga_malloc(fx_a, 2 * MiB, S1, &e), GA_ERR_OOM);
+  cr_assert(strstr(ga_last_error(), "Tried to allocate 2.00 MiB") != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "lies in partly used 2 MiB pages") != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "expandable_segments:True to avoid") == NULL, "%s", ga_last_error());
+  fx_free(d);
+  fx_free(b);
+}
+
+Test(expandable, partly_used_pages_are_reported_and_cannot_move) {
+  fx_open(EXP2, 16 * MiB);
+  /* Blocks of 1.5 MiB + 512 B: the granules between them are shared. */
+  void *p[8];
+  int n = 0;
+  while (n < 8 && ga_malloc(fx_a, 3 * MiB / 2 + 512, S1, &p[n]) == GA_OK) n++;
+  cr_assert_geq(n, 7);
+  for (int i = 0; i < n; i += 2) fx_free(p[i]);
+  void *q;
+  ga_status_t st = ga_malloc(fx_a, 8 * MiB, S1, &q);
+  cr_assert_eq(st, GA_ERR_OOM);
+  cr_assert(strstr(ga_last_error(), "lies in partly used 2 MiB pages") != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), " 0 bytes of free cached memory") == NULL, "%s", ga_last_error());
+  for (int i = 1; i < n; i += 2) fx_free(p[i]);
+}
+
+/* ---- max_split_size with expandable segments: no runaway growth ---- */
+
+static void pytorch_cycle(const char *conf) {
+  fx_open(conf, 4 * GiB);
+  void *keep[100];
+  for (int i = 0; i < 100; i++) {
+    void *a = fx_alloc(91 * MiB), *b = fx_alloc(91 * MiB / 2);
+    keep[i] = fx_alloc(2 * MiB);
+    fx_free(a);
+    fx_free(b);
+  }
+  ga_stats_t s = fx_stats();
+  long long live = 91 * MiB + 91 * MiB / 2 + 100 * 2 * MiB;
+  cr_assert_lt(s.reserved_bytes[GA_POOL_ALL].peak, 2 * live, "%s: peak reserved %lld MiB, peak live %lld MiB", conf,
+               (long long)s.reserved_bytes[GA_POOL_ALL].peak >> 20, live >> 20);
+  for (int i = 0; i < 100; i++) fx_free(keep[i]);
+}
+
+Test(expandable, max_split_size_does_not_make_reserved_memory_grow_without_bound) {
+  pytorch_cycle(EXP ",max_split_size_mb:40");
+}
+
+Test(expandable, the_same_cycle_without_max_split_size) { pytorch_cycle(EXP); }
+
+/* ---- Streams: never unmap memory a stream may still be using ---- */
+
+Test(expandable, the_owning_stream_is_synchronised_before_its_pages_move) {
+  fx_open(EXP2, 64 * MiB);
+  ga_sim_hold_stream(fx_dev, S1, 1); /* S1 still has work queued */
+  void *a = fx_alloc_on(40 * MiB, S1);
+  fx_free(a); /* free for S1 at once, but S1's kernels may still use it */
+  void *b = fx_alloc_on(40 * MiB, S2); /* must take a's pages */
+  ga_sim_usage u;
+  ga_sim_usage_get(fx_dev, &u);
+  cr_assert_eq(u.waits, 1, "the allocator waited for S1 before unmapping");
+  cr_assert_geq(fx_stats().num_unmap_syncs, 1);
+  fx_free(b);
+  ga_sim_hold_stream(fx_dev, S1, 0);
+}
+
+Test(expandable, a_block_waiting_on_events_is_never_unmapped_early) {
+  fx_open(EXP2, 64 * MiB);
+  ga_sim_hold_stream(fx_dev, S2, 1);
+  char *a = fx_alloc_on(40 * MiB, S1);
+  ga_record_stream(fx_a, a, S2);
+  fx_free(a); /* pending on S2's event */
+  ga_sim_usage u0, u1;
+  ga_sim_usage_get(fx_dev, &u0);
+  cr_assert_eq(u0.pending_events, 1);
+  void *b = fx_alloc_on(40 * MiB, S1); /* only a's pages can serve: the event must be waited for */
+  ga_sim_usage_get(fx_dev, &u1);
+  cr_assert_eq(u1.pending_events, 0);
+  cr_assert_geq(u1.waits, 1);
+  assert_scalar(num_sync_all_streams, 1);
+  fx_free(b);
+  ga_sim_hold_stream(fx_dev, S2, 0);
+}
+
+/* ---- Data integrity across thousands of remaps ---- */
+
+typedef struct live_block {
+  char *p;
+  size_t n;
+  unsigned tag;
+} live_block;
+
+/* A 64-byte probe every 256 KiB (so in every granule) plus both ends. */
+static void stamp(live_block *b, int check, int *bad) {
+  size_t off = 0;
+  for (; off < b->n; off += 256 * KiB) {
+    size_t len = b->n - off < 64 ? b->n - off : 64;
+    if (check) *bad += !fx_verify(b->p + off, len, b->tag + (unsigned)off);
+    else fx_fill(b->p + off, len, b->tag + (unsigned)off);
+  }
+  if (b->n < off - 256 * KiB + 128) return; /* the last stride probe already covers the end */
+  if (check) *bad += !fx_verify(b->p + b->n - 64, 64, b->tag ^ 0x5555u);
+  else fx_fill(b->p + b->n - 64, 64, b->tag ^ 0x5555u);
+}
+
+Test(expandable, every_live_byte_survives_thousands_of_seeded_operations_on_two_streams) {
+  fx_open(EXP2, 192 * MiB);
+  enum { SLOTS = 48 };
+  live_block live[SLOTS] = {0};
+  unsigned seed = 20261202;
+  int bad = 0, ooms = 0;
+  int64_t moved_before = 0;
+  for (int step = 0; step < 6000; step++) {
+    int i = rand_r(&seed) % SLOTS;
+    if (live[i].p) {
+      if (rand_r(&seed) % 5 == 0) ga_record_stream(fx_a, live[i].p, rand_r(&seed) % 2 ? S1 : S2);
+      stamp(&live[i], 1, &bad);
+      fx_free(live[i].p);
+      live[i].p = NULL;
+    } else {
+      size_t n = rand_r(&seed) % 3 ? 1 + (size_t)rand_r(&seed) % (3 * MiB) : 1 + (size_t)rand_r(&seed) % (24 * MiB);
+      void *p;
+      ga_status_t st = ga_malloc(fx_a, n, rand_r(&seed) % 2 ? S1 : S2, &p);
+      if (st == GA_ERR_OOM) {
+        ooms++;
+        continue;
+      }
+      cr_assert_eq(st, GA_OK, "%s", ga_last_error());
+      live[i] = (live_block){p, n, (unsigned)rand_r(&seed)};
+      stamp(&live[i], 0, &bad);
+    }
+    if (step % 500 == 499) ga_empty_cache(fx_a);
+    int64_t moved = fx_stats().num_pages_moved;
+    if (moved != moved_before) { /* pages moved: check every live block */
+      for (int j = 0; j < SLOTS; j++)
+        if (live[j].p) stamp(&live[j], 1, &bad);
+      moved_before = moved;
+    }
+    if (step % 1000 == 0) cr_assert_eq(ga_check(fx_a), 0, "step %d", step);
+  }
+  cr_assert_eq(bad, 0, "%d corrupted probes", bad);
+  cr_assert_gt(moved_before, 100, "the workload must move pages (moved %lld)", (long long)moved_before);
+  for (int j = 0; j < SLOTS; j++)
+    if (live[j].p) fx_free(live[j].p);
+  (void)ooms;
+}
+
+/* ---- Fault injection on every VMM call, at every position ---- */
+
+static int vmm_scenario(void) {
+  void *p[6] = {0};
+  size_t sizes[6] = {5 * MiB, MiB / 2, 30 * MiB, 7 * MiB, 3 * MiB, 12 * MiB};
+  int failures = 0;
+  for (int i = 0; i < 6; i++) {
+    if (ga_malloc(fx_a, sizes[i], i % 2 ? S1 : S2, &p[i]) != GA_OK) failures++;
+    else fx_fill(p[i], 4096, (unsigned)i);
+    cr_assert_eq(ga_check(fx_a), 0, "after malloc %d", i);
+    if (i == 2 && p[0]) fx_free(p[0]), p[0] = NULL; /* a hole for later requests to take */
+  }
+  void *q = NULL; /* needs pages moved from free memory */
+  if (ga_malloc(fx_a, 40 * MiB, S1, &q) != GA_OK) failures++;
+  cr_assert_eq(ga_check(fx_a), 0);
+  for (int i = 0; i < 6; i++)
+    if (p[i]) {
+      cr_assert(fx_verify(p[i], 4096, (unsigned)i), "contents of block %d", i);
+      fx_free(p[i]);
+    }
+  if (q) fx_free(q);
+  if (ga_empty_cache(fx_a) != GA_OK) failures++;
+  cr_assert_eq(ga_check(fx_a), 0);
+  return failures;
+}
+
+static void vmm_faults(ga_device_call_t kind, int err) {
+  fx_open(EXP2, 128 * MiB);
+  uint64_t at_create = fx_stats().device_calls[kind];
+  vmm_scenario();
+  unsigned calls = (unsigned)(fx_stats().device_calls[kind] - at_create);
+  fx_close();
+  cr_assert(calls > 0, "the scenario makes no %s call", ga_device_call_name(kind));
+  for (unsigned nth = 1; nth <= calls; nth++) {
+    fx_open(EXP2, 128 * MiB);
+    ga_sim_inject(fx_dev, kind, nth, err, 0);
+    vmm_scenario();
+    ga_sim_clear_faults(fx_dev);
+    ga_sim_usage u;
+    ga_sim_usage_get(fx_dev, &u);
+    cr_assert_eq(u.faults_fired, 1, "the fault at %s call %u did not fire", ga_device_call_name(kind), nth);
+    cr_assert_eq(vmm_scenario(), 0, "%s fault at call %u left the allocator unusable: %s", ga_device_call_name(kind),
+                 nth, ga_last_error());
+    fx_close();
+  }
+}
+
+Test(expandable, failing_reserve) { vmm_faults(GA_CALL_RESERVE, GA_DEV_EDRIVER); }
+Test(expandable, failing_create_out_of_memory) { vmm_faults(GA_CALL_CREATE, GA_DEV_EOOM); }
+Test(expandable, failing_create_driver_error) { vmm_faults(GA_CALL_CREATE, GA_DEV_EDRIVER); }
+Test(expandable, failing_map) { vmm_faults(GA_CALL_MAP, GA_DEV_EDRIVER); }
+Test(expandable, failing_unmap) { vmm_faults(GA_CALL_UNMAP, GA_DEV_EDRIVER); }
+Test(expandable, failing_release) { vmm_faults(GA_CALL_RELEASE, GA_DEV_EDRIVER); }
+Test(expandable, failing_unreserve) { vmm_faults(GA_CALL_UNRESERVE, GA_DEV_EDRIVER); }
+Test(expandable, failing_stream_synchronize) { vmm_faults(GA_CALL_STREAM_SYNCHRONIZE, GA_DEV_EDRIVER); }
+
+/* ---- empty_cache and the page cache ---- */
+
+Test(expandable, empty_cache_gives_every_free_page_back) {
+  fx_open(EXP2, GiB);
+  void *a = fx_alloc(30 * MiB), *b = fx_alloc(10 * MiB + 1), *c = fx_alloc(100);
+  fx_free(a);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  ga_stats_t s = fx_stats();
+  /* b keeps 6 granules (10 MiB + 1 touches one more), c one small granule. */
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 14 * MiB, "%lld", (long long)s.reserved_bytes[GA_POOL_ALL].current >> 20);
+  cr_assert_eq(s.page_cache_bytes.current, 0);
+  fx_free(b);
+  fx_free(c);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  ga_sim_usage u;
+  ga_sim_usage_get(fx_dev, &u);
+  cr_assert_eq(u.live_reservations, 0, "empty segments are unreserved");
+  cr_assert_eq(u.used, 0);
+}
+
+Test(expandable, the_page_cache_keeps_at_most_its_threshold) {
+  fx_open(EXP ",expandable_cache_max_mb:0", GiB);
+  void *a = fx_alloc(5 * MiB);  /* a 6 MiB handle: the unused part waits in the cache... */
+  ga_stats_t s = fx_stats();
+  cr_assert_eq(s.page_cache_bytes.current, 0, "...or would, but the handle is still partly mapped");
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 6 * MiB);
+  fx_free(a);
+}
