@@ -19,6 +19,7 @@ static void usage(FILE *f) {
           "      PATH is an RMM CSV trace or a directory of them (*.csv).\n"
           "      --conf        GARDENALLOC_CONF string (default: the environment variable)\n"
           "      --capacity-mb memory of the simulated device (default 81920)\n"
+          "      --size-scale N multiply every size in the trace by N (e.g. 64 for MiniMalloc)\n"
           "      --json        one JSON object per trace instead of the table\n"
           "  ga-bench keys [--markdown]   the configuration keys\n");
 }
@@ -128,23 +129,25 @@ static void print_json(const char *path, const char *conf, const trace *t, const
 }
 
 static void print_header(void) {
-  printf("%-36s %8s %10s %10s %10s %8s %10s %8s %5s %8s %8s\n", "trace", "events", "peak live", "peak alloc",
-         "peak resv", "resv/live", "PyTorch", "vs PT", "OOMs", "mallocs", "frees");
-  printf("%-36s %8s %10s %10s %10s %8s %10s %8s %5s %8s %8s\n", "", "", "(GiB)", "(GiB)", "(GiB)", "", "resv (GiB)",
-         "", "", "", "");
+  printf("%-34s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "trace", "events", "peak live", "peak alloc",
+         "peak resv", "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "moved");
+  printf("%-34s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "", "", "(MiB)", "(MiB)", "(MiB)", "",
+         "resv (MiB)", "", "", "", "", "");
 }
+
+static double mib(unsigned long long b) { return (double)b / (double)(1ULL << 20); }
 
 static void print_row(const char *path, const replay_result *r, const baseline *b) {
   char pt[16] = "-", vs[16] = "-";
   if (b->have) {
-    snprintf(pt, sizeof pt, "%.2f", gib(b->pytorch_reserved));
+    snprintf(pt, sizeof pt, "%.1f", mib(b->pytorch_reserved));
     snprintf(vs, sizeof vs, "%.3f", (double)r->peak_reserved / (double)b->pytorch_reserved);
   }
-  printf("%-36.36s %8zu %10.2f %10.2f %10.2f %8.3f %10s %8s %5llu %8llu %8llu\n", base_name(path), r->events,
-         gib(r->peak_requested), gib(r->peak_allocated), gib(r->peak_reserved),
+  printf("%-34.34s %7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %7llu %7lld\n", base_name(path), r->events,
+         mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
          r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, pt, vs,
-         (unsigned long long)r->num_ooms, (unsigned long long)r->stats.device_calls[GA_CALL_MALLOC],
-         (unsigned long long)r->stats.device_calls[GA_CALL_FREE]);
+         (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
+         (unsigned long long)r->stats.device_calls[GA_CALL_MAP], (long long)r->stats.num_pages_moved);
 }
 
 /* ---- Commands ---- */
@@ -152,12 +155,21 @@ static void print_row(const char *path, const replay_result *r, const baseline *
 static int cmd_replay(int argc, char **argv) {
   const char *conf = getenv("GARDENALLOC_CONF");
   const char *capacity = NULL;
+  unsigned long long scale = 1;
   int json = 0;
   paths p = {0};
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
     else if (!strcmp(argv[i], "--conf") && i + 1 < argc) conf = argv[++i];
     else if (!strcmp(argv[i], "--capacity-mb") && i + 1 < argc) capacity = argv[++i];
+    else if (!strcmp(argv[i], "--size-scale") && i + 1 < argc) {
+      char *end;
+      scale = strtoull(argv[++i], &end, 10);
+      if (*end || scale == 0) {
+        fprintf(stderr, "ga-bench replay: --size-scale '%s' is not a positive integer\n", argv[i]);
+        return 2;
+      }
+    }
     else if (argv[i][0] == '-') {
       fprintf(stderr, "ga-bench replay: unknown option '%s'\n", argv[i]);
       usage(stderr);
@@ -178,13 +190,15 @@ static int cmd_replay(int argc, char **argv) {
     fprintf(stderr, "ga-bench: %s\n", ga_last_error());
     return 2;
   }
-  if (!json) printf("configuration: \"%s\"\n", conf ? conf : "");
+  if (!json) printf("configuration: \"%s\"%s\n", conf ? conf : "", scale > 1 ? " (sizes scaled)" : "");
   int failed = 0;
   for (size_t i = 0; i < p.n; i++) {
     trace t;
     replay_result r;
     char err[1024];
-    if (trace_load(p.v[i], &t, err, sizeof err) || trace_replay(&t, conf, &r, err, sizeof err)) {
+    int bad = trace_load(p.v[i], &t, err, sizeof err);
+    for (size_t k = 0; !bad && k < t.n; k++) t.ev[k].size *= scale;
+    if (bad || trace_replay(&t, conf, &r, err, sizeof err)) {
       fprintf(stderr, "ga-bench: %s\n", err);
       failed = 1;
       if (t.path) trace_free(&t);
