@@ -35,7 +35,7 @@ typedef struct worker {
   int errors;
 } worker;
 
-static size_t pick_size(unsigned *seed) {
+static inline size_t pick_size(unsigned *seed) {
   unsigned r = (unsigned)rand_r(seed);
   switch (r % 4) {
     case 0: return 1 + r % 4096;
@@ -46,19 +46,19 @@ static size_t pick_size(unsigned *seed) {
 }
 
 /* The first 4 KiB and the last 64 bytes of each block carry a pattern. */
-static void fill(char *p, size_t len, unsigned tag) {
+static inline void fill(char *p, size_t len, unsigned tag) {
   int bad = 0;
   tw_pattern((unsigned char *)p, len < 4096 ? len : 4096, tag, 0, &bad);
   if (len >= 8192) tw_pattern((unsigned char *)p + len - 64, 64, tag + 1, 0, &bad);
 }
-static int verify(char *p, size_t len, unsigned tag) {
+static inline int verify(char *p, size_t len, unsigned tag) {
   int bad = 0;
   tw_pattern((unsigned char *)p, len < 4096 ? len : 4096, tag, 1, &bad);
   if (len >= 8192) tw_pattern((unsigned char *)p + len - 64, 64, tag + 1, 1, &bad);
   return bad == 0;
 }
 
-static void *work(void *arg) {
+static inline void *work(void *arg) {
   worker *w = arg;
   unsigned seed = 1234u + (unsigned)w->id;
   void *ptr[SLOTS] = {0};
@@ -93,7 +93,7 @@ static void *work(void *arg) {
 }
 
 
-static void *tw_hold_and_release(void *arg) {
+static inline void *tw_hold_and_release(void *arg) {
   (void)arg;
   for (int i = 0; i < 200; i++) {
     ga_sim_hold_stream(tw_dev, TW_S2, i % 2 == 0);

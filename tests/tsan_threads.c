@@ -6,9 +6,9 @@
 #include "internal.h"
 #include "threads_work.h"
 
-static int run(int with_controls) {
+static int run(const char *conf, int with_controls) {
   char err[256];
-  if (ga_sim_open(0, (size_t)8 << 30, &tw_dev, err, sizeof err) || ga_create_on_device(NULL, tw_dev, &tw_a)) {
+  if (ga_sim_open(0, (size_t)8 << 30, &tw_dev, err, sizeof err) || ga_create_on_device(conf, tw_dev, &tw_a)) {
     fprintf(stderr, "setup failed: %s %s\n", err, ga_last_error());
     return 0;
   }
@@ -27,13 +27,15 @@ static int run(int with_controls) {
   int ok = errors == 0 && ga_check(tw_a) == 0 && s.allocation[GA_POOL_ALL].current == 0;
   ga_destroy(tw_a);
   ga_dev_destroy(tw_dev);
-  printf("%s: %s (%d errors)\n", with_controls ? "threads_with_stream_controls" : "threads_allocate_and_free",
-         ok ? "ok" : "FAILED", errors);
+  printf("%s [%s]: %s (%d errors)\n", with_controls ? "threads_with_stream_controls" : "threads_allocate_and_free",
+         conf, ok ? "ok" : "FAILED", errors);
   return ok;
 }
 
 int main(void) {
-  int passed = run(0) + run(1);
-  printf("%d passed, %d failed\n", passed, 2 - passed);
-  return passed == 2 ? 0 : 1;
+  const char *confs[] = {"expandable_segments:False", "expandable_segments:True,expandable_page_size_mb:2"};
+  int passed = 0;
+  for (int c = 0; c < 2; c++) passed += run(confs[c], 0) + run(confs[c], 1);
+  printf("%d passed, %d failed\n", passed, 4 - passed);
+  return passed == 4 ? 0 : 1;
 }
