@@ -129,9 +129,9 @@ static void print_json(const char *path, const char *conf, const trace *t, const
 }
 
 static void print_header(void) {
-  printf("%-34s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "trace", "events", "peak live", "peak alloc",
+  printf("%-36s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "trace", "events", "peak live", "peak alloc",
          "peak resv", "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "moved");
-  printf("%-34s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "", "", "(MiB)", "(MiB)", "(MiB)", "",
+  printf("%-36s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "", "", "(MiB)", "(MiB)", "(MiB)", "",
          "resv (MiB)", "", "", "", "", "");
 }
 
@@ -143,7 +143,7 @@ static void print_row(const char *path, const replay_result *r, const baseline *
     snprintf(pt, sizeof pt, "%.1f", mib(b->pytorch_reserved));
     snprintf(vs, sizeof vs, "%.3f", (double)r->peak_reserved / (double)b->pytorch_reserved);
   }
-  printf("%-34.34s %7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %7llu %7lld\n", base_name(path), r->events,
+  printf("%-36.36s %7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %7llu %7lld\n", base_name(path), r->events,
          mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
          r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, pt, vs,
          (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
