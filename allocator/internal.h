@@ -21,6 +21,8 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "config.h"
 #include "device/device.h"
@@ -134,6 +136,23 @@ struct ga_allocator {
   ga_piece *cache;          /* unmapped granules of live handles, sorted */
   size_t ncache, cap_cache;
 };
+
+/* ---- Growable arrays ---- */
+static inline void *ga_vec_grow(void *v, size_t *cap, size_t n, size_t elem) {
+  size_t c = *cap ? *cap : 16;
+  while (c < n) c *= 2;
+  void *nv = realloc(v, c * elem);
+  if (nv) *cap = c;
+  return nv;
+}
+static inline int ga_vec_set(void *slot, void *nv) {
+  if (!nv) return -1;
+  memcpy(slot, &nv, sizeof nv);
+  return 0;
+}
+/* Room for n elements in the array v of capacity cap (doubling). 0, or -1 on
+ * host OOM with v unchanged. */
+#define GA_VEC_ROOM(v, cap, n) ((n) <= (cap) ? 0 : ga_vec_set(&(v), ga_vec_grow((v), &(cap), (n), sizeof *(v))))
 
 /* ---- Errors (report.c) ---- */
 void ga_error_set(const char *fmt, ...)

@@ -11,19 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-missing=()
-command -v cmake >/dev/null || missing+=(cmake)
-command -v cc >/dev/null || missing+=(gcc)
-command -v make >/dev/null || missing+=(make)
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  else
-    echo "bench/run.sh: missing ${missing[*]}; install them first" >&2
-    exit 1
-  fi
-fi
+. scripts/need.sh
+need_packages cmake:cmake cc:gcc make:make
 
 shared=${GA_SHARED_DIR:-../shared}
 traces="$shared/traces/pytorch_snapshots"

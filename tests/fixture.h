@@ -106,6 +106,32 @@ static inline size_t fx_block_size(void *p) {
                  (unsigned long long)(want));                                                  \
   } while (0)
 
+/* Runs `scenario` once to count the calls of `kind` it makes, then once per
+ * position with that call failing (err), asserting that the fault fired and
+ * that a clean run afterwards succeeds with no failure. The fixture checks
+ * consistency and leaks after each run. */
+static inline void fx_fault_sweep(const char *conf, size_t capacity, ga_device_call_t kind, int err,
+                                  int (*scenario)(void)) {
+  fx_open(conf, capacity);
+  uint64_t at_create = fx_stats().device_calls[kind];
+  scenario();
+  unsigned calls = (unsigned)(fx_stats().device_calls[kind] - at_create);
+  fx_close();
+  cr_assert(calls > 0, "the scenario makes no %s call", ga_device_call_name(kind));
+  for (unsigned nth = 1; nth <= calls; nth++) {
+    fx_open(conf, capacity);
+    ga_sim_inject(fx_dev, kind, nth, err, 0);
+    scenario();
+    ga_sim_clear_faults(fx_dev);
+    ga_sim_usage u;
+    ga_sim_usage_get(fx_dev, &u);
+    cr_assert_eq(u.faults_fired, 1, "the fault at %s call %u did not fire", ga_device_call_name(kind), nth);
+    cr_assert_eq(scenario(), 0, "%s fault at call %u left the allocator unusable: %s", ga_device_call_name(kind), nth,
+                 ga_last_error());
+    fx_close();
+  }
+}
+
 /* A byte pattern that depends on the address and a seed. */
 static inline void fx_fill(void *p, size_t n, unsigned seed) {
   unsigned char *c = p;

@@ -6,23 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-missing=()
-command -v cmake >/dev/null || missing+=(cmake)
-command -v cc >/dev/null || missing+=(gcc)
-command -v make >/dev/null || missing+=(make)
-command -v pkg-config >/dev/null || missing+=(pkg-config)
-if ! pkg-config --exists criterion 2>/dev/null; then missing+=(libcriterion-dev); fi
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "tests/run.sh: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  else
-    echo "tests/run.sh: missing ${missing[*]}; install them (e.g. sudo apt-get install ${missing[*]})" >&2
-    exit 1
-  fi
-fi
+. scripts/need.sh
+need_packages cmake:cmake cc:gcc make:make pkg-config:pkg-config pc:criterion:libcriterion-dev
 
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGA_BUILD_TESTS=ON -DGA_BUILD_BENCH=ON \

@@ -276,26 +276,7 @@ static int vmm_scenario(void) {
   return failures;
 }
 
-static void vmm_faults(ga_device_call_t kind, int err) {
-  fx_open(EXP2, 128 * MiB);
-  uint64_t at_create = fx_stats().device_calls[kind];
-  vmm_scenario();
-  unsigned calls = (unsigned)(fx_stats().device_calls[kind] - at_create);
-  fx_close();
-  cr_assert(calls > 0, "the scenario makes no %s call", ga_device_call_name(kind));
-  for (unsigned nth = 1; nth <= calls; nth++) {
-    fx_open(EXP2, 128 * MiB);
-    ga_sim_inject(fx_dev, kind, nth, err, 0);
-    vmm_scenario();
-    ga_sim_clear_faults(fx_dev);
-    ga_sim_usage u;
-    ga_sim_usage_get(fx_dev, &u);
-    cr_assert_eq(u.faults_fired, 1, "the fault at %s call %u did not fire", ga_device_call_name(kind), nth);
-    cr_assert_eq(vmm_scenario(), 0, "%s fault at call %u left the allocator unusable: %s", ga_device_call_name(kind),
-                 nth, ga_last_error());
-    fx_close();
-  }
-}
+static void vmm_faults(ga_device_call_t kind, int err) { fx_fault_sweep(EXP2, 128 * MiB, kind, err, vmm_scenario); }
 
 Test(expandable, failing_reserve) { vmm_faults(GA_CALL_RESERVE, GA_DEV_EDRIVER); }
 Test(expandable, failing_create_out_of_memory) { vmm_faults(GA_CALL_CREATE, GA_DEV_EOOM); }

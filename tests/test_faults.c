@@ -40,27 +40,7 @@ static int scenario(void) {
   return failures;
 }
 
-static void fail_each_position(ga_device_call_t kind, int err) {
-  fx_open(NULL, 256 * MiB);
-  uint64_t at_create = fx_stats().device_calls[kind];
-  scenario();
-  unsigned calls = (unsigned)(fx_stats().device_calls[kind] - at_create);
-  fx_close();
-  cr_assert(calls > 0, "the scenario makes no %s call", ga_device_call_name(kind));
-  for (unsigned nth = 1; nth <= calls; nth++) {
-    fx_open(NULL, 256 * MiB);
-    ga_sim_inject(fx_dev, kind, nth, err, 0);
-    scenario();
-    ga_sim_clear_faults(fx_dev);
-    ga_sim_usage u;
-    ga_sim_usage_get(fx_dev, &u);
-    cr_assert_eq(u.faults_fired, 1, "the fault at %s call %u did not fire", ga_device_call_name(kind), nth);
-    /* After the fault: the allocator still serves and gives everything back. */
-    cr_assert_eq(scenario(), 0, "%s fault at call %u left the allocator unusable: %s", ga_device_call_name(kind), nth,
-                 ga_last_error());
-    fx_close();
-  }
-}
+static void fail_each_position(ga_device_call_t kind, int err) { fx_fault_sweep(NULL, 256 * MiB, kind, err, scenario); }
 
 Test(faults, failing_malloc_out_of_memory) { fail_each_position(GA_CALL_MALLOC, GA_DEV_EOOM); }
 Test(faults, failing_malloc_driver_error) { fail_each_position(GA_CALL_MALLOC, GA_DEV_EDRIVER); }

@@ -28,13 +28,7 @@ typedef struct blist {
 static int collect_unsplit(ga_block *b, void *arg) {
   blist *l = arg;
   if (ga_block_is_split(b) || b->seg->expandable) return 0;
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 64;
-    ga_block **v = realloc(l->v, cap * sizeof *v);
-    if (!v) return l->oom = 1;
-    l->v = v;
-    l->cap = cap;
-  }
+  if (GA_VEC_ROOM(l->v, l->cap, l->n + 1)) return l->oom = 1;
   l->v[l->n++] = b;
   return 0;
 }

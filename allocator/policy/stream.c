@@ -36,15 +36,9 @@ static int event_get(ga_allocator_t *a, ga_event *ev) {
 }
 
 static void event_put(ga_allocator_t *a, ga_event ev) {
-  if (a->nevent_cache == a->cap_event_cache) {
-    size_t cap = a->cap_event_cache ? a->cap_event_cache * 2 : 16;
-    ga_event *v = realloc(a->event_cache, cap * sizeof *v);
-    if (!v) {
-      (void)ga_dev_event_destroy(a->dev, ev);
-      return;
-    }
-    a->event_cache = v;
-    a->cap_event_cache = cap;
+  if (GA_VEC_ROOM(a->event_cache, a->cap_event_cache, a->nevent_cache + 1)) {
+    (void)ga_dev_event_destroy(a->dev, ev);
+    return;
   }
   a->event_cache[a->nevent_cache++] = ev;
 }
@@ -52,13 +46,7 @@ static void event_put(ga_allocator_t *a, ga_event ev) {
 /* Defers the reuse of `b` until work now queued on `s` is done. */
 static void defer_on(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
   ga_event ev;
-  if (a->npending == a->cap_pending) {
-    size_t cap = a->cap_pending ? a->cap_pending * 2 : 16;
-    ga_pending *v = realloc(a->pending, cap * sizeof *v);
-    if (!v) goto sync;
-    a->pending = v;
-    a->cap_pending = cap;
-  }
+  if (GA_VEC_ROOM(a->pending, a->cap_pending, a->npending + 1)) goto sync;
   if (event_get(a, &ev)) goto sync;
   if (ga_dev_event_record(a->dev, ev, s)) {
     event_put(a, ev);

@@ -235,12 +235,9 @@ int ga_expandable_release_all_locked(ga_allocator_t *a) {
     for (ga_block *b = s->head; b; b = b->next) {
       size_t g0 = (b->ptr + a->gran - 1) / a->gran, g1 = (b->ptr + b->size) / a->gran;
       if (b->state != GA_BLOCK_FREE || g1 <= g0) continue;
-      if (f.n == f.cap) {
-        size_t cap = f.cap ? f.cap * 2 : 32;
-        ga_block **v = realloc(f.v, cap * sizeof *v);
-        if (!v) { rc = -1; break; }
-        f.v = v;
-        f.cap = cap;
+      if (GA_VEC_ROOM(f.v, f.cap, f.n + 1)) {
+        rc = -1;
+        break;
       }
       f.v[f.n++] = b;
     }

@@ -21,14 +21,10 @@
 
 /* ---- The cache ---- */
 
+int ga_pages_room_locked(ga_allocator_t *a, size_t n) { return GA_VEC_ROOM(a->cache, a->cap_cache, a->ncache + n); }
+
 int ga_pages_put_locked(ga_allocator_t *a, ga_piece p) {
-  if (a->ncache == a->cap_cache) {
-    size_t cap = a->cap_cache ? a->cap_cache * 2 : 64;
-    ga_piece *v = realloc(a->cache, cap * sizeof *v);
-    if (!v) return -1;
-    a->cache = v;
-    a->cap_cache = cap;
-  }
+  if (ga_pages_room_locked(a, 1)) return -1;
   a->cache[a->ncache++] = p;
   ga_stat_add(&a->stats.page_cache_bytes, (int64_t)a->gran);
   return 0;
@@ -39,16 +35,6 @@ ga_piece ga_pages_take_locked(ga_allocator_t *a) {
   return a->cache[--a->ncache];
 }
 
-int ga_pages_room_locked(ga_allocator_t *a, size_t n) {
-  if (a->ncache + n <= a->cap_cache) return 0;
-  size_t cap = a->cap_cache ? a->cap_cache : 64;
-  while (cap < a->ncache + n) cap *= 2;
-  ga_piece *v = realloc(a->cache, cap * sizeof *v);
-  if (!v) return -1;
-  a->cache = v;
-  a->cap_cache = cap;
-  return 0;
-}
 
 /* ---- Handles ---- */
 
@@ -140,13 +126,7 @@ static int collect(ga_block *b, void *arg) {
     else if (g0 < c->klo) g1 = c->klo;
     else return 0;
   }
-  if (c->n == c->cap) {
-    size_t cap = c->cap ? c->cap * 2 : 32;
-    struct one *v = realloc(c->v, cap * sizeof *v);
-    if (!v) return c->oom = 1;
-    c->v = v;
-    c->cap = cap;
-  }
+  if (GA_VEC_ROOM(c->v, c->cap, c->n + 1)) return c->oom = 1;
   c->v[c->n++] = (struct one){b, g0, g1};
   return 0;
 }
