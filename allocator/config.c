@@ -326,6 +326,7 @@ int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {
       return fail(&x, "expected ',' between options, found '%s'", tok_str(sep, buf));
     }
   }
+  for (int i = 0; i < GA_ROUNDUP_INTERVALS; i++) c.any_roundup |= c.roundup_divisions[i] > 1;
   /* Checks that depend on other keys (large_segment_size_mb may come later). */
   if (c.max_non_split_rounding == 0) c.max_non_split_rounding = c.large_segment_size;
   const char *lo_keys[] = {"max_split_size_mb", "max_non_split_rounding_mb"};

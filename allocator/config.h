@@ -17,6 +17,7 @@ typedef struct ga_config {
   size_t max_non_split_rounding;   /* bytes; 0 = large_segment_size */
   double gc_threshold;             /* 0 = off */
   size_t roundup_divisions[GA_ROUNDUP_INTERVALS];
+  int any_roundup;                 /* some interval has divisions > 1 */
   int expandable_segments;
   int release_lock_on_cudamalloc;
   int graph_capture_record_stream_reuse;

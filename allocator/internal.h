@@ -166,7 +166,15 @@ void ga_format_size(size_t bytes, char *buf, size_t len);
 void ga_report_oom_locked(ga_allocator_t *a, size_t alloc_size, int fraction_refused);
 
 /* ---- Stats (stats.c) ---- */
-void ga_stat_add(ga_stat_t *s, int64_t delta);
+static inline void ga_stat_add(ga_stat_t *s, int64_t delta) {
+  s->current += delta;
+  if (delta > 0) {
+    s->allocated += delta;
+    if (s->current > s->peak) s->peak = s->current;
+  } else {
+    s->freed -= delta;
+  }
+}
 /* Adds delta to the [all] and [pool] entries of a per-pool stat array. */
 static inline void ga_pstat_add(ga_stat_t *st, int pool, int64_t delta) {
   ga_stat_add(&st[GA_POOL_ALL], delta);

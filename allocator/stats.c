@@ -8,16 +8,6 @@
 
 #include "internal.h"
 
-void ga_stat_add(ga_stat_t *s, int64_t delta) {
-  s->current += delta;
-  if (delta > 0) {
-    s->allocated += delta;
-    if (s->current > s->peak) s->peak = s->current;
-  } else {
-    s->freed -= delta;
-  }
-}
-
 typedef struct jbuf {
   char *buf;
   size_t cap, len;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "trace.h"
 
 static void usage(FILE *f) {
@@ -21,6 +22,9 @@ static void usage(FILE *f) {
           "      --capacity-mb memory of the simulated device (default 81920)\n"
           "      --size-scale N multiply every size in the trace by N (e.g. 64 for MiniMalloc)\n"
           "      --json        one JSON object per trace instead of the table\n"
+          "  ga-bench run [--workload NAME]... [--config NAME=CONF]... [--scale S] ...\n"
+          "      built-in workloads under several configurations (ga-bench run --help)\n"
+          "  ga-bench hotpath [--pairs N] [--threads N]   allocate+free from the cache vs libc\n"
           "  ga-bench keys [--markdown]   the configuration keys\n");
 }
 
@@ -251,6 +255,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "replay")) return cmd_replay(argc - 2, argv + 2);
   if (!strcmp(argv[1], "keys")) return cmd_keys(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "hotpath")) return cmd_hotpath(argc - 2, argv + 2);
   fprintf(stderr, "ga-bench: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

@@ -149,8 +149,44 @@ static void erase(idmap *m, slot *x) {
 
 /* ---- Replay ---- */
 
+void replay_samples_free(replay_samples *s) {
+  free(s->event);
+  free(s->reserved);
+  free(s->allocated);
+  s->event = s->reserved = s->allocated = NULL;
+  s->n = 0;
+}
+
+static void sample(replay_samples *s, ga_allocator_t *a, size_t i) {
+  ga_stats_t st;
+  ga_stats(a, &st);
+  s->event[s->n] = i;
+  s->reserved[s->n] = (uint64_t)st.reserved_bytes[GA_POOL_ALL].current;
+  s->allocated[s->n] = (uint64_t)st.allocated_bytes[GA_POOL_ALL].current;
+  s->n++;
+}
+
 int trace_replay(const trace *t, const char *conf, replay_result *r, char *err, size_t errlen) {
+  return trace_replay_ex(t, conf, r, NULL, 0, err, errlen);
+}
+
+int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_samples *samples, int progress,
+                    char *err, size_t errlen) {
   memset(r, 0, sizeof *r);
+  size_t stride = 0;
+  if (samples) {
+    samples->n = 0;
+    size_t max = samples->max ? samples->max : 1000;
+    stride = t->n / max + 1;
+    samples->event = malloc((max + 2) * sizeof *samples->event);
+    samples->reserved = malloc((max + 2) * sizeof *samples->reserved);
+    samples->allocated = malloc((max + 2) * sizeof *samples->allocated);
+    if (!samples->event || !samples->reserved || !samples->allocated) {
+      replay_samples_free(samples);
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
+  }
   ga_allocator_t *a;
   if (ga_create(conf, 0, &a) != GA_OK) {
     snprintf(err, errlen, "%s", ga_last_error());
@@ -169,8 +205,12 @@ int trace_replay(const trace *t, const char *conf, replay_result *r, char *err, 
   int rc = 0;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
+  size_t tenth = t->n / 10 + 1;
   for (size_t i = 0; i < t->n && !rc; i++) {
     const trace_event *e = &t->ev[i];
+    if (stride && i % stride == 0) sample(samples, a, i);
+    if (progress && t->n >= 200000 && i % tenth == 0 && i)
+      fprintf(stderr, "  %s: %zu%% of %zu events\n", t->path, i * 100 / t->n, t->n);
     slot *x = find(&m, e->id, !e->is_free);
     if (e->is_free) {
       if (!x) {
@@ -205,6 +245,7 @@ int trace_replay(const trace *t, const char *conf, replay_result *r, char *err, 
     r->allocs++;
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (stride) sample(samples, a, t->n);
   r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   r->events = r->allocs + r->frees;
   ga_stats(a, &r->stats);

@@ -44,6 +44,20 @@ typedef struct replay_result {
   size_t device_total;      /* device memory in bytes */
 } replay_result;
 
+/* Reserved and allocated bytes over the replay, for plots. */
+typedef struct replay_samples {
+  size_t max;               /* at most this many points (set by the caller) */
+  size_t n;
+  uint64_t *event, *reserved, *allocated; /* n points each */
+} replay_samples;
+
+void replay_samples_free(replay_samples *s);
+
+/* As trace_replay; also fills `samples` (may be NULL) and, with `progress`,
+ * reports progress of long replays on stderr. */
+int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_samples *samples, int progress,
+                    char *err, size_t errlen);
+
 /* Replays a trace on a new allocator created from `conf`. A free of an id
  * whose allocate failed with OOM is skipped. Returns -1 with a message for a
  * trace that frees an unknown id or allocates a live one, or when the

@@ -13,11 +13,7 @@
 
 /* ---- Sizes ---- */
 
-static size_t floor_log2(size_t v) {
-  size_t r = 0;
-  while (v >>= 1) r++;
-  return r;
-}
+static size_t floor_log2(size_t v) { return (size_t)(63 - __builtin_clzll((unsigned long long)v)); }
 
 static size_t divisions_for(const ga_config *c, size_t size) {
   size_t lg = floor_log2(size), idx = lg > 20 ? lg - 20 : 0;
@@ -37,7 +33,7 @@ static size_t next_division(size_t size, size_t div) {
 
 size_t ga_round_size(const ga_config *c, size_t size) {
   if (size < GA_MIN_BLOCK) return GA_MIN_BLOCK;
-  size_t div = divisions_for(c, size);
+  size_t div = c->any_roundup ? divisions_for(c, size) : 0;
   if (div > 1 && size > GA_MIN_BLOCK * div) return next_division(size, div);
   return (size + GA_MIN_BLOCK - 1) / GA_MIN_BLOCK * GA_MIN_BLOCK;
 }

@@ -1,0 +1,32 @@
+/* bench.h — the pieces of ga-bench shared between its commands. */
+#ifndef GA_BENCH_H
+#define GA_BENCH_H
+
+#include <stdio.h>
+
+#include "trace.h"
+
+/* ---- Estimated driver time (cost.c) ----
+ * Microseconds per device call, by kind. */
+extern double ga_cost_us[GA_CALL_COUNT];
+/* Parses "kind=us,kind=us" into the table. -1 with a message on error. */
+int cost_parse(const char *s, char *err, size_t errlen);
+/* Estimated driver time of the calls in `stats`, in milliseconds. */
+double cost_ms(const ga_stats_t *stats);
+/* Prints the table and where its figures come from. */
+void cost_print(FILE *f);
+
+/* ---- Plots (svg.c) ---- */
+typedef struct svg_series {
+  const char *label;
+  const replay_samples *s;
+} svg_series;
+/* Writes reserved (solid) and allocated (dashed) bytes over events for each
+ * configuration. -1 if the file cannot be written. */
+int svg_write(const char *path, const char *title, const svg_series *series, size_t n);
+
+/* ---- Commands ---- */
+int cmd_run(int argc, char **argv);
+int cmd_hotpath(int argc, char **argv);
+
+#endif
