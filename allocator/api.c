@@ -32,7 +32,14 @@ static ga_status_t create(const ga_config *cfg, ga_device *dev, int owns, ga_all
     free(a);
     return GA_ERR_DEVICE;
   }
-  pthread_mutex_init(&a->mu, NULL);
+  /* Critical sections are short: spin a little before sleeping. */
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+  pthread_mutex_init(&a->mu, &attr);
+  pthread_mutexattr_destroy(&attr);
   a->cfg = *cfg;
   a->dev = dev;
   a->owns_dev = owns;

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The main job: builds gardenalloc (Release, into build/) and replays the real
-# PyTorch traces in ../shared/traces/pytorch_snapshots/ on the default device
-# (a GPU when one answers, else the simulated 80 GiB device) in native mode
-# (PyTorch's defaults, then max_split_size_mb:128) and with expandable
-# segments, printing per trace the peak live bytes, gardenalloc's peak
-# reserved bytes and PyTorch's own reserved bytes from the trace's .meta.json;
-# then the MiniMalloc problems (sizes x64) in both modes.
-# Per-trace JSON lines go to bench/results/, each file starting with the
-# command that made it.
+# The main job, on the default device (a GPU when one answers, else the
+# simulated 80 GiB device), after building gardenalloc (Release, into build/):
+#  1. the built-in workloads under native, native + max_split_size_mb:128,
+#     expandable and expandable with 2 MiB pages, side by side
+#     (bench/results/run.csv and one SVG plot per workload);
+#  2. the real PyTorch traces in ../shared/traces/pytorch_snapshots/ in native
+#     and expandable mode next to PyTorch's own reserved memory, and the
+#     MiniMalloc problems (sizes x64), as JSON lines in bench/results/;
+#  3. the hot path: allocate+free pairs from the cache next to libc malloc,
+#     with instructions per pair from callgrind when valgrind is installed.
+# Every result file starts with the command that made it.
+# GA_BENCH_SCALE sets the size of the built-in workloads (default 1, ~10^4
+# events each; 100 gives ~10^6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +30,10 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGA_BUILD_BENCH=ON >/dev/null
 cmake --build build -j"$jobs" --target ga-bench
 
 mkdir -p bench/results
+echo "== built-in workloads"
+build/bench/ga-bench run --scale "${GA_BENCH_SCALE:-1}" --out bench/results
+echo
+
 run() { # name, then ga-bench replay arguments
   local name=$1
   shift
@@ -45,4 +53,19 @@ if [ -d "$minimalloc" ]; then
   run minimalloc_x64_native "$minimalloc" --size-scale 64 --conf ""
   run minimalloc_x64_expandable "$minimalloc" --size-scale 64 --conf "expandable_segments:True"
 fi
-echo "per-trace JSON lines: bench/results/"
+echo "== hot path"
+build/bench/ga-bench hotpath | tee bench/results/hotpath.txt
+if command -v valgrind >/dev/null; then
+  # Instructions per pair: the difference between two runs under callgrind.
+  ir() {
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null build/bench/ga-bench hotpath --only "$1" --pairs "$2" 2>&1 |
+      sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+  }
+  for size in small large; do
+    a=$(ir $size 100000)
+    b=$(ir $size 300000)
+    echo "  $size: $(((b - a) / 200000)) instructions per allocate+free pair (callgrind)" | tee -a bench/results/hotpath.txt
+  done
+fi
+echo
+echo "results: bench/results/"
