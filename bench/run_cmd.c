@@ -165,13 +165,17 @@ int cmd_run(int argc, char **argv) {
   }
   if (capacity) { /* prefix every configuration with the simulated capacity */
     for (size_t c = 0; c < nconfigs; c++) {
-      char buf[sizeof configs[c].conf];
-      snprintf(buf, sizeof buf, "sim_capacity_mb:%s%s%s", capacity, configs[c].conf[0] ? "," : "", configs[c].conf);
+      char buf[1024];
+      int n = snprintf(buf, sizeof buf, "sim_capacity_mb:%s%s%s", capacity, configs[c].conf[0] ? "," : "", configs[c].conf);
+      if (n < 0 || (size_t)n >= sizeof configs[c].conf) {
+        fprintf(stderr, "ga-bench run: configuration %s is too long\n", configs[c].name);
+        return 2;
+      }
       if (ga_config_validate(buf) != GA_OK) {
         fprintf(stderr, "ga-bench run: %s\n", ga_last_error());
         return 2;
       }
-      memcpy(configs[c].conf, buf, sizeof buf);
+      memcpy(configs[c].conf, buf, (size_t)n + 1);
     }
   }
   if (mkdir(out, 0777) != 0 && errno != EEXIST) {
