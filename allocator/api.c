@@ -32,14 +32,7 @@ static ga_status_t create(const ga_config *cfg, ga_device *dev, int owns, ga_all
     free(a);
     return GA_ERR_DEVICE;
   }
-  /* Critical sections are short: spin a little before sleeping. */
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
-  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-#endif
-  pthread_mutex_init(&a->mu, &attr);
-  pthread_mutexattr_destroy(&attr);
+  ga_lock_init(&a->mu);
   a->cfg = *cfg;
   a->dev = dev;
   a->owns_dev = owns;
@@ -109,7 +102,7 @@ ga_device *ga_allocator_device(ga_allocator_t *a) { return a ? a->dev : NULL; }
 
 void ga_destroy(ga_allocator_t *a) {
   if (!a) return;
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   (void)ga_stream_sync_all_locked(a);
   ga_stream_teardown_locked(a);
   ga_expandable_teardown_locked(a);
@@ -133,8 +126,7 @@ void ga_destroy(ga_allocator_t *a) {
   }
   ga_blockmap_destroy(&a->map);
   if (a->owns_dev) ga_dev_destroy(a->dev);
-  pthread_mutex_unlock(&a->mu);
-  pthread_mutex_destroy(&a->mu);
+  ga_lock_release(&a->mu);
   free(a);
 }
 
@@ -148,24 +140,24 @@ ga_status_t ga_malloc(ga_allocator_t *a, size_t size, ga_stream_t stream, void *
   }
   *out = NULL;
   if (size == 0) return GA_OK;
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   ga_status_t st = ga_alloc_locked(a, size, stream, out);
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return st;
 }
 
 ga_status_t ga_free(ga_allocator_t *a, void *ptr) {
   CHECK_ALLOCATOR("ga_free");
   if (!ptr) return GA_OK;
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   ga_status_t st = ga_free_locked(a, ptr);
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return st;
 }
 
 ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t stream) {
   CHECK_ALLOCATOR("ga_record_stream");
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   ga_status_t st = GA_OK;
   ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
   if (!b) st = ga_bad_pointer_locked(a, "ga_record_stream", ptr);
@@ -173,13 +165,13 @@ ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t stream) {
     ga_error_set("ga_record_stream: host out of memory");
     st = GA_ERR_HOST_MEMORY;
   }
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return st;
 }
 
 ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block) {
   CHECK_ALLOCATOR("ga_allocation_size");
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   ga_status_t st = GA_OK;
   ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
   if (!b) st = ga_bad_pointer_locked(a, "ga_allocation_size", ptr);
@@ -187,7 +179,7 @@ ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested, 
     if (requested) *requested = b->requested;
     if (block) *block = b->size;
   }
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return st;
 }
 
@@ -195,10 +187,10 @@ ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested, 
 
 ga_status_t ga_empty_cache(ga_allocator_t *a) {
   CHECK_ALLOCATOR("ga_empty_cache");
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   int rc = ga_reclaim_all_locked(a);
   if (rc) ga_error_set("ga_empty_cache: %s", a->dev->error);
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return rc ? GA_ERR_DEVICE : GA_OK;
 }
 
@@ -208,18 +200,18 @@ ga_status_t ga_set_memory_fraction(ga_allocator_t *a, double fraction) {
     ga_error_set("ga_set_memory_fraction: invalid fraction %g; allowed: a number in [0, 1]", fraction);
     return GA_ERR_INVALID;
   }
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   a->fraction = fraction;
   a->allowed_max = fraction < 1.0 ? (size_t)(fraction * (double)a->device_total) : SIZE_MAX;
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return GA_OK;
 }
 
 double ga_get_memory_fraction(ga_allocator_t *a) {
   if (!a) return 1.0;
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   double f = a->fraction;
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return f;
 }
 
@@ -231,13 +223,13 @@ ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
     ga_error_set("ga_stats: out is NULL");
     return GA_ERR_INVALID;
   }
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   *out = a->stats;
   out->mapped_pages = a->stats.mapped_bytes.current / (int64_t)a->gran;
   out->cached_pages = a->stats.page_cache_bytes.current / (int64_t)a->gran;
   memcpy(out->device_calls, a->dev->calls, sizeof out->device_calls);
   memcpy(out->device_failures, a->dev->failures, sizeof out->device_failures);
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return GA_OK;
 }
 
@@ -257,21 +249,21 @@ static void zero_accumulated(ga_stat_t *s) { s->allocated = s->freed = 0; }
 
 ga_status_t ga_reset_peak_stats(ga_allocator_t *a) {
   CHECK_ALLOCATOR("ga_reset_peak_stats");
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   each_stat(&a->stats, peak_to_current);
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return GA_OK;
 }
 
 ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a) {
   CHECK_ALLOCATOR("ga_reset_accumulated_stats");
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   each_stat(&a->stats, zero_accumulated);
   ga_stats_t *s = &a->stats;
   s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
   s->num_device_alloc = s->num_device_free = 0;
   s->num_unmap_syncs = s->num_pages_moved = 0;
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return GA_OK;
 }
 
@@ -279,9 +271,9 @@ ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a) {
 
 int ga_check(ga_allocator_t *a) {
   if (!a) return 1;
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   int broken = ga_check_locked(a);
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   return broken;
 }
 
@@ -305,10 +297,10 @@ const char *ga_backend_name(ga_allocator_t *a) { return a ? a->dev->ops->name : 
 ga_status_t ga_mem_get_info(ga_allocator_t *a, size_t *free_bytes, size_t *total_bytes) {
   CHECK_ALLOCATOR("ga_mem_get_info");
   size_t f = 0, t = 0;
-  pthread_mutex_lock(&a->mu);
+  ga_lock_acquire(&a->mu);
   int rc = ga_dev_mem_info(a->dev, &f, &t);
   if (rc) ga_error_set("ga_mem_get_info: %s", a->dev->error);
-  pthread_mutex_unlock(&a->mu);
+  ga_lock_release(&a->mu);
   if (rc) return GA_ERR_DEVICE;
   if (free_bytes) *free_bytes = f;
   if (total_bytes) *total_bytes = t;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "lock.h"
 #include "device/device.h"
 #include "gardenalloc.h"
 
@@ -109,7 +110,7 @@ typedef struct ga_pending {
 } ga_pending;
 
 struct ga_allocator {
-  pthread_mutex_t mu;
+  ga_lock mu;               /* held by every public call */
   ga_config cfg;
   ga_device *dev;
   int owns_dev;
@@ -174,6 +175,25 @@ static inline void ga_stat_add(ga_stat_t *s, int64_t delta) {
   } else {
     s->freed -= delta;
   }
+}
+/* Known-sign variants, for the hot path. */
+static inline void ga_stat_inc(ga_stat_t *s, uint64_t d) {
+  s->current += (int64_t)d;
+  s->allocated += (int64_t)d;
+  if (s->current > s->peak) s->peak = s->current;
+}
+static inline void ga_stat_dec(ga_stat_t *s, uint64_t d) {
+  s->current -= (int64_t)d;
+  s->freed += (int64_t)d;
+}
+static inline ga_stat_t *ga_pool_stat(ga_stat_t *st, int pool) { return &st[pool == GA_P_SMALL ? GA_POOL_SMALL : GA_POOL_LARGE]; }
+static inline void ga_pstat_inc(ga_stat_t *st, int pool, uint64_t d) {
+  ga_stat_inc(&st[GA_POOL_ALL], d);
+  ga_stat_inc(ga_pool_stat(st, pool), d);
+}
+static inline void ga_pstat_dec(ga_stat_t *st, int pool, uint64_t d) {
+  ga_stat_dec(&st[GA_POOL_ALL], d);
+  ga_stat_dec(ga_pool_stat(st, pool), d);
 }
 /* Adds delta to the [all] and [pool] entries of a per-pool stat array. */
 static inline void ga_pstat_add(ga_stat_t *st, int pool, int64_t delta) {

@@ -156,9 +156,9 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
     return GA_ERR_BAD_POINTER;
   }
   ga_stats_t *s = &a->stats;
-  ga_pstat_add(s->allocation, b->pool, -1);
-  ga_pstat_add(s->allocated_bytes, b->pool, -(int64_t)b->size);
-  if (b->size >= a->cfg.max_split_size) ga_stat_add(&s->oversize_allocations, -1);
+  ga_pstat_dec(s->allocation, b->pool, 1);
+  ga_pstat_dec(s->allocated_bytes, b->pool, b->size);
+  if (b->size >= a->cfg.max_split_size) ga_stat_dec(&s->oversize_allocations, 1);
   ga_stream_free_locked(a, b);
   return GA_OK;
 }

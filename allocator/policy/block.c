@@ -75,8 +75,8 @@ void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
   b->gc_base = p->gc_calls;
   b->counted_split = (uint8_t)(ga_block_is_split(b) && !b->seg->expandable);
   if (b->counted_split) {
-    ga_pstat_add(a->stats.inactive_split, b->pool, 1);
-    ga_pstat_add(a->stats.inactive_split_bytes, b->pool, (int64_t)b->size);
+    ga_pstat_inc(a->stats.inactive_split, b->pool, 1);
+    ga_pstat_inc(a->stats.inactive_split_bytes, b->pool, b->size);
   }
   ga_pool_insert(p, b);
 }
@@ -84,8 +84,8 @@ void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
 void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
   ga_pool_remove(&a->pools[b->pool], b);
   if (b->counted_split) {
-    ga_pstat_add(a->stats.inactive_split, b->pool, -1);
-    ga_pstat_add(a->stats.inactive_split_bytes, b->pool, -(int64_t)b->size);
+    ga_pstat_dec(a->stats.inactive_split, b->pool, 1);
+    ga_pstat_dec(a->stats.inactive_split_bytes, b->pool, b->size);
     b->counted_split = 0;
   }
 }
@@ -122,12 +122,12 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   b->requested = size;
   (void)ga_blockmap_put(&a->map, b); /* cannot fail: room reserved above */
   ga_stats_t *s = &a->stats;
-  ga_pstat_add(s->allocation, b->pool, 1);
-  ga_pstat_add(s->allocated_bytes, b->pool, (int64_t)b->size);
-  ga_pstat_add(s->active, b->pool, 1);
-  ga_pstat_add(s->active_bytes, b->pool, (int64_t)b->size);
-  ga_pstat_add(s->requested_bytes, b->pool, (int64_t)size);
-  if (b->size >= a->cfg.max_split_size) ga_stat_add(&s->oversize_allocations, 1);
+  ga_pstat_inc(s->allocation, b->pool, 1);
+  ga_pstat_inc(s->allocated_bytes, b->pool, b->size);
+  ga_pstat_inc(s->active, b->pool, 1);
+  ga_pstat_inc(s->active_bytes, b->pool, b->size);
+  ga_pstat_inc(s->requested_bytes, b->pool, size);
+  if (b->size >= a->cfg.max_split_size) ga_stat_inc(&s->oversize_allocations, 1);
   return b;
 }
 
@@ -190,7 +190,7 @@ void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
   int pool = b->pool;
   ga_block_merge_insert_locked(a, b); /* b may be merged into its predecessor */
   ga_stats_t *s = &a->stats;
-  ga_pstat_add(s->active, pool, -1);
-  ga_pstat_add(s->active_bytes, pool, -(int64_t)size);
-  ga_pstat_add(s->requested_bytes, pool, -(int64_t)requested);
+  ga_pstat_dec(s->active, pool, 1);
+  ga_pstat_dec(s->active_bytes, pool, size);
+  ga_pstat_dec(s->requested_bytes, pool, requested);
 }
