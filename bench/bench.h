@@ -25,6 +25,15 @@ typedef struct svg_series {
  * configuration. -1 if the file cannot be written. */
 int svg_write(const char *path, const char *title, const svg_series *series, size_t n);
 
+/* ---- Trace paths (ga_bench.c) ---- */
+typedef struct paths {
+  char **v;
+  size_t n, cap;
+} paths;
+/* Adds a file, or every *.csv of a directory in name order. -1 (with a
+ * message) for a directory without traces. */
+int expand(const char *arg, paths *out);
+
 /* ---- Commands ---- */
 int cmd_run(int argc, char **argv);
 int cmd_hotpath(int argc, char **argv);

@@ -65,11 +65,6 @@ static baseline load_baseline(const char *csv) {
 
 /* ---- Paths ---- */
 
-typedef struct paths {
-  char **v;
-  size_t n, cap;
-} paths;
-
 static void add_path(paths *p, const char *s) {
   if (p->n == p->cap) {
     p->cap = p->cap ? p->cap * 2 : 32;
@@ -81,8 +76,7 @@ static void add_path(paths *p, const char *s) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* A file, or every *.csv of a directory in name order. */
-static int expand(const char *arg, paths *out) {
+int expand(const char *arg, paths *out) {
   DIR *d = opendir(arg);
   if (!d) {
     add_path(out, arg);

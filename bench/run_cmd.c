@@ -22,7 +22,7 @@ static const config default_configs[] = {
 
 static void run_usage(FILE *f) {
   fprintf(f,
-          "usage: ga-bench run [--workload NAME]... [--trace PATH]... [--config NAME=CONF]...\n"
+          "usage: ga-bench run [--workload NAME]... [--trace FILE|DIR]... [--config NAME=CONF]...\n"
           "                    [--scale S] [--seed N] [--capacity-mb N] [--cost kind=us,...] [--out DIR]\n"
           "  Without --workload/--trace every built-in workload runs; without --config the\n"
           "  configurations native, native_split128, expandable and expandable_2m run.\n"
@@ -96,7 +96,8 @@ static int add_config(config **v, size_t *n, const char *arg) {
 
 int cmd_run(int argc, char **argv) {
   job jobs[64];
-  size_t njobs = 0, nconfigs = 0;
+  size_t njobs = 0, nconfigs = 0, traces_used = 0;
+  paths traces = {0}; /* kept until the end: jobs point into it */
   config *configs = NULL;
   double scale = 1.0;
   unsigned long long seed = 1;
@@ -118,7 +119,9 @@ int cmd_run(int argc, char **argv) {
       if (njobs < 64) jobs[njobs++] = (job){w->name, w};
       i++;
     } else if (!strcmp(a, "--trace") && v) {
-      if (njobs < 64) jobs[njobs++] = (job){v, NULL};
+      if (expand(v, &traces)) return 2;
+      for (size_t k = traces_used; k < traces.n && njobs < 64; k++) jobs[njobs++] = (job){traces.v[k], NULL};
+      traces_used = traces.n;
       i++;
     } else if (!strcmp(a, "--config") && v) {
       if (add_config(&configs, &nconfigs, v)) return 2;
@@ -235,5 +238,7 @@ int cmd_run(int argc, char **argv) {
   fclose(csv);
   printf("\nCSV: %s/run.csv, plots: %s/<workload>.svg\n", out, out);
   free(configs);
+  for (size_t k = 0; k < traces.n; k++) free(traces.v[k]);
+  free(traces.v);
   return failed;
 }
