@@ -18,7 +18,7 @@
 
 /* ---- Lifetime ---- */
 
-static ga_status_t create(const ga_config *cfg, ga_device *dev, int owns, ga_allocator_t **out) {
+static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev, int owns, ga_allocator_t **out) {
   ga_allocator_t *a = calloc(1, sizeof *a);
   if (!a || ga_blockmap_init(&a->map)) {
     free(a);
@@ -34,6 +34,7 @@ static ga_status_t create(const ga_config *cfg, ga_device *dev, int owns, ga_all
   }
   ga_lock_init(&a->mu);
   a->cfg = *cfg;
+  snprintf(a->conf_text, sizeof a->conf_text, "%s", conf ? conf : "");
   a->dev = dev;
   a->owns_dev = owns;
   a->device_total = total;
@@ -83,7 +84,7 @@ ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out) {
   }
   static atomic_int noticed;
   if (notice && atomic_exchange(&noticed, 1) == 0) fprintf(stderr, "%s\n", notice);
-  st = create(&cfg, dev, 1, out);
+  st = create(conf, &cfg, dev, 1, out);
   if (st) ga_dev_destroy(dev);
   return st;
 }
@@ -95,7 +96,7 @@ ga_status_t ga_create_on_device(const char *conf, ga_device *dev, ga_allocator_t
   }
   ga_config cfg;
   ga_status_t st = parse("ga_create_on_device", conf, &cfg);
-  return st ? st : create(&cfg, dev, 0, out);
+  return st ? st : create(conf, &cfg, dev, 0, out);
 }
 
 ga_device *ga_allocator_device(ga_allocator_t *a) { return a ? a->dev : NULL; }
@@ -125,6 +126,7 @@ void ga_destroy(ga_allocator_t *a) {
     free(b);
   }
   ga_blockmap_destroy(&a->map);
+  free(a->history.v);
   if (a->owns_dev) ga_dev_destroy(a->dev);
   ga_lock_release(&a->mu);
   free(a);

@@ -109,6 +109,23 @@ typedef struct ga_pending {
   ga_block *block;
 } ga_pending;
 
+/* ---- History (history.c) ---- */
+enum { GA_H_ALLOC, GA_H_FREE_REQUESTED, GA_H_FREE_COMPLETED, GA_H_SEGMENT_ALLOC, GA_H_SEGMENT_FREE,
+       GA_H_SEGMENT_MAP, GA_H_SEGMENT_UNMAP, GA_H_OOM };
+
+typedef struct ga_history_entry {
+  int action;
+  uintptr_t addr;           /* device_free for GA_H_OOM */
+  size_t size;
+  uintptr_t stream;
+  int64_t time_us;
+} ga_history_entry;
+
+typedef struct ga_history {
+  ga_history_entry *v;      /* ring buffer; cap 0 = not recording */
+  size_t cap, n, next;
+} ga_history;
+
 struct ga_allocator {
   ga_lock mu;               /* held by every public call */
   ga_config cfg;
@@ -134,8 +151,10 @@ struct ga_allocator {
   size_t reserve_size;      /* address space reserved per expandable segment */
   ga_phys *phys;            /* every live physical handle */
   size_t nphys;
-  ga_piece *cache;          /* unmapped granules of live handles, sorted */
+  ga_piece *cache;          /* unmapped granules of live handles */
   size_t ncache, cap_cache;
+  ga_history history;
+  char conf_text[512];      /* the configuration string it was created with */
 };
 
 /* ---- Growable arrays ---- */
@@ -315,6 +334,10 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
 ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr);
 /* Sets the error text for a pointer that is not a live allocation. */
 ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr);
+
+/* Records one history entry when recording is on. */
+void ga_history_add_locked(ga_allocator_t *a, int action, uintptr_t addr, size_t size, ga_stream_t stream);
+static inline int ga_history_on(const ga_allocator_t *a) { return a->history.cap != 0; }
 
 /* ---- Checking (check.c) ---- */
 int ga_check_locked(ga_allocator_t *a);

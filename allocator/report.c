@@ -43,6 +43,7 @@ void ga_report_oom_locked(ga_allocator_t *a, size_t alloc_size, int fraction_ref
   size_t free_b = 0, total = a->device_total, big = 0;
   char tried[32], cap[32], fr[32], allowed[64] = "", alloc[32], unalloc[32], bigs[32];
   int have_info = ga_dev_mem_info(a->dev, &free_b, &total) == 0;
+  if (ga_history_on(a)) ga_history_add_locked(a, GA_H_OOM, free_b, alloc_size, NULL);
   for (int p = 0; p < 2; p++) ga_pool_walk(&a->pools[p], largest, &big);
   size_t allocated = (size_t)a->stats.allocated_bytes[GA_POOL_ALL].current;
   size_t unallocated = a->reserved - allocated;

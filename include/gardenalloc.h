@@ -204,6 +204,20 @@ GA_API size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap);
 /** The name of a device call kind ("malloc", "map", ...). */
 GA_API const char *ga_device_call_name(ga_device_call_t kind);
 
+/* ---- History and snapshots ----------------------------------------------- */
+
+/** Turns recording of the allocation history on (enabled != 0, keeping the
+ *  last max_entries events; 0 = 100000) or off (discarding it), as
+ *  torch.cuda.memory._record_memory_history. */
+GA_API ga_status_t ga_record_history(ga_allocator_t *a, int enabled, size_t max_entries);
+
+/** Writes a memory snapshot as JSON in the schema of
+ *  torch.cuda.memory._snapshot(): "segments" (each with its "blocks"),
+ *  "device_traces" (the recorded history, indexed by device), 
+ *  "allocator_settings" and "external_annotations". Returns the length of the
+ *  full text; writes at most cap bytes including the NUL (cap 0 sizes it). */
+GA_API size_t ga_snapshot_json(ga_allocator_t *a, char *buf, size_t cap);
+
 /* ---- Checking and errors -------------------------------------------------- */
 
 /** Walks every segment, block, index and statistic and returns the number of

@@ -156,6 +156,7 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
     return GA_ERR_BAD_POINTER;
   }
   ga_stats_t *s = &a->stats;
+  if (ga_history_on(a)) ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
   ga_pstat_dec(s->allocation, b->pool, 1);
   ga_pstat_dec(s->allocated_bytes, b->pool, b->size);
   if (b->size >= a->cfg.max_split_size) ga_stat_dec(&s->oversize_allocations, 1);

@@ -1,0 +1,99 @@
+/* test_snapshot.c — the memory snapshot (PyTorch's schema) and the recorded
+ * allocation history. The Python tests load it and check the schema fully. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fixture.h"
+
+TestSuite(snapshot, .fini = fx_close);
+
+static char *snap(void) {
+  size_t n = ga_snapshot_json(fx_a, NULL, 0);
+  char *buf = malloc(n + 1);
+  cr_assert(buf != NULL);
+  cr_assert_eq(ga_snapshot_json(fx_a, buf, n + 1), n);
+  cr_assert_eq(strlen(buf), n);
+  return buf;
+}
+
+static int count(const char *s, const char *what) {
+  int n = 0;
+  for (const char *p = s; (p = strstr(p, what)); p++) n++;
+  return n;
+}
+
+Test(snapshot, segments_blocks_and_states) {
+  fx_open("max_split_size_mb:64", GiB);
+  ga_sim_hold_stream(fx_dev, S2, 1);
+  char *a = fx_alloc(3 * MiB), *b = fx_alloc(1000), *c = fx_alloc(3 * MiB);
+  ga_record_stream(fx_a, c, S2);
+  fx_free(c); /* pending */
+  char *s = snap();
+  cr_assert_eq(count(s, "\"segment_type\":\"large\""), 1, "%s", s);
+  cr_assert_eq(count(s, "\"segment_type\":\"small\""), 1);
+  cr_assert_eq(count(s, "\"state\":\"active_allocated\""), 2);
+  cr_assert_eq(count(s, "\"state\":\"active_pending_free\""), 1);
+  cr_assert_eq(count(s, "\"state\":\"inactive\""), 2, "the free tails of both segments");
+  char want[128];
+  snprintf(want, sizeof want, "\"address\":%llu,\"size\":3145728,\"requested_size\":3145728,\"state\":\"active_allocated\"",
+           (unsigned long long)(uintptr_t)a);
+  cr_assert(strstr(s, want) != NULL, "%s", s);
+  cr_assert(strstr(s, "\"total_size\":20971520,\"allocated_size\":3145728,\"active_size\":6291456,\"requested_size\":6291456") != NULL, "%s", s);
+  cr_assert(strstr(s, "\"PYTORCH_CUDA_ALLOC_CONF\":\"max_split_size_mb:64\",\"max_split_size\":67108864") != NULL, "%s", s);
+  cr_assert(strstr(s, "\"device_traces\":[[]]") != NULL, "nothing recorded when recording is off");
+  free(s);
+  ga_sim_hold_stream(fx_dev, S2, 0);
+  fx_free(a);
+  fx_free(b);
+}
+
+Test(snapshot, the_history_records_every_event_in_order) {
+  fx_open(NULL, 64 * MiB);
+  cr_assert_eq(ga_record_history(fx_a, 1, 0), GA_OK);
+  void *a = fx_alloc(30 * MiB);
+  fx_free(a);
+  void *p;
+  cr_assert_eq(ga_malloc(fx_a, 100 * MiB, S1, &p), GA_ERR_OOM);
+  char *s = snap();
+  const char *order[] = {"segment_alloc", "\"alloc\"", "free_requested", "free_completed", "segment_free", "\"oom\""};
+  const char *at = s;
+  for (int i = 0; i < 6; i++) {
+    const char *q = strstr(at, order[i]);
+    cr_assert(q != NULL, "%s missing or out of order in %s", order[i], s);
+    at = q;
+  }
+  cr_assert(strstr(s, "\"action\":\"oom\",\"device_free\":") != NULL, "%s", s);
+  free(s);
+  cr_assert_eq(ga_record_history(fx_a, 0, 0), GA_OK);
+  s = snap();
+  cr_assert(strstr(s, "\"device_traces\":[[]]") != NULL);
+  free(s);
+}
+
+Test(snapshot, the_ring_keeps_the_last_entries) {
+  fx_open(NULL, GiB);
+  ga_record_history(fx_a, 1, 4);
+  for (int i = 0; i < 10; i++) fx_free(fx_alloc(MiB));
+  char *s = snap();
+  cr_assert_eq(count(s, "\"action\":"), 4);
+  /* ... free_completed | alloc, free_requested, free_completed */
+  cr_assert_eq(count(s, "\"action\":\"alloc\""), 1);
+  cr_assert_eq(count(s, "\"action\":\"free_completed\""), 2);
+  free(s);
+}
+
+Test(snapshot, expandable_segments_report_each_mapped_range) {
+  fx_open("expandable_segments:True,expandable_page_size_mb:2", GiB);
+  ga_record_history(fx_a, 1, 0);
+  char *p[3];
+  for (int i = 0; i < 3; i++) p[i] = fx_alloc(4 * MiB);
+  fx_free(p[1]);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK); /* unmaps the middle: two mapped ranges */
+  char *s = snap();
+  cr_assert_eq(count(s, "\"is_expandable\":true"), 2, "%s", s);
+  cr_assert_geq(count(s, "segment_map"), 1);
+  cr_assert_eq(count(s, "segment_unmap"), 1);
+  free(s);
+  fx_free(p[0]);
+  fx_free(p[2]);
+}
