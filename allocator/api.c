@@ -171,16 +171,41 @@ ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t stream) {
   return st;
 }
 
-ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block) {
-  CHECK_ALLOCATOR("ga_allocation_size");
+ga_status_t ga_allocation_info(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block, ga_stream_t *stream) {
+  CHECK_ALLOCATOR("ga_allocation_info");
   ga_lock_acquire(&a->mu);
   ga_status_t st = GA_OK;
   ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
-  if (!b) st = ga_bad_pointer_locked(a, "ga_allocation_size", ptr);
+  if (!b) st = ga_bad_pointer_locked(a, "ga_allocation_info", ptr);
   else {
     if (requested) *requested = b->requested;
     if (block) *block = b->size;
+    if (stream) *stream = b->stream;
   }
+  ga_lock_release(&a->mu);
+  return st;
+}
+
+ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block) {
+  return ga_allocation_info(a, ptr, requested, block, NULL);
+}
+
+ga_status_t ga_allocation_base(ga_allocator_t *a, void *ptr, void **base, size_t *size) {
+  CHECK_ALLOCATOR("ga_allocation_base");
+  uintptr_t p = (uintptr_t)ptr;
+  ga_status_t st = GA_ERR_BAD_POINTER;
+  ga_lock_acquire(&a->mu);
+  for (ga_segment *s = a->segs; s && st; s = s->next) {
+    if (p < s->base || p - s->base >= s->size) continue;
+    for (ga_block *b = s->head; b; b = b->next)
+      if (p >= b->ptr && p - b->ptr < b->size && b->state == GA_BLOCK_ALLOCATED) {
+        if (base) *base = (void *)b->ptr;
+        if (size) *size = b->size;
+        st = GA_OK;
+        break;
+      }
+  }
+  if (st) ga_error_set("ga_allocation_base: %p is not inside a live allocation", ptr);
   ga_lock_release(&a->mu);
   return st;
 }

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -168,6 +169,14 @@ GA_API ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t st
 GA_API ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested,
                                       size_t *block);
 
+/** Like ga_allocation_size, plus the stream the allocation belongs to. */
+GA_API ga_status_t ga_allocation_info(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block,
+                                      ga_stream_t *stream);
+
+/** The live allocation containing `ptr` (which may point inside it): its
+ *  start and block size. GA_ERR_BAD_POINTER when no live allocation holds it. */
+GA_API ga_status_t ga_allocation_base(ga_allocator_t *a, void *ptr, void **base, size_t *size);
+
 /* ---- Cache ---------------------------------------------------------------- */
 
 /** torch.cuda.empty_cache(): waits for pending stream events, then gives every
@@ -244,6 +253,31 @@ GA_API ga_status_t ga_config_validate(const char *conf);
  *  Any out-pointer may be NULL. `origin` is "pytorch" or "gardenalloc". */
 GA_API int ga_config_key(int i, const char **name, const char **type, const char **dflt,
                          const char **origin, const char **doc);
+
+/* ---- PyTorch's CUDAPluggableAllocator entry points ----------------------- */
+/* One allocator per device, made on first use from GARDENALLOC_CONF. The
+ * signatures are PyTorch's (cudaStream_t is a pointer). */
+
+/** alloc: NULL for size 0. On failure it throws the OOM report as a C++
+ *  exception when the library was built with C++ (as PyTorch needs), and
+ *  returns NULL otherwise. Do not call it through a C FFI: use the _nothrow one. */
+GA_API void *ga_torch_alloc(ssize_t size, int device, void *stream);
+/** alloc that never throws: NULL on failure, the report in ga_last_error(). */
+GA_API void *ga_torch_alloc_nothrow(ssize_t size, int device, void *stream);
+/** free: size, device and stream are checked against the allocation; a
+ *  mismatch is reported on stderr and the allocation is freed as recorded. */
+GA_API void ga_torch_free(void *ptr, ssize_t size, int device, void *stream);
+/** Hooks: init(device_count), reset (= empty_cache on every device), memory
+ *  fraction, record_stream, and base allocation (start and size of the
+ *  allocation holding ptr; ptr itself if none). */
+GA_API void ga_torch_init(int device_count);
+GA_API void ga_torch_reset(void);
+GA_API void ga_torch_memory_fraction(double fraction, int device);
+GA_API void ga_torch_record_stream(void *ptr, void *stream);
+GA_API void *ga_torch_base_alloc(void *ptr, size_t *size);
+/** The allocator behind device `device` (made on first use), for stats and
+ *  snapshots; NULL (with ga_last_error) when it cannot be made. */
+GA_API ga_allocator_t *ga_torch_allocator(int device);
 
 #ifdef __cplusplus
 }
