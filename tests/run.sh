@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds gardenalloc (Release, into build/) and runs every test.
+# Builds gardenalloc (Release, into build/) and runs every test: the C tests
+# (ctest) and the Python tests of python_shim/.
 # Installs what is missing first (cmake, a C compiler, Criterion) with apt-get
 # when run as root. Exits non-zero on any failure.
 # GA_WERROR=1 turns warnings into errors.
@@ -7,11 +8,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 . scripts/need.sh
-need_packages cmake:cmake cc:gcc make:make pkg-config:pkg-config pc:criterion:libcriterion-dev
+need_packages cmake:cmake cc:gcc c++:g++ make:make pkg-config:pkg-config python3:python3 pc:criterion:libcriterion-dev
 
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGA_BUILD_TESTS=ON -DGA_BUILD_BENCH=ON \
   -DGA_WERROR="$([ "${GA_WERROR:-0}" = 1 ] && echo ON || echo OFF)" >/dev/null
 cmake --build build -j"$jobs"
-cd build
-ctest --output-on-failure -j"$jobs"
+(cd build && ctest --output-on-failure -j"$jobs")
+
+# The Python package and the PyTorch entry points, through ctypes.
+echo "== Python tests (python_shim, ctypes, simulated device)"
+GARDENALLOC_LIBRARY="$PWD/build/libgardenalloc.so" GARDENALLOC_CONF="backend:sim,sim_capacity_mb:4096" \
+  python3 -m unittest discover -s tests/python

@@ -1,0 +1,137 @@
+"""gardenalloc: a caching GPU allocator, from Python.
+
+Everything here works without torch: statistics, snapshots and the allocation
+history of the allocators that serve PyTorch through gardenalloc's pluggable
+entry points (one per device, made on first use from GARDENALLOC_CONF).
+`gardenalloc.torch` swaps PyTorch's allocator.
+"""
+import collections
+import ctypes
+import json
+import pickle
+
+from . import _lib
+
+__all__ = [
+    "library", "memory_stats", "memory_summary", "empty_cache", "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats", "record_memory_history", "snapshot", "dump_snapshot", "check",
+    "last_error",
+]
+
+_library = None
+
+
+def library():
+    """The loaded libgardenalloc (ctypes.CDLL); its .path says which file."""
+    global _library
+    if _library is None:
+        _library = _lib.load()
+    return _library
+
+
+def last_error():
+    """The text of this thread's last gardenalloc failure."""
+    return library().ga_last_error().decode()
+
+
+def _allocator(device):
+    a = library().ga_torch_allocator(int(device))
+    if not a:
+        raise RuntimeError(last_error())
+    return a
+
+
+def _json(fn, a):
+    n = fn(a, None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    fn(a, buf, n + 1)
+    return json.loads(buf.value.decode())
+
+
+def memory_stats(device=0):
+    """torch.cuda.memory_stats() for gardenalloc: PyTorch's keys and meanings
+    (allocated_bytes.all.current, ...) plus gardenalloc's, sorted by key."""
+    stats = _json(library().ga_stats_json, _allocator(device))
+    return collections.OrderedDict(sorted(stats.items()))
+
+
+def _fmt(n):
+    for unit in ("B  ", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return ("%d %s" % (n, unit)) if unit == "B  " else ("%.2f %s" % (n, unit))
+        n /= 1024.0
+    return str(n)
+
+
+def memory_summary(device=0):
+    """A readable table of the statistics, like torch.cuda.memory_summary()."""
+    s = memory_stats(device)
+    rows = [
+        ("Allocated memory", "allocated_bytes", True), ("Active memory", "active_bytes", True),
+        ("Requested memory", "requested_bytes", True), ("GPU reserved memory", "reserved_bytes", True),
+        ("Non-releasable memory", "inactive_split_bytes", True), ("Allocations", "allocation", False),
+        ("Active allocs", "active", False), ("GPU reserved segments", "segment", False),
+        ("Non-releasable allocs", "inactive_split", False),
+    ]
+    w = 78
+    out = ["=" * w, " gardenalloc memory summary, device %d (%s)" % (device, library().ga_backend_name(_allocator(device)).decode()),
+           "-" * w, "%-28s|%12s|%12s|%12s|%12s" % ("Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"), "-" * w]
+    for title, key, is_bytes in rows:
+        for pool, label in (("all", title), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")):
+            vals = [s["%s.%s.%s" % (key, pool, m)] for m in ("current", "peak", "allocated", "freed")]
+            cells = [_fmt(v) if is_bytes else str(v) for v in vals]
+            out.append("%-28s|%12s|%12s|%12s|%12s" % ((label,) + tuple(cells)))
+        out.append("-" * w)
+    for key in ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
+                "mapped_pages", "cached_pages", "num_pages_moved"):
+        out.append("%-28s| %d" % (key, s[key]))
+    out.append("=" * w)
+    return "\n".join(out)
+
+
+def _use(device):
+    return _allocator(device)
+
+
+def empty_cache():
+    """torch.cuda.empty_cache(): give every cached segment/page back, on every device."""
+    library().ga_torch_reset()
+
+
+def reset_peak_memory_stats(device=0):
+    library().ga_reset_peak_stats(_use(device))
+
+
+def reset_accumulated_memory_stats(device=0):
+    library().ga_reset_accumulated_stats(_use(device))
+
+
+def record_memory_history(enabled="all", max_entries=100000, device=0):
+    """Start (enabled truthy) or stop (None/False) recording the allocation
+    history that snapshot() reports in device_traces."""
+    on = bool(enabled)
+    if library().ga_record_history(_use(device), 1 if on else 0, int(max_entries) if on else 0) != 0:
+        raise RuntimeError(last_error())
+
+
+def check(device=0):
+    """Number of broken invariants in the allocator (0 when consistent)."""
+    return library().ga_check(_use(device))
+
+
+def snapshot(device=0):
+    """A dict in the schema of torch.cuda.memory._snapshot(): segments (with
+    blocks), device_traces (indexed by device), allocator_settings,
+    external_annotations. Only plain dicts, lists, tuples, str, int, float and
+    bool, so pickles of it open in PyTorch's memory viewer."""
+    _use(device)
+    snap = _json(library().ga_snapshot_json, _allocator(device))
+    for seg in snap["segments"]:
+        seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
+    return snap
+
+
+def dump_snapshot(path, device=0):
+    """Writes snapshot() as a pickle (protocol 4), like torch.cuda.memory._dump_snapshot."""
+    with open(path, "wb") as f:
+        pickle.dump(snapshot(device), f, protocol=4)

@@ -1,0 +1,275 @@
+"""The Python package and the PyTorch entry points, driven through ctypes on
+the simulated device (no GPU, no torch needed). Run by tests/run.sh."""
+import ctypes
+import os
+import pickle
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "python_shim"))
+os.environ.setdefault("GARDENALLOC_CONF", "backend:sim,sim_capacity_mb:4096")
+
+import gardenalloc  # noqa: E402
+import gardenalloc.trace  # noqa: E402
+
+lib = gardenalloc.library()
+SHARED = os.environ.get("GA_SHARED_DIR", os.path.join(os.path.dirname(REPO), "shared"))
+
+
+def pattern(n, seed):
+    r = random.Random(seed)
+    return bytes(r.getrandbits(8) for _ in range(min(n, 64))) * (min(n, 4096) // 64 + 1)
+
+
+def fill(ptr, n, seed):
+    data = pattern(n, seed)[: min(n, 4096)]
+    ctypes.memmove(ptr, data, len(data))
+    return data
+
+
+def check(ptr, data):
+    return ctypes.string_at(ptr, len(data)) == data
+
+
+class EntryPoints(unittest.TestCase):
+    def test_exact_signatures_from_several_threads(self):
+        errors = []
+
+        def work(tid):
+            stream = ctypes.c_void_p(0x100 + tid)
+            r = random.Random(tid)
+            live = []
+            for step in range(1500):
+                if live and r.random() < 0.5:
+                    p, n, data = live.pop(r.randrange(len(live)))
+                    if not check(p, data):
+                        errors.append("thread %d: block %#x changed" % (tid, p))
+                    lib.ga_torch_free(p, n, 0, stream)
+                else:
+                    n = r.choice([1, 512, 4000, 1 << 20, 3 << 20, 12 << 20]) + r.randrange(512)
+                    p = lib.ga_torch_alloc(n, 0, stream)
+                    if not p:
+                        errors.append("alloc %d failed: %s" % (n, gardenalloc.last_error()))
+                        continue
+                    live.append((p, n, fill(p, n, p)))
+            for p, n, data in live:
+                lib.ga_torch_free(p, n, 0, stream)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(gardenalloc.check(), 0)
+        self.assertEqual(gardenalloc.memory_stats()["allocation.all.current"], 0)
+
+    def test_size_zero_is_null(self):
+        self.assertIsNone(lib.ga_torch_alloc(0, 0, None))
+        lib.ga_torch_free(None, 0, 0, None)  # a no-op
+
+    def test_oom_returns_the_report(self):
+        before = gardenalloc.memory_stats()["num_ooms"]
+        self.assertIsNone(lib.ga_torch_alloc_nothrow(1 << 40, 0, None))
+        self.assertIn("CUDA out of memory. Tried to allocate", gardenalloc.last_error())
+        self.assertEqual(gardenalloc.memory_stats()["num_ooms"], before + 1)
+        p = lib.ga_torch_alloc(1 << 20, 0, None)  # still usable
+        self.assertTrue(p)
+        lib.ga_torch_free(p, 1 << 20, 0, None)
+
+    def test_hooks(self):
+        p = lib.ga_torch_alloc(5 << 20, 0, None)
+        size = ctypes.c_size_t()
+        self.assertEqual(lib.ga_torch_base_alloc(p + 4096, ctypes.byref(size)), p)
+        self.assertEqual(size.value, 5 << 20)
+        lib.ga_torch_record_stream(p, ctypes.c_void_p(0x999))
+        lib.ga_torch_free(p, 5 << 20, 0, None)
+        lib.ga_torch_memory_fraction(1.0, 0)
+        lib.ga_torch_init(1)
+        lib.ga_torch_reset()
+        self.assertEqual(gardenalloc.memory_stats()["reserved_bytes.all.current"], 0)
+
+    def test_a_mismatched_free_is_reported_not_trusted(self):
+        code = ("import sys; sys.path.insert(0, %r); import gardenalloc, ctypes; lib = gardenalloc.library(); "
+                "p = lib.ga_torch_alloc(1000, 0, None); lib.ga_torch_free(p, 999, 0, ctypes.c_void_p(7)); "
+                "print(gardenalloc.memory_stats()['allocation.all.current'])") % os.path.join(REPO, "python_shim")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("PyTorch said 999 bytes, the allocation asked for 1000", r.stderr)
+        self.assertIn("PyTorch said stream 0x7, the allocation is on stream 0x0", r.stderr)
+        self.assertEqual(r.stdout.strip(), "0", "freed as recorded")
+
+
+class Fuzz(unittest.TestCase):
+    def test_ten_thousand_seeded_steps_with_content_checks(self):
+        r = random.Random(1234)
+        live = {}
+        for step in range(10000):
+            x = r.random()
+            if live and x < 0.45:
+                p = r.choice(list(live))
+                n, data = live.pop(p)
+                self.assertTrue(check(p, data), "step %d: contents of %#x" % (step, p))
+                lib.ga_torch_free(p, n, 0, None)
+            elif x < 0.995:
+                n = int(r.paretovariate(0.9) * 2048) % (64 << 20) + 1
+                p = lib.ga_torch_alloc(n, 0, None)
+                self.assertTrue(p, gardenalloc.last_error())
+                live[p] = (n, fill(p, n, step))
+            else:
+                gardenalloc.empty_cache()
+            if step % 1000 == 0:
+                self.assertEqual(gardenalloc.check(), 0)
+                s = gardenalloc.memory_stats()
+                self.assertEqual(s["allocation.all.current"], len(live))
+                self.assertEqual(s["requested_bytes.all.current"], sum(n for n, _ in live.values()))
+        for p, (n, data) in live.items():
+            self.assertTrue(check(p, data))
+            lib.ga_torch_free(p, n, 0, None)
+
+
+class Stats(unittest.TestCase):
+    def test_stats_match_recomputed_totals(self):
+        a = lib.ga_torch_allocator(0)
+        sizes = [100, 5000, 1 << 20, (3 << 20) + 1, 25 << 20]
+        ptrs = [lib.ga_torch_alloc(n, 0, None) for n in sizes]
+        s = gardenalloc.memory_stats()
+        blocks = 0
+        for p in ptrs:
+            blk = ctypes.c_size_t()
+            self.assertEqual(lib.ga_allocation_size(a, p, None, ctypes.byref(blk)), 0)
+            blocks += blk.value
+        self.assertEqual(s["allocated_bytes.all.current"], blocks)
+        self.assertEqual(s["allocated_bytes.all.current"],
+                         s["allocated_bytes.small_pool.current"] + s["allocated_bytes.large_pool.current"])
+        self.assertLessEqual(s["requested_bytes.all.current"], s["allocated_bytes.all.current"])
+        self.assertLessEqual(s["allocated_bytes.all.current"], s["reserved_bytes.all.current"])
+        self.assertEqual(list(s), sorted(s), "sorted by key, as torch.cuda.memory_stats")
+        for key in ("num_alloc_retries", "num_ooms", "max_split_size", "num_sync_all_streams", "num_device_alloc",
+                    "num_device_free", "oversize_allocations.current", "inactive_split_bytes.large_pool.peak"):
+            self.assertIn(key, s)
+        summary = gardenalloc.memory_summary()
+        self.assertIn("Allocated memory", summary)
+        self.assertIn("from small pool", summary)
+        for p, n in zip(ptrs, sizes):
+            lib.ga_torch_free(p, n, 0, None)
+        gardenalloc.reset_peak_memory_stats()
+        s = gardenalloc.memory_stats()
+        self.assertEqual(s["allocated_bytes.all.peak"], s["allocated_bytes.all.current"])
+
+
+class Snapshot(unittest.TestCase):
+    def test_pickle_loads_back_in_the_snapshot_schema(self):
+        gardenalloc.record_memory_history(True)
+        try:
+            keep = lib.ga_torch_alloc(7 << 20, 0, None)
+            p = lib.ga_torch_alloc(1000, 0, None)
+            lib.ga_torch_free(p, 1000, 0, None)
+            self.assertIsNone(lib.ga_torch_alloc_nothrow(1 << 40, 0, None))
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "snap.pickle")
+                gardenalloc.dump_snapshot(path)
+                with open(path, "rb") as f:
+                    raw = f.read()
+                self.assertLessEqual(raw[1], 4, "pickle protocol <= 4 for the memory viewer")
+                snap = pickle.loads(raw)
+        finally:
+            gardenalloc.record_memory_history(None)
+        self.assertEqual(set(snap), {"segments", "device_traces", "allocator_settings", "external_annotations"})
+        addrs = [s["address"] for s in snap["segments"]]
+        self.assertEqual(addrs, sorted(addrs))
+        for seg in snap["segments"]:
+            for k, t in (("device", int), ("address", int), ("total_size", int), ("allocated_size", int),
+                         ("active_size", int), ("requested_size", int), ("stream", int), ("segment_type", str),
+                         ("segment_pool_id", tuple), ("is_expandable", bool), ("frames", list), ("blocks", list)):
+                self.assertIsInstance(seg[k], t, k)
+            self.assertIn(seg["segment_type"], ("large", "small"))
+            self.assertEqual(sum(b["size"] for b in seg["blocks"]), seg["total_size"])
+            for b in seg["blocks"]:
+                self.assertIn(b["state"], ("active_allocated", "active_pending_free", "inactive"))
+                self.assertEqual(set(b), {"address", "size", "requested_size", "state", "frames"})
+        trace = snap["device_traces"][0]
+        actions = [e["action"] for e in trace]
+        for a in ("alloc", "free_requested", "free_completed", "oom"):
+            self.assertIn(a, actions)
+        for e in trace:
+            self.assertIn("addr" if e["action"] != "oom" else "device_free", e)
+            self.assertIsInstance(e["time_us"], int)
+            self.assertIsInstance(e["stream"], int)
+        self.assertIn("expandable_segments", snap["allocator_settings"])
+        self.assertEqual(len(snap["allocator_settings"]["roundup_power2_divisions"]), 16)
+        lib.ga_torch_free(keep, 7 << 20, 0, None)
+
+
+class Converter(unittest.TestCase):
+    def test_a_real_trace_survives_snapshot_and_conversion(self):
+        src = os.path.join(SHARED, "traces", "pytorch_snapshots", "cs336_medium_ctx128_inference.csv")
+        if not os.path.exists(src):
+            self.skipTest("%s is absent (the shared traces are not beside the checkout)" % src)
+        with open(src) as f:
+            rows = [line.rstrip("\n").split(",") for line in f][1:]
+        gardenalloc.empty_cache()
+        gardenalloc.record_memory_history(True, max_entries=100000)
+        live = {}
+        try:
+            for _, _, action, ptr, size, stream in rows:
+                if action == "allocate":
+                    live[ptr] = (lib.ga_torch_alloc(int(size), 0, ctypes.c_void_p(int(stream))), int(size))
+                else:
+                    p, n = live.pop(ptr)
+                    lib.ga_torch_free(p, n, 0, ctypes.c_void_p(int(stream)))
+            with tempfile.TemporaryDirectory() as d:
+                snap_path, csv_path = os.path.join(d, "s.pickle"), os.path.join(d, "out.csv")
+                gardenalloc.dump_snapshot(snap_path)
+                r = subprocess.run([sys.executable, "-m", "gardenalloc.trace", snap_path, csv_path], capture_output=True,
+                                   text=True, cwd=os.path.join(REPO, "python_shim"))
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(csv_path) as f:
+                    out = [line.rstrip("\n").split(",") for line in f]
+        finally:
+            gardenalloc.record_memory_history(None)
+            for p, n in live.values():
+                lib.ga_torch_free(p, n, 0, None)
+        self.assertEqual(out[0], ["Thread", "Time", "Action", "Pointer", "Size", "Stream"])
+        self.assertEqual([(a, s, st) for _, _, a, _, s, st in out[1:]], [(a, s, st) for _, _, a, _, s, st in rows])
+
+    def test_bad_input_is_refused_clearly(self):
+        with tempfile.TemporaryDirectory() as d:
+            bad = os.path.join(d, "bad.pickle")
+            with open(bad, "wb") as f:
+                pickle.dump({"segments": []}, f)
+            r = subprocess.run([sys.executable, "-m", "gardenalloc.trace", bad, os.path.join(d, "o.csv")],
+                               capture_output=True, text=True, cwd=os.path.join(REPO, "python_shim"))
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("is not a memory snapshot", r.stderr)
+
+
+class Package(unittest.TestCase):
+    def test_the_library_is_found_without_settings(self):
+        env = {k: v for k, v in os.environ.items() if k != "GARDENALLOC_LIBRARY"}
+        code = "import gardenalloc; print(gardenalloc.library().path)"
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                           cwd=os.path.join(REPO, "python_shim"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.strip().endswith("libgardenalloc.so"), r.stdout)
+
+    def test_torch_module_says_what_it_needs(self):
+        try:
+            import torch  # noqa: F401
+            self.skipTest("torch is installed here")
+        except ImportError:
+            pass
+        import gardenalloc.torch as gt
+        with self.assertRaises(ImportError) as cm:
+            gt.install()
+        self.assertIn("needs PyTorch", str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
