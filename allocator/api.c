@@ -40,6 +40,8 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
   a->device_total = total;
   a->allowed_max = SIZE_MAX;
   a->fraction = 1.0;
+  a->access[0] = dev->ordinal;
+  a->naccess = 1;
   a->stats.max_split_size = cfg->max_split_size == SIZE_MAX ? -1 : (int64_t)cfg->max_split_size;
   if (ga_dev_granularity(dev, &a->gran) || a->gran == 0) a->gran = GA_SMALL_BUFFER;
   a->large_page = cfg->expandable_page_size ? cfg->expandable_page_size : cfg->large_segment_size;
@@ -77,7 +79,7 @@ ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out) {
   ga_device *dev;
   char err[512];
   const char *notice = NULL;
-  int rc = ga_device_open(cfg.backend, device, cfg.sim_capacity, &dev, err, sizeof err, &notice);
+  int rc = ga_device_open(cfg.backend, device, cfg.sim_capacity, cfg.sim_devices, &dev, err, sizeof err, &notice);
   if (rc) {
     ga_error_set("ga_create: %s", err);
     return rc == GA_DEV_ENODEV ? GA_ERR_NO_BACKEND : GA_ERR_DEVICE;
@@ -320,6 +322,32 @@ const char *ga_status_str(ga_status_t status) {
 }
 
 const char *ga_backend_name(ga_allocator_t *a) { return a ? a->dev->ops->name : "none"; }
+
+ga_status_t ga_enable_peer_access(ga_allocator_t *a, int peer) {
+  CHECK_ALLOCATOR("ga_enable_peer_access");
+  if (peer < 0 || peer >= 64 || peer == a->dev->ordinal) {
+    ga_error_set("ga_enable_peer_access: %d is not a peer of device %d (allowed: another device, 0 to 63)", peer,
+                 a->dev->ordinal);
+    return GA_ERR_INVALID;
+  }
+  ga_lock_acquire(&a->mu);
+  ga_status_t st = GA_OK;
+  int known = 0;
+  for (int i = 0; i < a->naccess; i++) known |= a->access[i] == peer;
+  if (!known) {
+    a->access[a->naccess] = peer;
+    int rc = ga_expandable_grant_locked(a, a->access, a->naccess + 1);
+    if (rc) {
+      ga_error_set("ga_enable_peer_access: %s", a->dev->error);
+      (void)ga_expandable_grant_locked(a, a->access, a->naccess); /* back to what it was */
+      st = GA_ERR_DEVICE;
+    } else {
+      a->naccess++;
+    }
+  }
+  ga_lock_release(&a->mu);
+  return st;
+}
 
 ga_status_t ga_mem_get_info(ga_allocator_t *a, size_t *free_bytes, size_t *total_bytes) {
   CHECK_ALLOCATOR("ga_mem_get_info");

@@ -164,6 +164,16 @@ static int opt_sim_capacity_mb(ctx *x) {
   return 0;
 }
 
+static int opt_sim_devices(ctx *x) {
+  const tok *v = NULL;
+  uint64_t n;
+  char buf[64];
+  if (value(x, &v, "an integer from 1 to 64")) return -1;
+  if (parse_u64(v, &n) || n < 1 || n > 64) return fail(x, "'%s' is not an integer from 1 to 64", tok_str(v, buf));
+  x->c->sim_devices = (int)n;
+  return 0;
+}
+
 static int opt_max_split_size_mb(ctx *x) { return value_mib(x, &x->c->max_split_size, "an integer >= large_segment_size_mb (20)"); }
 static int opt_max_non_split_rounding_mb(ctx *x) {
   return value_mib(x, &x->c->max_non_split_rounding, "an integer >= large_segment_size_mb (20)");
@@ -298,6 +308,7 @@ void ga_config_defaults(ga_config *c) {
   strcpy(c->backend, "auto");
   c->sim_capacity = (size_t)81920 * MiB;
   c->expandable_cache_max = 256 * MiB;
+  c->sim_devices = 1;
 }
 
 int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {

@@ -31,6 +31,7 @@ typedef struct ga_config {
   size_t expandable_cache_max;     /* bytes of unmapped pages kept for reuse */
   char backend[8];                 /* "auto", "cuda" or "sim" */
   size_t sim_capacity;             /* bytes */
+  int sim_devices;                 /* devices the simulated machine has */
 } ga_config;
 
 /* X(key, type, default, origin, doc). `origin` is "pytorch" or "gardenalloc". */
@@ -39,6 +40,7 @@ typedef struct ga_config {
     "device backend: the CUDA driver, the simulated device, or CUDA when a GPU answers and sim otherwise (PyTorch's `native` means auto)") \
   X(sim_capacity_mb, "int MiB >= 2", "81920", "gardenalloc",                                         \
     "memory of the simulated device")                                                                \
+  X(sim_devices, "int 1..64", "1", "gardenalloc", "number of devices the simulated machine has")   \
   X(max_split_size_mb, "int MiB >= large_segment_size_mb", "unlimited", "pytorch",                    \
     "blocks this large or larger are never split, and serve only requests within max_non_split_rounding_mb of their size") \
   X(max_non_split_rounding_mb, "int MiB >= large_segment_size_mb", "large_segment_size_mb", "pytorch", \

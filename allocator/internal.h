@@ -154,6 +154,8 @@ struct ga_allocator {
   ga_piece *cache;          /* unmapped granules of live handles */
   size_t ncache, cap_cache;
   ga_history history;
+  int access[65];           /* devices given access to expandable memory: this one first */
+  int naccess;
   char conf_text[512];      /* the configuration string it was created with */
 };
 
@@ -318,6 +320,8 @@ int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t
 /* empty_cache: unmaps every whole free granule, drops empty segments.
  * 0 or a GA_DEV_* code. */
 int ga_expandable_release_all_locked(ga_allocator_t *a);
+/* Sets access for `devices` on every mapped range. 0 or a GA_DEV_* code. */
+int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n);
 /* Teardown: unmaps and unreserves every expandable segment. */
 void ga_expandable_teardown_locked(ga_allocator_t *a);
 

@@ -61,7 +61,7 @@ typedef enum ga_device_call {
   GA_CALL_EVENT_CREATE, GA_CALL_EVENT_RECORD, GA_CALL_EVENT_QUERY,
   GA_CALL_EVENT_SYNCHRONIZE, GA_CALL_EVENT_DESTROY,
   GA_CALL_STREAM_SYNCHRONIZE, GA_CALL_SYNCHRONIZE, GA_CALL_MEM_INFO,
-  GA_CALL_CAPTURE_QUERY,
+  GA_CALL_CAPTURE_QUERY, GA_CALL_SET_ACCESS,
   GA_CALL_COUNT
 } ga_device_call_t;
 
@@ -242,6 +242,14 @@ GA_API const char *ga_last_error(void);
 
 /** The backend in use: "cuda" or "sim". */
 GA_API const char *ga_backend_name(ga_allocator_t *a);
+
+/** Lets device `peer` read and write this allocator's expandable-segment
+ *  memory, now and for every page mapped later (cuMemSetAccess for the peer,
+ *  as NCCL peer-to-peer needs; native segments come from cudaMalloc and follow
+ *  cudaDeviceEnablePeerAccess instead). GA_ERR_INVALID for this device itself
+ *  or an out-of-range ordinal, GA_ERR_DEVICE when the driver refuses (the
+ *  peer is then not added). */
+GA_API ga_status_t ga_enable_peer_access(ga_allocator_t *a, int peer);
 
 /** The device's free and total memory (cudaMemGetInfo). Either pointer may be NULL. */
 GA_API ga_status_t ga_mem_get_info(ga_allocator_t *a, size_t *free_bytes, size_t *total_bytes);

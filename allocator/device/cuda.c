@@ -176,6 +176,17 @@ static int cuda_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t
   if (rc) (void)cu.cuMemUnmap(p, size); /* unwind: no half-made mapping */
   return rc;
 }
+static int cuda_set_access(ga_device *d, void *va, size_t size, const int *devices, int n) {
+  CUmemAccessDesc acc[64];
+  if (n < 1 || n > 64) {
+    ga_dev_set_error(d, "cuMemSetAccess: %d devices (1 to 64 allowed)", n);
+    return GA_DEV_EINVAL;
+  }
+  for (int i = 0; i < n; i++)
+    acc[i] = (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = devices[i]},
+                               .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  return CALL(d, cu.cuMemSetAccess((CUdeviceptr)(uintptr_t)va, size, acc, (size_t)n), "cuMemSetAccess");
+}
 static int cuda_unmap(ga_device *d, void *va, size_t size) {
   return CALL(d, cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, size), "cuMemUnmap");
 }
@@ -221,6 +232,7 @@ static const ga_device_ops cuda_ops = {
     .release = cuda_release,
     .map = cuda_map,
     .unmap = cuda_unmap,
+    .set_access = cuda_set_access,
     .event_create = cuda_event_create,
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,

@@ -76,6 +76,11 @@ typedef struct ga_device_ops {
   /* cuMemUnmap. pre: [va, va+size) is exactly a union of whole mappings. */
   int (*unmap)(ga_device *d, void *va, size_t size);
 
+  /* cuMemSetAccess: read/write access to the mapped range [va, va+size) for
+   * the n devices listed (this device included). pre: the whole range is
+   * mapped; every ordinal names a device. */
+  int (*set_access)(ga_device *d, void *va, size_t size, const int *devices, int n);
+
   /* Events (cudaEventCreateWithFlags(DisableTiming), Record, Query,
    * Synchronize, Destroy). event_query returns 0 when complete and
    * GA_DEV_ENOTREADY when not. */
@@ -110,12 +115,14 @@ struct ga_device {
  * the caller may print). sim_capacity is the simulated device's memory in
  * bytes. Returns GA_DEV_ENODEV for backend "cuda" without a usable driver;
  * `err` then holds the reason. */
-int ga_device_open(const char *backend, int ordinal, size_t sim_capacity, ga_device **out,
+int ga_device_open(const char *backend, int ordinal, size_t sim_capacity, int sim_devices, ga_device **out,
                    char *err, size_t errlen, const char **notice);
 
 /* Backends. */
 int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen);
+/* A simulated device `ordinal` of a machine with `ndevices` of them. */
 int ga_sim_open(int ordinal, size_t capacity, ga_device **out, char *err, size_t errlen);
+int ga_sim_open_of(int ordinal, int ndevices, size_t capacity, ga_device **out, char *err, size_t errlen);
 
 /* Records a failure message in d->error. */
 void ga_dev_set_error(ga_device *d, const char *fmt, ...)
@@ -158,6 +165,9 @@ static inline int ga_dev_map(ga_device *d, void *va, size_t s, ga_mem_handle h, 
 }
 static inline int ga_dev_unmap(ga_device *d, void *va, size_t s) {
   return ga_dev_count(d, GA_CALL_UNMAP, d->ops->unmap(d, va, s));
+}
+static inline int ga_dev_set_access(ga_device *d, void *va, size_t s, const int *devs, int n) {
+  return ga_dev_count(d, GA_CALL_SET_ACCESS, d->ops->set_access(d, va, s, devs, n));
 }
 static inline int ga_dev_event_create(ga_device *d, ga_event *e) {
   return ga_dev_count(d, GA_CALL_EVENT_CREATE, d->ops->event_create(d, e));

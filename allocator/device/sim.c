@@ -47,6 +47,7 @@ typedef struct sim_range {
   size_t size;
   ga_mem_handle h;   /* mappings and mallocs: the handle */
   size_t offset;     /* mappings: offset in the handle */
+  uint64_t access;   /* mappings: devices that may read and write it (bit = ordinal) */
 } sim_range;
 
 typedef struct sim_ranges { sim_range *v; size_t n, cap; } sim_ranges;
@@ -78,6 +79,7 @@ typedef struct sim_device {
   sim_fault faults[GA_CALL_COUNT];
   uint64_t waits;
   uint64_t faults_fired;
+  int ndevices;            /* devices of the simulated machine */
 } sim_device;
 
 static const ga_device_ops sim_ops;
@@ -290,7 +292,8 @@ static int do_map(sim_device *s, uintptr_t va, size_t size, ga_mem_handle h, siz
     }
     i += run;
   }
-  if (ranges_insert(&s->maps, (sim_range){.va = va, .size = size, .h = h, .offset = offset}) != 0) {
+  if (ranges_insert(&s->maps, (sim_range){.va = va, .size = size, .h = h, .offset = offset,
+                                          .access = (uint64_t)1 << s->base.ordinal}) != 0) {
     protnone(va, size);
     ga_dev_set_error(&s->base, "map: host out of memory");
     return GA_DEV_EDRIVER;
@@ -506,6 +509,34 @@ out:
   return rc;
 }
 
+static int sim_set_access(ga_device *d, void *va, size_t size, const int *devices, int n) {
+  sim_device *s = sim_of(d);
+  uintptr_t v = (uintptr_t)va;
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_SET_ACCESS, "set_access");
+  uint64_t mask = 0;
+  for (int i = 0; !rc && i < n; i++) {
+    if (devices[i] < 0 || devices[i] >= s->ndevices) {
+      ga_dev_set_error(d, "set_access: CUDA_ERROR_INVALID_DEVICE (device %d; the machine has %d)", devices[i], s->ndevices);
+      rc = GA_DEV_EINVAL;
+    }
+    else mask |= (uint64_t)1 << devices[i];
+  }
+  /* The range must be mapped from end to end. */
+  long first = ranges_find(&s->maps, v);
+  size_t i = first < 0 ? 0 : (size_t)first, j = i;
+  uintptr_t at = v;
+  while (!rc && first >= 0 && j < s->maps.n && s->maps.v[j].va <= at && at < v + size)
+    at = s->maps.v[j].va + s->maps.v[j].size, j++;
+  if (!rc && (size == 0 || first < 0 || at < v + size)) {
+    ga_dev_set_error(d, "set_access: CUDA_ERROR_INVALID_VALUE (%p+%zu is not mapped from end to end)", va, size);
+    rc = GA_DEV_EINVAL;
+  }
+  for (size_t k = i; !rc && k < j; k++) s->maps.v[k].access = mask;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
 /* ---- Streams and events ---- */
 
 static sim_stream *stream_get(sim_device *s, ga_stream_t st, int create) {
@@ -691,6 +722,7 @@ static const ga_device_ops sim_ops = {
     .release = sim_release,
     .map = sim_map,
     .unmap = sim_unmap,
+    .set_access = sim_set_access,
     .event_create = sim_event_create,
     .event_record = sim_event_record,
     .event_query = sim_event_query,
@@ -705,6 +737,15 @@ static const ga_device_ops sim_ops = {
 /* ---- Opening ---- */
 
 int ga_sim_open(int ordinal, size_t capacity, ga_device **out, char *err, size_t errlen) {
+  return ga_sim_open_of(ordinal, ordinal + 1, capacity, out, err, errlen);
+}
+
+int ga_sim_open_of(int ordinal, int ndevices, size_t capacity, ga_device **out, char *err, size_t errlen) {
+  if (ordinal < 0 || ordinal >= ndevices || ndevices > 64) {
+    snprintf(err, errlen, "sim: device %d does not exist (the simulated machine has %d; set sim_devices)", ordinal,
+             ndevices);
+    return GA_DEV_ENODEV;
+  }
   size_t ngran = capacity / SIM_GRAN;
   if (ngran == 0 || ngran > UINT32_MAX) {
     snprintf(err, errlen, "sim: capacity %zu bytes must be at least one 2 MiB granule", capacity);
@@ -727,6 +768,7 @@ int ga_sim_open(int ordinal, size_t capacity, ga_device **out, char *err, size_t
   }
   pthread_mutex_init(&s->mu, NULL);
   s->ngran = ngran;
+  s->ndevices = ndevices;
   s->base.ops = &sim_ops;
   s->base.ordinal = ordinal;
   *out = &s->base;
@@ -794,6 +836,16 @@ int ga_sim_clear_faults(ga_device *d) {
   memset(s->faults, 0, sizeof s->faults);
   pthread_mutex_unlock(&s->mu);
   return 0;
+}
+
+int ga_sim_access(ga_device *d, void *va, uint64_t *mask) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  long i = ranges_find(&s->maps, (uintptr_t)va);
+  if (i >= 0) *mask = s->maps.v[i].access;
+  pthread_mutex_unlock(&s->mu);
+  return i >= 0 ? 0 : GA_DEV_EINVAL;
 }
 
 int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing) {

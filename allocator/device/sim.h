@@ -46,6 +46,10 @@ int ga_sim_inject(ga_device *d, ga_device_call_t kind, unsigned nth, int err, in
 /* Disarms every injected fault. */
 int ga_sim_clear_faults(ga_device *d);
 
+/* The devices that may access the mapping holding `va` (bit = ordinal).
+ * EINVAL when va is not in a mapping (malloc'd memory included). */
+int ga_sim_access(ga_device *d, void *va, uint64_t *mask);
+
 /* Marks `stream` as capturing a CUDA graph (stream_capturing reports it). */
 int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing);
 

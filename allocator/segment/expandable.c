@@ -140,6 +140,9 @@ static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, ga_block **
     s->backing[first + done] = p;
     p.ph->nmapped++;
     done++;
+    /* Peers granted access see every new page too. */
+    if (a->naccess > 1 && (rc = ga_dev_set_access(a->dev, (void *)(u->ptr + (done - 1) * a->gran), a->gran, a->access, a->naccess)))
+      break;
   }
   ga_stat_add(&a->stats.mapped_bytes, (int64_t)(done * a->gran));
   if (done && ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_MAP, u->ptr, done * a->gran, s->stream);
@@ -225,6 +228,23 @@ typedef struct frees {
   ga_block **v;
   size_t n, cap;
 } frees;
+
+int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n) {
+  for (ga_segment *s = a->segs; s; s = s->next) {
+    if (!s->expandable) continue;
+    for (ga_block *b = s->head; b; b = b->next) {
+      if (b->state == GA_BLOCK_UNMAPPED) continue;
+      /* Mapped blocks between unmapped ones: the whole granules they cover. */
+      ga_block *e = b;
+      while (e->next && e->next->state != GA_BLOCK_UNMAPPED) e = e->next;
+      uintptr_t lo = b->ptr / a->gran * a->gran, hi = (e->ptr + e->size + a->gran - 1) / a->gran * a->gran;
+      int rc = ga_dev_set_access(a->dev, (void *)lo, hi - lo, devices, n);
+      if (rc) return rc;
+      b = e;
+    }
+  }
+  return 0;
+}
 
 int ga_expandable_release_all_locked(ga_allocator_t *a) {
   int rc = 0;
