@@ -108,6 +108,7 @@ void ga_destroy(ga_allocator_t *a) {
   ga_lock_acquire(&a->mu);
   (void)ga_stream_sync_all_locked(a);
   ga_stream_teardown_locked(a);
+  ga_sleep_teardown_locked(a);
   ga_expandable_teardown_locked(a);
   ga_pages_teardown_locked(a);
   while (a->segs) {
@@ -256,6 +257,7 @@ ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
   *out = a->stats;
   out->mapped_pages = a->stats.mapped_bytes.current / (int64_t)a->gran;
   out->cached_pages = a->stats.page_cache_bytes.current / (int64_t)a->gran;
+  out->asleep_pages = (int64_t)a->nsleepers;
   memcpy(out->device_calls, a->dev->calls, sizeof out->device_calls);
   memcpy(out->device_failures, a->dev->failures, sizeof out->device_failures);
   ga_lock_release(&a->mu);

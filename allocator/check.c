@@ -12,7 +12,7 @@ typedef struct totals {
   int64_t inactive[3], inactive_bytes[3], segment[3], reserved[3];
   int64_t oversize_alloc, oversize_seg;
   size_t free_blocks[2], allocated_blocks, pending_blocks, pending_events;
-  size_t mapped_granules, expandable_segs;
+  size_t mapped_granules, asleep_granules, expandable_segs;
 } totals;
 
 #define BROKEN(...) (fprintf(stderr, "ga_check: " __VA_ARGS__), fputc('\n', stderr), broken++)
@@ -35,13 +35,20 @@ static int check_granules(ga_allocator_t *a, ga_segment *s, ga_block *b, totals 
     return broken;
   }
   for (size_t i = first; i < last; i++) {
-    if (i >= s->nbacking || !s->backing[i].ph) {
+    int asleep = i < s->nbacking && !s->backing[i].ph && s->backing[i].idx == GA_PIECE_ASLEEP;
+    if (asleep && !(b->state == GA_BLOCK_ALLOCATED && b->asleep))
+      BROKEN("granule %zu of segment %p is asleep under block %p, which is not a sleeping allocation", i,
+             (void *)s->base, (void *)b->ptr);
+    if (!asleep && (i >= s->nbacking || !s->backing[i].ph)) {
       BROKEN("granule %zu of segment %p is used by block %p but not mapped", i, (void *)s->base, (void *)b->ptr);
       break;
     }
   }
   /* Count granules starting inside this block (each granule once). */
-  for (size_t i = (b->ptr - s->base + g - 1) / g; i * g < b->ptr - s->base + b->size; i++) t->mapped_granules++;
+  for (size_t i = (b->ptr - s->base + g - 1) / g; i * g < b->ptr - s->base + b->size && i < s->nbacking; i++) {
+    if (s->backing[i].ph) t->mapped_granules++;
+    else t->asleep_granules++;
+  }
   return broken;
 }
 
@@ -146,6 +153,7 @@ int ga_check_locked(ga_allocator_t *a) {
     if (n != a->pools[p].count || n != t.free_blocks[p]) BROKEN("free tree %d holds %zu blocks (count %zu), segments have %zu free", p, n, a->pools[p].count, t.free_blocks[p]);
   }
   broken += check_pages(a, &t, &reserved);
+  if (t.asleep_granules != a->nsleepers) BROKEN("%zu granules are asleep in segments, %zu recorded", t.asleep_granules, a->nsleepers);
   if (a->map.count != t.allocated_blocks) BROKEN("block map holds %zu pointers, segments have %zu allocated blocks", a->map.count, t.allocated_blocks);
   if (a->npending != t.pending_events) BROKEN("%zu pending events, blocks wait on %zu", a->npending, t.pending_events);
   if (nsegs != a->nsegs || reserved != a->reserved) BROKEN("segment count/bytes %zu/%zu, recorded %zu/%zu", nsegs, reserved, a->nsegs, a->reserved);
@@ -163,7 +171,9 @@ int ga_check_locked(ga_allocator_t *a) {
   if (st->oversize_segments.current != t.oversize_seg) BROKEN("oversize_segments.current %lld, segments say %lld", (long long)st->oversize_segments.current, (long long)t.oversize_seg);
   /* The byte measures keep their order. */
   int64_t alloc = st->allocated_bytes[0].current, active = st->active_bytes[0].current, res = st->reserved_bytes[0].current;
-  if (!(alloc <= active && active <= res)) BROKEN("allocated %lld <= active %lld <= reserved %lld does not hold", (long long)alloc, (long long)active, (long long)res);
+  /* Sleeping allocations (ga_sleep) stay active without memory behind them. */
+  int64_t asleep = (int64_t)(a->nsleepers * a->gran);
+  if (!(alloc <= active && active <= res + asleep)) BROKEN("allocated %lld <= active %lld <= reserved %lld (+ %lld asleep) does not hold", (long long)alloc, (long long)active, (long long)res, (long long)asleep);
   if (st->requested_bytes[0].current > active) BROKEN("requested %lld > active %lld", (long long)st->requested_bytes[0].current, (long long)active);
   /* The simulated device agrees on what we hold. */
   ga_sim_usage u;

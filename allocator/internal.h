@@ -59,9 +59,14 @@ struct ga_block {
   ga_stream_t *uses;        /* other streams that used the block (record_stream) */
   uint32_t nuses, capuses;
   uint64_t gc_base;         /* pool's get_free_block count when it became free */
+  uint8_t tag;              /* 0 = none, else index + 1 in a->tags */
+  uint8_t asleep;           /* some of its granules are asleep (ga_sleep) */
 };
 
 typedef struct ga_phys ga_phys;
+
+/* Marks a granule of a sleeping allocation in segment backing (ph NULL). */
+#define GA_PIECE_ASLEEP UINT32_MAX
 
 /* A granule of physical memory: granule `idx` of handle `ph`. */
 typedef struct ga_piece {
@@ -109,6 +114,13 @@ typedef struct ga_pending {
   ga_block *block;
 } ga_pending;
 
+/* A granule given back by ga_sleep: where it was, and its bytes if offloaded. */
+typedef struct ga_sleeper {
+  ga_segment *seg;
+  size_t granule;           /* index in the segment */
+  void *host;               /* offloaded contents, or NULL (discarded) */
+} ga_sleeper;
+
 /* ---- History (history.c) ---- */
 enum { GA_H_ALLOC, GA_H_FREE_REQUESTED, GA_H_FREE_COMPLETED, GA_H_SEGMENT_ALLOC, GA_H_SEGMENT_FREE,
        GA_H_SEGMENT_MAP, GA_H_SEGMENT_UNMAP, GA_H_OOM };
@@ -154,6 +166,10 @@ struct ga_allocator {
   ga_piece *cache;          /* unmapped granules of live handles */
   size_t ncache, cap_cache;
   ga_history history;
+  char tags[32][32];        /* allocation tags, by index */
+  int ntags;
+  struct ga_sleeper *sleepers; /* granules released by ga_sleep, to map again at wake */
+  size_t nsleepers, cap_sleepers;
   int access[65];           /* devices given access to expandable memory: this one first */
   int naccess;
   char conf_text[512];      /* the configuration string it was created with */
@@ -322,6 +338,8 @@ int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t
 int ga_expandable_release_all_locked(ga_allocator_t *a);
 /* Sets access for `devices` on every mapped range. 0 or a GA_DEV_* code. */
 int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n);
+/* Frees what ga_sleep kept on the host (segment/sleep.c). */
+void ga_sleep_teardown_locked(ga_allocator_t *a);
 /* Teardown: unmaps and unreserves every expandable segment. */
 void ga_expandable_teardown_locked(ga_allocator_t *a);
 

@@ -61,7 +61,7 @@ typedef enum ga_device_call {
   GA_CALL_EVENT_CREATE, GA_CALL_EVENT_RECORD, GA_CALL_EVENT_QUERY,
   GA_CALL_EVENT_SYNCHRONIZE, GA_CALL_EVENT_DESTROY,
   GA_CALL_STREAM_SYNCHRONIZE, GA_CALL_SYNCHRONIZE, GA_CALL_MEM_INFO,
-  GA_CALL_CAPTURE_QUERY, GA_CALL_SET_ACCESS,
+  GA_CALL_CAPTURE_QUERY, GA_CALL_SET_ACCESS, GA_CALL_COPY,
   GA_CALL_COUNT
 } ga_device_call_t;
 
@@ -104,7 +104,8 @@ typedef struct ga_stat {
   X(mapped_pages, "2 MiB granules mapped into expandable segments")             \
   X(cached_pages, "2 MiB granules in the page cache")                           \
   X(num_unmap_syncs, "stream synchronisations before unmapping memory")         \
-  X(num_pages_moved, "granules unmapped from free memory to be mapped elsewhere")
+  X(num_pages_moved, "granules unmapped from free memory to be mapped elsewhere") \
+  X(asleep_pages, "2 MiB granules of live allocations given back by ga_sleep")
 
 /** Statistics, as torch.cuda.memory_stats() reports them, plus device calls. */
 typedef struct ga_stats {
@@ -212,6 +213,33 @@ GA_API size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap);
 
 /** The name of a device call kind ("malloc", "map", ...). */
 GA_API const char *ga_device_call_name(ga_device_call_t kind);
+
+/* ---- Sleep and wake ------------------------------------------------------- */
+
+/** Tags the live allocation at ptr ("weights", "kv_cache", ...; at most 31
+ *  characters, 32 distinct tags). NULL or "" removes the tag. */
+GA_API ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag);
+
+/** ga_sleep flag: copy the contents of the allocations that sleep to host
+ *  memory, so that ga_wake restores them. Without it they are discarded. */
+#define GA_SLEEP_OFFLOAD 1u
+
+/** Gives memory back to the device while keeping every virtual address:
+ *  waits for the device, releases the cache (as ga_empty_cache), and, for
+ *  the live allocations tagged with one of `tags` (comma-separated; NULL or
+ *  "" = none), releases the 2 MiB pages they alone occupy, after copying them
+ *  to host memory with GA_SLEEP_OFFLOAD. Needs expandable_segments:True when
+ *  tags are given (GA_ERR_UNSUPPORTED otherwise). A page is given back to the
+ *  device once none of it is mapped (expandable_page_size_mb:2 makes every
+ *  page a 2 MiB one). Sleeping allocations cannot be freed before ga_wake;
+ *  everything else keeps working. */
+GA_API ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags);
+
+/** Maps memory again behind every sleeping allocation, at the same addresses,
+ *  restoring offloaded contents. GA_ERR_OOM (with the report) when the device
+ *  cannot hold them: what was mapped stays mapped, the rest still sleeps, and
+ *  ga_wake can be called again. */
+GA_API ga_status_t ga_wake(ga_allocator_t *a);
 
 /* ---- History and snapshots ----------------------------------------------- */
 

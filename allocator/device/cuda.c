@@ -63,6 +63,8 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
   X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                                          \
   X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                               \
   X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                       \
+  X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                \
+  X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr, const void *, size_t))                          \
   X(cuStreamIsCapturing, "cuStreamIsCapturing", (CUstream, CUstreamCaptureStatus *))
 
 static struct {
@@ -187,6 +189,10 @@ static int cuda_set_access(ga_device *d, void *va, size_t size, const int *devic
                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   return CALL(d, cu.cuMemSetAccess((CUdeviceptr)(uintptr_t)va, size, acc, (size_t)n), "cuMemSetAccess");
 }
+static int cuda_copy(ga_device *d, void *host, void *dev, size_t size, int to_host) {
+  CUdeviceptr p = (CUdeviceptr)(uintptr_t)dev;
+  return to_host ? CALL(d, cu.cuMemcpyDtoH(host, p, size), "cuMemcpyDtoH") : CALL(d, cu.cuMemcpyHtoD(p, host, size), "cuMemcpyHtoD");
+}
 static int cuda_unmap(ga_device *d, void *va, size_t size) {
   return CALL(d, cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, size), "cuMemUnmap");
 }
@@ -233,6 +239,7 @@ static const ga_device_ops cuda_ops = {
     .map = cuda_map,
     .unmap = cuda_unmap,
     .set_access = cuda_set_access,
+    .copy = cuda_copy,
     .event_create = cuda_event_create,
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,

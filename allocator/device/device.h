@@ -81,6 +81,10 @@ typedef struct ga_device_ops {
    * mapped; every ordinal names a device. */
   int (*set_access)(ga_device *d, void *va, size_t size, const int *devices, int n);
 
+  /* cuMemcpyDtoH / cuMemcpyHtoD (synchronous). to_host != 0 copies device
+   * memory at `dev` into `host`, else the other way. pre: dev..dev+size mapped. */
+  int (*copy)(ga_device *d, void *host, void *dev, size_t size, int to_host);
+
   /* Events (cudaEventCreateWithFlags(DisableTiming), Record, Query,
    * Synchronize, Destroy). event_query returns 0 when complete and
    * GA_DEV_ENOTREADY when not. */
@@ -168,6 +172,9 @@ static inline int ga_dev_unmap(ga_device *d, void *va, size_t s) {
 }
 static inline int ga_dev_set_access(ga_device *d, void *va, size_t s, const int *devs, int n) {
   return ga_dev_count(d, GA_CALL_SET_ACCESS, d->ops->set_access(d, va, s, devs, n));
+}
+static inline int ga_dev_copy(ga_device *d, void *host, void *dev, size_t s, int to_host) {
+  return ga_dev_count(d, GA_CALL_COPY, d->ops->copy(d, host, dev, s, to_host));
 }
 static inline int ga_dev_event_create(ga_device *d, ga_event *e) {
   return ga_dev_count(d, GA_CALL_EVENT_CREATE, d->ops->event_create(d, e));

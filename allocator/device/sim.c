@@ -537,6 +537,24 @@ static int sim_set_access(ga_device *d, void *va, size_t size, const int *device
   return rc;
 }
 
+static int sim_copy(ga_device *d, void *host, void *dev, size_t size, int to_host) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_COPY, to_host ? "copy (device to host)" : "copy (host to device)");
+  uintptr_t v = (uintptr_t)dev;
+  long i = ranges_find(&s->maps, v);
+  uintptr_t at = v;
+  while (!rc && i >= 0 && (size_t)i < s->maps.n && s->maps.v[i].va <= at && at < v + size)
+    at = s->maps.v[i].va + s->maps.v[i].size, i++;
+  if (!rc && (i < 0 || at < v + size)) {
+    ga_dev_set_error(d, "copy: CUDA_ERROR_INVALID_VALUE (%p+%zu is not mapped)", dev, size);
+    rc = GA_DEV_EINVAL;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!rc) memcpy(to_host ? host : dev, to_host ? dev : host, size);
+  return rc;
+}
+
 /* ---- Streams and events ---- */
 
 static sim_stream *stream_get(sim_device *s, ga_stream_t st, int create) {
@@ -723,6 +741,7 @@ static const ga_device_ops sim_ops = {
     .map = sim_map,
     .unmap = sim_unmap,
     .set_access = sim_set_access,
+    .copy = sim_copy,
     .event_create = sim_event_create,
     .event_record = sim_event_record,
     .event_query = sim_event_query,

@@ -155,6 +155,11 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
     diagnose_bad_free(a, "ga_free", ptr);
     return GA_ERR_BAD_POINTER;
   }
+  if (b->asleep) {
+    (void)ga_blockmap_put(&a->map, b); /* cannot grow: it was just taken out */
+    ga_error_set("ga_free: %p is asleep (ga_sleep); call ga_wake before freeing it", ptr);
+    return GA_ERR_INVALID;
+  }
   ga_stats_t *s = &a->stats;
   if (ga_history_on(a)) ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
   ga_pstat_dec(s->allocation, b->pool, 1);

@@ -1,0 +1,108 @@
+/* test_sleep.c — ga_sleep / ga_wake: memory goes back to the device, virtual
+ * addresses stay, offloaded contents come back byte for byte. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fixture.h"
+
+TestSuite(sleep, .fini = fx_close);
+
+#define EXP2 "expandable_segments:True,expandable_page_size_mb:2"
+
+static size_t device_free(void) {
+  size_t f = 0;
+  cr_assert_eq(ga_mem_get_info(fx_a, &f, NULL), GA_OK);
+  return f;
+}
+
+Test(sleep, offloaded_allocations_come_back_at_the_same_addresses) {
+  fx_open(EXP2, 256 * MiB);
+  char *w = fx_alloc(20 * MiB), *kv = fx_alloc(30 * MiB), *other = fx_alloc(3 * MiB);
+  cr_assert_eq(ga_tag(fx_a, w, "weights"), GA_OK);
+  cr_assert_eq(ga_tag(fx_a, kv, "kv_cache"), GA_OK);
+  fx_fill(w, 20 * MiB, 1);
+  fx_fill(other, 3 * MiB, 3);
+  size_t before = device_free();
+  cr_assert_eq(ga_sleep(fx_a, "weights", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_sleep(fx_a, "kv_cache", 0), GA_OK, "%s", ga_last_error());
+  /* weights: 10 whole pages; kv_cache: 15 (the page it shares with `other` stays). */
+  cr_assert_eq(device_free() - before, 50 * MiB, "%zu MiB given back", (device_free() - before) >> 20);
+  cr_assert_eq(fx_stats().asleep_pages, 25);
+  cr_assert_eq(ga_check(fx_a), 0);
+  cr_assert_eq(ga_free(fx_a, w), GA_ERR_INVALID);
+  cr_assert(strstr(ga_last_error(), "is asleep") != NULL, "%s", ga_last_error());
+  cr_assert(fx_verify(other, 3 * MiB, 3), "untagged memory stays");
+  char *x = fx_alloc(8 * MiB); /* the allocator keeps working */
+  memset(x, 1, 8 * MiB);
+  fx_free(x);
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_stats().asleep_pages, 0);
+  cr_assert(fx_verify(w, 20 * MiB, 1), "weights restored byte for byte at the same address");
+  memset(kv, 7, 30 * MiB); /* discarded, but mapped again */
+  cr_assert(fx_verify(other, 3 * MiB, 3));
+  fx_free(w);
+  fx_free(kv);
+  fx_free(other);
+}
+
+Test(sleep, wake_without_memory_reports_and_can_be_retried) {
+  fx_open(EXP2, 64 * MiB);
+  char *w = fx_alloc(30 * MiB);
+  ga_tag(fx_a, w, "weights");
+  fx_fill(w, 30 * MiB, 5);
+  cr_assert_eq(ga_sleep(fx_a, "weights", GA_SLEEP_OFFLOAD), GA_OK);
+  char *filler = fx_alloc(50 * MiB); /* takes the memory the weights gave back */
+  cr_assert_eq(ga_wake(fx_a), GA_ERR_OOM);
+  cr_assert(strstr(ga_last_error(), "ga_wake:") && strstr(ga_last_error(), "still asleep") &&
+                strstr(ga_last_error(), "CUDA out of memory"),
+            "%s", ga_last_error());
+  cr_assert_eq(ga_check(fx_a), 0);
+  cr_assert_gt(fx_stats().asleep_pages, 0);
+  fx_free(filler);
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  cr_assert(fx_verify(w, 30 * MiB, 5));
+  fx_free(w);
+}
+
+Test(sleep, native_mode_releases_the_cache_only) {
+  fx_open(NULL, 256 * MiB);
+  void *a = fx_alloc(30 * MiB), *b = fx_alloc(40 * MiB);
+  ga_tag(fx_a, a, "weights");
+  fx_free(b);
+  cr_assert_eq(ga_sleep(fx_a, "weights", 0), GA_ERR_UNSUPPORTED);
+  cr_assert(strstr(ga_last_error(), "expandable_segments:True") != NULL, "%s", ga_last_error());
+  cr_assert_eq(ga_sleep(fx_a, NULL, 0), GA_OK);
+  assert_reserved(30 * MiB);
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "nothing sleeps");
+  fx_free(a);
+}
+
+Test(sleep, a_failing_copy_leaves_a_consistent_allocator) {
+  fx_open(EXP2, 256 * MiB);
+  char *w = fx_alloc(12 * MiB);
+  ga_tag(fx_a, w, "weights");
+  fx_fill(w, 12 * MiB, 9);
+  ga_sim_inject(fx_dev, GA_CALL_COPY, 3, GA_DEV_EDRIVER, 0); /* the third page's copy fails */
+  cr_assert_eq(ga_sleep(fx_a, "weights", GA_SLEEP_OFFLOAD), GA_ERR_DEVICE);
+  cr_assert(strstr(ga_last_error(), "2 pages sleep") != NULL, "%s", ga_last_error());
+  cr_assert_eq(ga_check(fx_a), 0);
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  cr_assert(fx_verify(w, 12 * MiB, 9), "nothing lost");
+  fx_free(w);
+}
+
+Test(sleep, tags_are_checked) {
+  fx_open(EXP2, 256 * MiB);
+  void *p = fx_alloc(MiB);
+  int x;
+  cr_assert_eq(ga_tag(fx_a, &x, "weights"), GA_ERR_BAD_POINTER);
+  cr_assert_eq(ga_tag(fx_a, p, "a-tag-name-that-is-far-too-long-to-keep"), GA_ERR_INVALID);
+  char name[8];
+  for (int i = 0; i < 32; i++) {
+    snprintf(name, sizeof name, "t%d", i);
+    cr_assert_eq(ga_tag(fx_a, p, name), GA_OK, "%s: %s", name, ga_last_error());
+  }
+  cr_assert_eq(ga_tag(fx_a, p, "one-more"), GA_ERR_INVALID);
+  cr_assert_eq(ga_tag(fx_a, p, NULL), GA_OK, "removing a tag");
+  fx_free(p);
+}
