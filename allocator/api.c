@@ -109,6 +109,7 @@ void ga_destroy(ga_allocator_t *a) {
   (void)ga_stream_sync_all_locked(a);
   ga_stream_teardown_locked(a);
   ga_sleep_teardown_locked(a);
+  ga_private_teardown_locked(a);
   ga_expandable_teardown_locked(a);
   ga_pages_teardown_locked(a);
   while (a->segs) {

@@ -68,7 +68,7 @@ static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t 
   if (b->state == GA_BLOCK_FREE) {
     t->free_blocks[b->pool]++;
     if (b->next && b->next->state == GA_BLOCK_FREE) BROKEN("free blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
-    if (ga_pool_lower_bound(&a->pools[b->pool], b->stream, b->size, b->ptr) != b) BROKEN("free block %p is not in its free tree", (void *)b->ptr);
+    if (ga_pool_lower_bound(&ga_trees_of(a, b)[b->pool], b->stream, b->size, b->ptr) != b) BROKEN("free block %p is not in its free tree", (void *)b->ptr);
     if (b->counted_split != (uint8_t)(ga_block_is_split(b) && !s->expandable)) BROKEN("free block %p: split flag out of date", (void *)b->ptr);
     if (ga_block_is_split(b) && !s->expandable) add3(t->inactive, b->pool, 1), add3(t->inactive_bytes, b->pool, (int64_t)b->size);
     return broken;
@@ -148,14 +148,21 @@ int ga_check_locked(ga_allocator_t *a) {
     if (at != s->base + s->size) BROKEN("segment %p: blocks cover %zu bytes of %zu", (void *)s->base, (size_t)(at - s->base), s->size);
   }
   for (int p = 0; p < 2; p++) {
-    size_t n;
-    if (!ga_pool_valid(&a->pools[p], &n)) BROKEN("free tree %d is out of order", p);
-    if (n != a->pools[p].count || n != t.free_blocks[p]) BROKEN("free tree %d holds %zu blocks (count %zu), segments have %zu free", p, n, a->pools[p].count, t.free_blocks[p]);
+    size_t n, total = 0;
+    for (ga_private *v = NULL;; v = v ? v->next : a->privates) {
+      ga_pool *tree = v ? &v->pools[p] : &a->pools[p];
+      if (!ga_pool_valid(tree, &n)) BROKEN("free tree %d is out of order", p);
+      if (n != tree->count) BROKEN("free tree %d holds %zu blocks, its count says %zu", p, n, tree->count);
+      total += n;
+      if (v && !v->next) break;
+      if (!v && !a->privates) break;
+    }
+    if (total != t.free_blocks[p]) BROKEN("free trees %d hold %zu blocks, segments have %zu free", p, total, t.free_blocks[p]);
   }
   broken += check_pages(a, &t, &reserved);
   if (t.asleep_granules != a->nsleepers) BROKEN("%zu granules are asleep in segments, %zu recorded", t.asleep_granules, a->nsleepers);
   if (a->map.count != t.allocated_blocks) BROKEN("block map holds %zu pointers, segments have %zu allocated blocks", a->map.count, t.allocated_blocks);
-  if (a->npending != t.pending_events) BROKEN("%zu pending events, blocks wait on %zu", a->npending, t.pending_events);
+  if (a->npending + a->ndeferred != t.pending_events) BROKEN("%zu pending events and %zu deferred frees, blocks wait on %zu", a->npending, a->ndeferred, t.pending_events);
   if (nsegs != a->nsegs || reserved != a->reserved) BROKEN("segment count/bytes %zu/%zu, recorded %zu/%zu", nsegs, reserved, a->nsegs, a->reserved);
   const ga_stats_t *st = &a->stats;
   broken += check_stat("allocation", st->allocation, t.allocation);

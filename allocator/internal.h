@@ -90,6 +90,7 @@ struct ga_segment {
   size_t size;
   uint8_t pool;
   uint8_t expandable;       /* a reserved range mapped granule by granule */
+  struct ga_private *priv;  /* private pool owning it, or NULL */
   ga_stream_t stream;
   ga_block *head;           /* block at base */
   ga_segment *prev, *next;  /* all segments of the allocator */
@@ -102,6 +103,18 @@ typedef struct ga_pool {
   size_t count;             /* blocks in the tree */
   uint64_t gc_calls;        /* get_free_block calls, the GC age clock */
 } ga_pool;
+
+/* A private pool (CUDA-graph capture, ga_begin_allocate_to_pool): its own
+ * free trees and native segments, kept out of general reuse until released. */
+typedef struct ga_private {
+  uint64_t id;
+  ga_pool pools[2];
+  ga_stream_t streams[8];   /* streams whose allocations it serves now */
+  int nstreams;
+  int released;             /* ga_release_pool called: segments go back once free */
+  size_t nsegs;
+  struct ga_private *next;
+} ga_private;
 
 typedef struct ga_blockmap {
   uintptr_t *keys;          /* 0 = empty */
@@ -166,6 +179,10 @@ struct ga_allocator {
   ga_piece *cache;          /* unmapped granules of live handles */
   size_t ncache, cap_cache;
   ga_history history;
+  ga_private *privates;     /* private pools (graph capture) */
+  int routing;              /* streams routed to private pools now: a capture is underway */
+  ga_block **deferred;      /* frees with stream uses made during a capture */
+  size_t ndeferred, cap_deferred;
   char tags[32][32];        /* allocation tags, by index */
   int ntags;
   struct ga_sleeper *sleepers; /* granules released by ga_sleep, to map again at wake */
@@ -259,6 +276,11 @@ int ga_pool_walk(const ga_pool *p, int (*fn)(ga_block *, void *), void *arg);
 /* Is the tree ordered and a heap? Counts nodes into *n. */
 int ga_pool_valid(const ga_pool *p, size_t *n);
 
+/* The free trees a block belongs to: its private pool's or the general ones. */
+static inline ga_pool *ga_trees_of(ga_allocator_t *a, const ga_block *b) {
+  return b->seg->priv ? b->seg->priv->pools : a->pools;
+}
+
 /* ---- Blocks (policy/block.c) ---- */
 size_t ga_round_size(const ga_config *c, size_t size);
 size_t ga_allocation_size_for(const ga_config *c, size_t rounded);
@@ -284,6 +306,13 @@ void ga_stream_free_locked(ga_allocator_t *a, ga_block *b);
 void ga_stream_process_events_locked(ga_allocator_t *a);
 /* Waits for every pending event and frees the blocks. 0 or a device code. */
 int ga_stream_sync_all_locked(ga_allocator_t *a);
+/* empty_cache: the free segments of released private pools go back. */
+int ga_private_release_all_locked(ga_allocator_t *a);
+void ga_private_teardown_locked(ga_allocator_t *a);
+/* A capture ended: the frees it deferred record their events now. */
+void ga_stream_capture_ended_locked(ga_allocator_t *a);
+/* A segment of private pool v went back to the device. */
+void ga_private_segment_gone_locked(ga_allocator_t *a, ga_private *v);
 /* Destroys the cached events (at teardown). */
 void ga_stream_teardown_locked(ga_allocator_t *a);
 

@@ -61,7 +61,7 @@ typedef enum ga_device_call {
   GA_CALL_EVENT_CREATE, GA_CALL_EVENT_RECORD, GA_CALL_EVENT_QUERY,
   GA_CALL_EVENT_SYNCHRONIZE, GA_CALL_EVENT_DESTROY,
   GA_CALL_STREAM_SYNCHRONIZE, GA_CALL_SYNCHRONIZE, GA_CALL_MEM_INFO,
-  GA_CALL_CAPTURE_QUERY, GA_CALL_SET_ACCESS, GA_CALL_COPY,
+  GA_CALL_CAPTURE_QUERY, GA_CALL_SET_ACCESS, GA_CALL_COPY, GA_CALL_CAPTURE_MODE,
   GA_CALL_COUNT
 } ga_device_call_t;
 
@@ -213,6 +213,24 @@ GA_API size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap);
 
 /** The name of a device call kind ("malloc", "map", ...). */
 GA_API const char *ga_device_call_name(ga_device_call_t kind);
+
+/* ---- Private pools (CUDA-graph capture) ---------------------------------- */
+
+/** From now on, allocations on `stream` come from private pool `pool` (made
+ *  on first use): its own segments, kept out of general reuse until the pool
+ *  is released; blocks freed go back to the pool. While any stream is routed
+ *  to a pool the allocator makes no call that would invalidate a CUDA-graph
+ *  capture: device allocations run in the relaxed capture mode, events are
+ *  neither queried nor synchronised, pages are not moved, the cache is not
+ *  flushed, and frees of blocks used on other streams wait for the end. */
+GA_API ga_status_t ga_begin_allocate_to_pool(ga_allocator_t *a, uint64_t pool, ga_stream_t stream);
+
+/** Stops routing the pool's streams to it (the capture ended). */
+GA_API ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool);
+
+/** Releases the pool (the graph is gone): its free segments go back to the
+ *  device now, the others once freed (at the next ga_empty_cache). */
+GA_API ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool);
 
 /* ---- Sleep and wake ------------------------------------------------------- */
 

@@ -65,7 +65,8 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
   X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                       \
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                \
   X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr, const void *, size_t))                          \
-  X(cuStreamIsCapturing, "cuStreamIsCapturing", (CUstream, CUstreamCaptureStatus *))
+  X(cuStreamIsCapturing, "cuStreamIsCapturing", (CUstream, CUstreamCaptureStatus *))               \
+  X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", (CUstreamCaptureMode *))
 
 static struct {
 #define GA_X(field, sym, args) CUresult(CUDAAPI *field) args;
@@ -220,6 +221,12 @@ static int cuda_stream_capturing(ga_device *d, ga_stream_t s, int *capturing) {
   if (!rc) *capturing = st != CU_STREAM_CAPTURE_STATUS_NONE;
   return rc;
 }
+static int cuda_capture_mode(ga_device *d, int relaxed, int *previous) {
+  CUstreamCaptureMode m = relaxed ? CU_STREAM_CAPTURE_MODE_RELAXED : CU_STREAM_CAPTURE_MODE_GLOBAL;
+  int rc = CALL(d, cu.cuThreadExchangeStreamCaptureMode(&m), "cuThreadExchangeStreamCaptureMode");
+  if (!rc && previous) *previous = m == CU_STREAM_CAPTURE_MODE_RELAXED;
+  return rc;
+}
 static void cuda_destroy(ga_device *d) {
   if (!d) return;
   (void)cu.cuDevicePrimaryCtxRelease(cd(d)->dev);
@@ -248,6 +255,7 @@ static const ga_device_ops cuda_ops = {
     .stream_synchronize = cuda_stream_synchronize,
     .synchronize = cuda_synchronize,
     .stream_capturing = cuda_stream_capturing,
+    .capture_mode = cuda_capture_mode,
     .destroy = cuda_destroy,
 };
 

@@ -30,7 +30,7 @@ const char *ga_device_call_name(ga_device_call_t kind) {
   static const char *const names[GA_CALL_COUNT] = {
       "malloc", "free", "reserve", "unreserve", "create", "release", "map", "unmap",
       "event_create", "event_record", "event_query", "event_synchronize", "event_destroy",
-      "stream_synchronize", "synchronize", "mem_info", "capture_query", "set_access", "copy",
+      "stream_synchronize", "synchronize", "mem_info", "capture_query", "set_access", "copy", "capture_mode",
   };
   return (unsigned)kind < GA_CALL_COUNT ? names[kind] : "unknown";
 }

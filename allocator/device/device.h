@@ -101,6 +101,11 @@ typedef struct ga_device_ops {
   /* Whether `stream` is capturing a CUDA graph (cudaStreamIsCapturing). */
   int (*stream_capturing)(ga_device *d, ga_stream_t stream, int *capturing);
 
+  /* cuThreadExchangeStreamCaptureMode for the calling thread: relaxed != 0
+   * allows allocation calls while a capture is underway (as PyTorch does
+   * around cudaMalloc); *previous gets the mode to restore. */
+  int (*capture_mode)(ga_device *d, int relaxed, int *previous);
+
   /* Frees the backend's own state. Live device objects are the caller's
    * responsibility (the allocator gives everything back first). */
   void (*destroy)(ga_device *d);
@@ -199,6 +204,9 @@ static inline int ga_dev_synchronize(ga_device *d) {
 }
 static inline int ga_dev_stream_capturing(ga_device *d, ga_stream_t s, int *c) {
   return ga_dev_count(d, GA_CALL_CAPTURE_QUERY, d->ops->stream_capturing(d, s, c));
+}
+static inline int ga_dev_capture_mode(ga_device *d, int relaxed, int *previous) {
+  return ga_dev_count(d, GA_CALL_CAPTURE_MODE, d->ops->capture_mode(d, relaxed, previous));
 }
 static inline void ga_dev_destroy(ga_device *d) {
   if (d) d->ops->destroy(d);

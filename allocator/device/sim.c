@@ -80,12 +80,28 @@ typedef struct sim_device {
   uint64_t waits;
   uint64_t faults_fired;
   int ndevices;            /* devices of the simulated machine */
+  int capturing;           /* streams capturing a graph now */
+  uint64_t captures_broken; /* calls that would have invalidated a capture */
 } sim_device;
+
+static _Thread_local int thread_relaxed; /* this thread's capture mode */
 
 static const ga_device_ops sim_ops;
 
 static sim_device *sim_of(const ga_device *d) {
   return (d && d->ops == &sim_ops) ? (sim_device *)(uintptr_t)d : NULL;
+}
+
+/* ---- Capture ----
+ * While a stream captures a graph, a thread in the global capture mode may not
+ * allocate, free, map or synchronise: the driver would invalidate the capture.
+ * The sim refuses such a call and counts it. */
+static int capture_breaks(sim_device *s, const char *call) {
+  if (!s->capturing || thread_relaxed) return 0;
+  s->captures_broken++;
+  ga_dev_set_error(&s->base, "%s: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (a stream is capturing and this thread is "
+                   "in the global capture mode)", call);
+  return GA_DEV_ECAPTURE;
 }
 
 /* ---- Faults ---- */
@@ -335,6 +351,7 @@ static int sim_malloc(ga_device *d, size_t size, void **ptr) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_MALLOC, "malloc");
+  if (!rc) rc = capture_breaks(s, "malloc");
   size_t rsize = (size + SIM_GRAN - 1) & ~(SIM_GRAN - 1);
   void *va = NULL;
   ga_mem_handle h = 0;
@@ -371,6 +388,7 @@ static int sim_free(ga_device *d, void *ptr) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_FREE, "free");
+  if (!rc) rc = capture_breaks(s, "free");
   if (rc || !ptr) goto out;
   long i = ranges_find(&s->mallocs, (uintptr_t)ptr);
   if (i < 0 || s->mallocs.v[i].va != (uintptr_t)ptr) {
@@ -392,6 +410,7 @@ static int sim_reserve(ga_device *d, size_t size, size_t align, void **va) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_RESERVE, "reserve");
+  if (!rc) rc = capture_breaks(s, "reserve");
   if (rc) goto out;
   if (size == 0 || size % SIM_GRAN || (align && (align % SIM_GRAN || (align & (align - 1))))) {
     ga_dev_set_error(d, "reserve: CUDA_ERROR_INVALID_VALUE (size %zu and alignment %zu must be multiples of the %zu-byte granularity)",
@@ -409,6 +428,7 @@ static int sim_unreserve(ga_device *d, void *va, size_t size) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_UNRESERVE, "unreserve");
+  if (!rc) rc = capture_breaks(s, "unreserve");
   if (rc) goto out;
   long i = ranges_find(&s->resv, (uintptr_t)va);
   if (i < 0 || s->resv.v[i].va != (uintptr_t)va || s->resv.v[i].size != size) {
@@ -429,6 +449,7 @@ static int sim_create(ga_device *d, size_t size, ga_mem_handle *h) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_CREATE, "create");
+  if (!rc) rc = capture_breaks(s, "create");
   if (rc) goto out;
   if (size == 0 || size % SIM_GRAN) {
     ga_dev_set_error(d, "create: CUDA_ERROR_INVALID_VALUE (size %zu is not a multiple of the %zu-byte granularity)",
@@ -446,6 +467,7 @@ static int sim_release(ga_device *d, ga_mem_handle h) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_RELEASE, "release");
+  if (!rc) rc = capture_breaks(s, "release");
   if (rc) goto out;
   sim_handle *x = handle_get(s, h);
   if (!x) {
@@ -464,6 +486,7 @@ static int sim_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t 
   uintptr_t v = (uintptr_t)va;
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_MAP, "map");
+  if (!rc) rc = capture_breaks(s, "map");
   if (rc) goto out;
   sim_handle *x = handle_get(s, h);
   long r = ranges_find(&s->resv, v);
@@ -493,6 +516,7 @@ static int sim_unmap(ga_device *d, void *va, size_t size) {
   uintptr_t v = (uintptr_t)va;
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_UNMAP, "unmap");
+  if (!rc) rc = capture_breaks(s, "unmap");
   if (rc) goto out;
   /* The range must be exactly a union of whole, adjacent mappings. */
   size_t i = ranges_lower(&s->maps, v), j = i;
@@ -642,6 +666,7 @@ static int sim_event_synchronize(ga_device *d, ga_event e) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_EVENT_SYNCHRONIZE, "event_synchronize");
+  if (!rc) rc = capture_breaks(s, "event_synchronize");
   sim_event *ev = event_get(e);
   if (!rc && !ev) {
     ga_dev_set_error(d, "event_synchronize: CUDA_ERROR_INVALID_HANDLE");
@@ -676,6 +701,7 @@ static int sim_stream_synchronize(ga_device *d, ga_stream_t st) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_STREAM_SYNCHRONIZE, "stream_synchronize");
+  if (!rc) rc = capture_breaks(s, "stream_synchronize");
   sim_stream *ss = stream_get(s, st, 0);
   if (!rc && ss && ss->held) { /* a held stream has work running: this waits for it */
     stream_complete(s, st, 0);
@@ -691,6 +717,7 @@ static int sim_synchronize(ga_device *d) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_SYNCHRONIZE, "synchronize");
+  if (!rc) rc = capture_breaks(s, "synchronize");
   int waited = 0;
   for (size_t i = 0; !rc && i < s->nevents; i++)
     if (s->events[i]->pending) s->events[i]->pending = 0, waited = 1;
@@ -707,6 +734,17 @@ static int sim_stream_capturing(ga_device *d, ga_stream_t st, int *capturing) {
   if (!rc) *capturing = ss ? ss->capturing : 0;
   pthread_mutex_unlock(&s->mu);
   return rc;
+}
+
+static int sim_capture_mode(ga_device *d, int relaxed, int *previous) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  int rc = fault_hit(s, GA_CALL_CAPTURE_MODE, "capture_mode");
+  pthread_mutex_unlock(&s->mu);
+  if (rc) return rc;
+  if (previous) *previous = thread_relaxed;
+  thread_relaxed = relaxed;
+  return 0;
 }
 
 static void sim_destroy(ga_device *d) {
@@ -750,6 +788,7 @@ static const ga_device_ops sim_ops = {
     .stream_synchronize = sim_stream_synchronize,
     .synchronize = sim_synchronize,
     .stream_capturing = sim_stream_capturing,
+    .capture_mode = sim_capture_mode,
     .destroy = sim_destroy,
 };
 
@@ -820,6 +859,7 @@ int ga_sim_usage_get(ga_device *d, ga_sim_usage *u) {
       .pending_events = pending,
       .waits = s->waits,
       .faults_fired = s->faults_fired,
+      .captures_broken = s->captures_broken,
   };
   pthread_mutex_unlock(&s->mu);
   return 0;
@@ -872,7 +912,8 @@ int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing) {
   if (!s) return GA_DEV_EINVAL;
   pthread_mutex_lock(&s->mu);
   sim_stream *ss = stream_get(s, stream, 1);
-  if (ss) ss->capturing = capturing;
+  if (ss && ss->capturing != (capturing != 0)) s->capturing += capturing ? 1 : -1;
+  if (ss) ss->capturing = capturing != 0;
   pthread_mutex_unlock(&s->mu);
   return ss ? 0 : GA_DEV_EDRIVER;
 }

@@ -23,6 +23,7 @@ typedef struct ga_sim_usage {
   size_t pending_events;  /* recorded on a held stream, not yet complete */
   uint64_t waits;         /* synchronisations that had to wait for held work */
   uint64_t faults_fired;  /* injected faults that made a call fail */
+  uint64_t captures_broken; /* calls refused because they would invalidate a capture */
 } ga_sim_usage;
 
 /* Is `d` a simulated device? */

@@ -16,9 +16,17 @@ static size_t expandable_size(const ga_block *b) {
   return b->size + (b->next && b->next->state == GA_BLOCK_UNMAPPED ? b->next->size : 0);
 }
 
+/* The private pool serving `stream` now, or NULL. */
+static ga_private *routed(ga_allocator_t *a, ga_stream_t stream) {
+  for (ga_private *v = a->privates; v; v = v->next)
+    for (int i = 0; i < v->nstreams; i++)
+      if (v->streams[i] == stream) return v;
+  return NULL;
+}
+
 /* Best fit on (stream, size, address) with the oversize rules. */
-static ga_block *get_free_block(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size) {
-  ga_pool *p = &a->pools[pool];
+static ga_block *get_free_block(ga_allocator_t *a, ga_pool *trees, int pool, ga_stream_t stream, size_t size) {
+  ga_pool *p = &trees[pool];
   if (a->allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
   ga_block *b = ga_pool_lower_bound(p, stream, size, 0);
   if (!b || b->stream != stream) return NULL;
@@ -70,7 +78,7 @@ static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t r
     if (r < 0) return -r;
     if (r > 0) rc = alloc_block(a, alloc_size, pool, stream, 0, refused, b);
   }
-  if (rc == GA_DEV_EOOM) {
+  if (rc == GA_DEV_EOOM && !a->routing) { /* flushing waits on streams: never during a capture */
     int r = ga_reclaim_all_locked(a);
     if (r) return r;
     rc = alloc_block(a, alloc_size, pool, stream, 1, refused, b);
@@ -84,7 +92,7 @@ static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t r
 static int grow_expandable(ga_allocator_t *a, int pool, ga_stream_t stream, size_t rounded, int *refused,
                            ga_block **b) {
   int rc = ga_expandable_grow_locked(a, pool, stream, rounded, refused, b);
-  if (rc != GA_DEV_EOOM) return rc;
+  if (rc != GA_DEV_EOOM || a->routing) return rc;
   int r = ga_stream_sync_all_locked(a);
   if (r) return r;
   a->stats.num_alloc_retries++;
@@ -99,19 +107,29 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
     ga_error_set("CUDA out of memory. Tried to allocate more than 1EB memory. (ga_malloc of %zu bytes)", size);
     return GA_ERR_OOM;
   }
-  if (a->npending) ga_stream_process_events_locked(a);
+  if (a->npending && !a->routing) ga_stream_process_events_locked(a); /* not during a capture */
   size_t rounded = ga_round_size(&a->cfg, size);
   int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
   size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
-  int fresh = 0, refused = 0, rc;
-  ga_block *b = get_free_block(a, pool, stream, rounded);
+  int fresh = 0, refused = 0, rc, prev_mode = 0;
+  ga_private *priv = a->routing ? routed(a, stream) : NULL;
+  ga_block *b = get_free_block(a, priv ? priv->pools : a->pools, pool, stream, rounded);
   if (!b) {
-    fresh = !a->cfg.expandable_segments;
-    rc = a->cfg.expandable_segments ? grow_expandable(a, pool, stream, rounded, &refused, &b)
-                                    : grow_native(a, pool, stream, rounded, alloc_size, &refused, &b);
+    /* During a capture, device calls run in the relaxed capture mode (as
+     * PyTorch's cudaMalloc does), so they do not invalidate it. */
+    int relax = a->routing && ga_dev_capture_mode(a->dev, 1, &prev_mode) == 0;
+    int expandable = a->cfg.expandable_segments && !priv; /* private pools use native segments */
+    fresh = !expandable;
+    rc = expandable ? grow_expandable(a, pool, stream, rounded, &refused, &b)
+                    : grow_native(a, pool, stream, rounded, alloc_size, &refused, &b);
+    if (!rc && priv) {
+      b->seg->priv = priv;
+      priv->nsegs++;
+    }
+    if (relax) (void)ga_dev_capture_mode(a->dev, prev_mode, NULL);
     if (rc == GA_DEV_EOOM) {
       a->stats.num_ooms++;
-      ga_report_oom_locked(a, a->cfg.expandable_segments ? rounded : alloc_size, refused);
+      ga_report_oom_locked(a, expandable ? rounded : alloc_size, refused);
       return GA_ERR_OOM;
     }
     if (rc) return device_error(a, "obtaining device memory", rc);

@@ -70,7 +70,7 @@ void ga_block_delete_locked(ga_allocator_t *a, ga_block *b) {
 /* ---- Free trees with the inactive_split bookkeeping ---- */
 
 void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
-  ga_pool *p = &a->pools[b->pool];
+  ga_pool *p = &ga_trees_of(a, b)[b->pool];
   b->state = GA_BLOCK_FREE;
   b->gc_base = p->gc_calls;
   b->counted_split = (uint8_t)(ga_block_is_split(b) && !b->seg->expandable);
@@ -82,7 +82,7 @@ void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
 }
 
 void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
-  ga_pool_remove(&a->pools[b->pool], b);
+  ga_pool_remove(&ga_trees_of(a, b)[b->pool], b);
   if (b->counted_split) {
     ga_pstat_dec(a->stats.inactive_split, b->pool, 1);
     ga_pstat_dec(a->stats.inactive_split_bytes, b->pool, b->size);

@@ -119,5 +119,6 @@ int ga_reclaim_all_locked(ga_allocator_t *a) {
     if (l.oom && !rc) rc = GA_DEV_EDRIVER;
   }
   if (!rc) rc = ga_expandable_release_all_locked(a);
+  if (!rc) rc = ga_private_release_all_locked(a);
   return rc ? rc : rc_sync;
 }

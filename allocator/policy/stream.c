@@ -62,6 +62,14 @@ sync:
 
 void ga_stream_free_locked(ga_allocator_t *a, ga_block *b) {
   b->state = GA_BLOCK_PENDING;
+  if (b->nuses && a->routing) {
+    /* During a capture no event is recorded: the free waits for its end. */
+    if (!GA_VEC_ROOM(a->deferred, a->cap_deferred, a->ndeferred + 1)) {
+      b->event_count = 1;
+      a->deferred[a->ndeferred++] = b;
+      return;
+    }
+  }
   for (uint32_t i = 0; i < b->nuses; i++) defer_on(a, b, b->uses[i]);
   b->nuses = 0;
   if (b->event_count == 0) ga_block_free_locked(a, b);
@@ -93,7 +101,20 @@ int ga_stream_sync_all_locked(ga_allocator_t *a) {
   return rc;
 }
 
+void ga_stream_capture_ended_locked(ga_allocator_t *a) {
+  size_t n = a->ndeferred;
+  a->ndeferred = 0;
+  for (size_t i = 0; i < n; i++) {
+    ga_block *b = a->deferred[i];
+    b->event_count = 0;
+    ga_stream_free_locked(a, b);
+  }
+}
+
 void ga_stream_teardown_locked(ga_allocator_t *a) {
+  free(a->deferred);
+  a->deferred = NULL;
+  a->ndeferred = a->cap_deferred = 0;
   for (size_t i = 0; i < a->npending; i++) (void)ga_dev_event_destroy(a->dev, a->pending[i].ev);
   for (size_t i = 0; i < a->nevent_cache; i++) (void)ga_dev_event_destroy(a->dev, a->event_cache[i]);
   free(a->pending);

@@ -56,6 +56,7 @@ int ga_native_segment_release_locked(ga_allocator_t *a, ga_block *b) {
   int rc = ga_dev_free(a->dev, (void *)seg->base);
   if (rc) return rc;
   account(a, seg, -1);
+  if (seg->priv) ga_private_segment_gone_locked(a, seg->priv);
   if (ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_FREE, seg->base, seg->size, seg->stream);
   if (seg->prev) seg->prev->next = seg->next;
   else a->segs = seg->next;

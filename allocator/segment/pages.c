@@ -176,7 +176,8 @@ int ga_pages_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, u
                            uintptr_t keep_hi, int *fraction_refused) {
   *fraction_refused = 0;
   int rc = 0;
-  if (a->ncache < n && (rc = steal(a, n - a->ncache, keep_lo, keep_hi))) return rc;
+  /* Moving pages synchronises their streams: never during a capture. */
+  if (a->ncache < n && !a->routing && (rc = steal(a, n - a->ncache, keep_lo, keep_hi))) return rc;
   while (a->ncache < n) {
     /* Handles of at most one page, never more than needed: nothing is
      * created that no range asked for. */

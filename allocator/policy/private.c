@@ -1,0 +1,155 @@
+/* private.c — private pools for CUDA-graph capture (and any caller that
+ * wants allocations of some streams kept apart): while a stream is routed to
+ * a pool, its allocations come from the pool's own free trees and native
+ * segments, and go back to them when freed, so memory a captured graph uses
+ * is never handed to anyone else. Releasing the pool gives its free segments
+ * back (now, and at empty_cache for those freed later).
+ *
+ * While any stream is routed (a capture is underway) the allocator makes no
+ * call that would invalidate a capture: device allocations run in the relaxed
+ * capture mode, events are neither queried nor synchronised, pages are not
+ * moved, and frees with recorded streams wait for the end of the capture.
+ */
+#include "../internal.h"
+
+static ga_private *find(ga_allocator_t *a, uint64_t id) {
+  for (ga_private *v = a->privates; v; v = v->next)
+    if (v->id == id) return v;
+  return NULL;
+}
+
+static void unlink_private(ga_allocator_t *a, ga_private *v) {
+  for (ga_private **p = &a->privates; *p; p = &(*p)->next)
+    if (*p == v) {
+      *p = v->next;
+      free(v);
+      return;
+    }
+}
+
+void ga_private_segment_gone_locked(ga_allocator_t *a, ga_private *v) {
+  if (--v->nsegs == 0 && v->released && v->nstreams == 0) unlink_private(a, v);
+}
+
+/* Gives the whole free segments of a released pool back. 0 or GA_DEV_*. */
+static int release_free_segments(ga_allocator_t *a, ga_private *v) {
+  for (int p = 0; p < 2; p++) {
+    for (;;) {
+      ga_block *b = NULL;
+      /* Take any unsplit free block (the tree changes after each release). */
+      for (ga_block *x = ga_pool_lower_bound(&v->pools[p], NULL, 0, 0); x; x = ga_pool_lower_bound(&v->pools[p], x->stream, x->size, x->ptr + 1))
+        if (!ga_block_is_split(x)) {
+          b = x;
+          break;
+        }
+      if (!b) break;
+      int last = v->nsegs == 1 && v->released && v->nstreams == 0;
+      ga_block_from_free_tree_locked(a, b);
+      int rc = ga_native_segment_release_locked(a, b);
+      if (rc) {
+        ga_block_to_free_tree_locked(a, b);
+        return rc;
+      }
+      if (last) return 0; /* v is gone */
+    }
+  }
+  return 0;
+}
+
+int ga_private_release_all_locked(ga_allocator_t *a) {
+  for (ga_private *v = a->privates, *next; v; v = next) {
+    next = v->next;
+    if (!v->released || v->nstreams) continue;
+    int rc = release_free_segments(a, v);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+ga_status_t ga_begin_allocate_to_pool(ga_allocator_t *a, uint64_t pool, ga_stream_t stream) {
+  if (!a) {
+    ga_error_set("ga_begin_allocate_to_pool: the allocator is NULL");
+    return GA_ERR_INVALID;
+  }
+  ga_lock_acquire(&a->mu);
+  ga_status_t st = GA_OK;
+  ga_private *v = find(a, pool);
+  if (v && v->released) {
+    ga_error_set("ga_begin_allocate_to_pool: pool %llu was released", (unsigned long long)pool);
+    st = GA_ERR_INVALID;
+  } else if (!v && !(v = calloc(1, sizeof *v))) {
+    ga_error_set("ga_begin_allocate_to_pool: host out of memory");
+    st = GA_ERR_HOST_MEMORY;
+  } else {
+    if (!find(a, pool)) { /* a new pool */
+      v->id = pool;
+      v->next = a->privates;
+      a->privates = v;
+    }
+    int known = 0;
+    for (int i = 0; i < v->nstreams; i++) known |= v->streams[i] == stream;
+    if (!known && v->nstreams == 8) {
+      ga_error_set("ga_begin_allocate_to_pool: pool %llu already serves 8 streams", (unsigned long long)pool);
+      st = GA_ERR_INVALID;
+    } else if (!known) {
+      v->streams[v->nstreams++] = stream;
+      a->routing++;
+    }
+  }
+  ga_lock_release(&a->mu);
+  return st;
+}
+
+ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool) {
+  if (!a) {
+    ga_error_set("ga_end_allocate_to_pool: the allocator is NULL");
+    return GA_ERR_INVALID;
+  }
+  ga_lock_acquire(&a->mu);
+  ga_status_t st = GA_OK;
+  ga_private *v = find(a, pool);
+  if (!v) {
+    ga_error_set("ga_end_allocate_to_pool: no pool %llu", (unsigned long long)pool);
+    st = GA_ERR_INVALID;
+  } else {
+    a->routing -= v->nstreams;
+    v->nstreams = 0;
+    if (!a->routing) ga_stream_capture_ended_locked(a);
+  }
+  ga_lock_release(&a->mu);
+  return st;
+}
+
+ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {
+  if (!a) {
+    ga_error_set("ga_release_pool: the allocator is NULL");
+    return GA_ERR_INVALID;
+  }
+  ga_lock_acquire(&a->mu);
+  ga_status_t st = GA_OK;
+  ga_private *v = find(a, pool);
+  if (!v) {
+    ga_error_set("ga_release_pool: no pool %llu", (unsigned long long)pool);
+    st = GA_ERR_INVALID;
+  } else {
+    a->routing -= v->nstreams;
+    v->nstreams = 0;
+    v->released = 1;
+    if (!a->routing) ga_stream_capture_ended_locked(a);
+    if (v->nsegs == 0) unlink_private(a, v);
+    else if (release_free_segments(a, v)) {
+      ga_error_set("ga_release_pool: %s", a->dev->error);
+      st = GA_ERR_DEVICE;
+    }
+  }
+  ga_lock_release(&a->mu);
+  return st;
+}
+
+void ga_private_teardown_locked(ga_allocator_t *a) {
+  while (a->privates) {
+    ga_private *v = a->privates;
+    a->privates = v->next;
+    free(v);
+  }
+}
