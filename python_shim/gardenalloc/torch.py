@@ -38,9 +38,13 @@ def _pluggable(conf):
     inner = alloc.allocator()
     hooks = [("set_init_fn", "ga_torch_init"), ("set_reset_fn", "ga_torch_reset"),
              ("set_memory_fraction_fn", "ga_torch_memory_fraction"),
-             ("set_record_stream_fn", "ga_torch_record_stream"), ("set_base_alloc_fn", "ga_torch_base_alloc")]
+             ("set_record_stream_fn", "ga_torch_record_stream"), ("set_base_alloc_fn", "ga_torch_base_alloc"),
+             # CUDA-graph capture pools (present when the library was built with C++)
+             ("set_begin_allocate_to_pool", "ga_torch_begin_allocate_to_pool"),
+             ("set_end_allocate_to_pool_fn", "ga_torch_end_allocate_to_pool"),
+             ("set_release_pool", "ga_torch_release_pool")]
     for setter, fn in hooks:
-        if hasattr(inner, setter):
+        if hasattr(inner, setter) and hasattr(lib, fn):
             getattr(inner, setter)(_address(fn))
     return alloc
 

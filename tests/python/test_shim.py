@@ -259,6 +259,12 @@ class Package(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(r.stdout.strip().endswith("libgardenalloc.so"), r.stdout)
 
+    def test_every_hook_install_uses_is_exported(self):
+        for fn in ("ga_torch_alloc", "ga_torch_free", "ga_torch_init", "ga_torch_reset", "ga_torch_memory_fraction",
+                   "ga_torch_record_stream", "ga_torch_base_alloc", "ga_torch_begin_allocate_to_pool",
+                   "ga_torch_end_allocate_to_pool", "ga_torch_release_pool"):
+            self.assertTrue(hasattr(lib, fn), fn)
+
     def test_torch_module_says_what_it_needs(self):
         try:
             import torch  # noqa: F401
