@@ -8,7 +8,6 @@
  * the trace, and the allocator settings. Python turns it into the pickle that
  * PyTorch's memory viewer opens.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -56,26 +55,13 @@ ga_status_t ga_record_history(ga_allocator_t *a, int enabled, size_t max_entries
 
 /* ---- JSON ---- */
 
-typedef struct out {
-  char *buf;
-  size_t cap, len;
-} out;
-
-static void put(out *o, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  size_t room = o->len < o->cap ? o->cap - o->len : 0;
-  int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
-  va_end(ap);
-  if (n > 0) o->len += (size_t)n;
-}
 
 static const char *block_state(const ga_block *b) {
   return b->state == GA_BLOCK_ALLOCATED ? "active_allocated" : b->state == GA_BLOCK_PENDING ? "active_pending_free" : "inactive";
 }
 
 /* One snapshot segment: the blocks [first, last] (none UNMAPPED). */
-static void segment(out *o, const ga_allocator_t *a, const ga_segment *s, const ga_block *first, const ga_block *last,
+static void segment(ga_text *o, const ga_allocator_t *a, const ga_segment *s, const ga_block *first, const ga_block *last,
                     int *comma) {
   size_t total = 0, allocated = 0, active = 0, requested = 0;
   for (const ga_block *b = first;; b = b->next) {
@@ -84,18 +70,18 @@ static void segment(out *o, const ga_allocator_t *a, const ga_segment *s, const 
     if (b->state != GA_BLOCK_FREE) active += b->size, requested += b->requested;
     if (b == last) break;
   }
-  put(o, "%s{\"device\":%d,\"address\":%llu,\"total_size\":%zu,\"allocated_size\":%zu,\"active_size\":%zu,"
+  ga_text_put(o, "%s{\"device\":%d,\"address\":%llu,\"total_size\":%zu,\"allocated_size\":%zu,\"active_size\":%zu,"
          "\"requested_size\":%zu,\"stream\":%llu,\"segment_type\":\"%s\",\"segment_pool_id\":[0,0],"
          "\"is_expandable\":%s,\"frames\":[],\"blocks\":[",
       *comma ? "," : "", a->dev->ordinal, (unsigned long long)first->ptr, total, allocated, active, requested,
       (unsigned long long)(uintptr_t)s->stream, s->pool == GA_P_SMALL ? "small" : "large", s->expandable ? "true" : "false");
   *comma = 1;
   for (const ga_block *b = first;; b = b->next) {
-    put(o, "%s{\"address\":%llu,\"size\":%zu,\"requested_size\":%zu,\"state\":\"%s\",\"frames\":[]}", b == first ? "" : ",",
+    ga_text_put(o, "%s{\"address\":%llu,\"size\":%zu,\"requested_size\":%zu,\"state\":\"%s\",\"frames\":[]}", b == first ? "" : ",",
         (unsigned long long)b->ptr, b->size, b->state == GA_BLOCK_FREE ? (size_t)0 : b->requested, block_state(b));
     if (b == last) break;
   }
-  put(o, "]}");
+  ga_text_put(o, "]}");
 }
 
 static int by_address(const void *x, const void *y) {
@@ -104,7 +90,7 @@ static int by_address(const void *x, const void *y) {
 }
 
 size_t ga_snapshot_json(ga_allocator_t *a, char *buf, size_t cap) {
-  out o = {buf, cap, 0};
+  ga_text o = {buf, cap, 0};
   if (!a) {
     if (cap) buf[0] = 0;
     return 0;
@@ -114,7 +100,7 @@ size_t ga_snapshot_json(ga_allocator_t *a, char *buf, size_t cap) {
   size_t n = 0;
   for (ga_segment *s = a->segs; s && segs; s = s->next) segs[n++] = s;
   if (segs) qsort(segs, n, sizeof *segs, by_address);
-  put(&o, "{\"segments\":[");
+  ga_text_put(&o, "{\"segments\":[");
   int comma = 0;
   for (size_t i = 0; i < n; i++) {
     const ga_block *first = NULL;
@@ -128,33 +114,32 @@ size_t ga_snapshot_json(ga_allocator_t *a, char *buf, size_t cap) {
     }
   }
   free(segs);
-  put(&o, "],\"device_traces\":[");
+  ga_text_put(&o, "],\"device_traces\":[");
   for (int d = 0; d <= a->dev->ordinal; d++) {
-    put(&o, "%s[", d ? "," : "");
+    ga_text_put(&o, "%s[", d ? "," : "");
     const ga_history *h = &a->history;
     for (size_t k = 0; d == a->dev->ordinal && k < h->n; k++) {
       const ga_history_entry *e = &h->v[(h->next + h->cap - h->n + k) % h->cap];
-      put(&o, "%s{\"action\":\"%s\",", k ? "," : "", action_names[e->action]);
-      if (e->action == GA_H_OOM) put(&o, "\"device_free\":%llu,", (unsigned long long)e->addr);
-      else put(&o, "\"addr\":%llu,", (unsigned long long)e->addr);
-      put(&o, "\"size\":%zu,\"stream\":%llu,\"time_us\":%lld,\"compile_context\":\"N/A\",\"user_metadata\":\"\"}", e->size,
+      ga_text_put(&o, "%s{\"action\":\"%s\",", k ? "," : "", action_names[e->action]);
+      if (e->action == GA_H_OOM) ga_text_put(&o, "\"device_free\":%llu,", (unsigned long long)e->addr);
+      else ga_text_put(&o, "\"addr\":%llu,", (unsigned long long)e->addr);
+      ga_text_put(&o, "\"size\":%zu,\"stream\":%llu,\"time_us\":%lld,\"compile_context\":\"N/A\",\"user_metadata\":\"\"}", e->size,
           (unsigned long long)e->stream, (long long)e->time_us);
     }
-    put(&o, "]");
+    ga_text_put(&o, "]");
   }
   const ga_config *c = &a->cfg;
-  put(&o, "],\"allocator_settings\":{\"PYTORCH_CUDA_ALLOC_CONF\":\"");
-  for (const char *p = a->conf_text; *p; p++) put(&o, (*p == '"' || *p == '\\') ? "\\%c" : "%c", *p);
-  put(&o, "\",\"max_split_size\":%lld,\"garbage_collection_threshold\":%g,\"expandable_segments\":%s,"
+  ga_text_put(&o, "],\"allocator_settings\":{\"PYTORCH_CUDA_ALLOC_CONF\":\"");
+  for (const char *p = a->conf_text; *p; p++) ga_text_put(&o, (*p == '"' || *p == '\\') ? "\\%c" : "%c", *p);
+  ga_text_put(&o, "\",\"max_split_size\":%lld,\"garbage_collection_threshold\":%g,\"expandable_segments\":%s,"
           "\"pinned_num_register_threads\":%d,\"release_lock_on_cudamalloc\":%s,\"pinned_use_cuda_host_register\":%s,"
           "\"graph_capture_record_stream_reuse\":%s,\"roundup_power2_divisions\":{",
       c->max_split_size == SIZE_MAX ? -1LL : (long long)c->max_split_size, c->gc_threshold,
       c->expandable_segments ? "true" : "false", c->pinned_num_register_threads,
       c->release_lock_on_cudamalloc ? "true" : "false", c->pinned_use_host_register ? "true" : "false",
       c->graph_capture_record_stream_reuse ? "true" : "false");
-  for (int i = 0; i < GA_ROUNDUP_INTERVALS; i++) put(&o, "%s\"%d\":%zu", i ? "," : "", 1 << i, c->roundup_divisions[i]);
-  put(&o, "}},\"external_annotations\":[]}");
+  for (int i = 0; i < GA_ROUNDUP_INTERVALS; i++) ga_text_put(&o, "%s\"%d\":%zu", i ? "," : "", 1 << i, c->roundup_divisions[i]);
+  ga_text_put(&o, "}},\"external_annotations\":[]}");
   ga_lock_release(&a->mu);
-  if (cap && o.len >= cap) buf[cap - 1] = 0;
-  return o.len;
+  return ga_text_end(&o);
 }

@@ -209,6 +209,21 @@ static inline int ga_vec_set(void *slot, void *nv) {
  * host OOM with v unchanged. */
 #define GA_VEC_ROOM(v, cap, n) ((n) <= (cap) ? 0 : ga_vec_set(&(v), ga_vec_grow((v), &(cap), (n), sizeof *(v))))
 
+/* ---- Text (report.c) ---- */
+/* Appends to a caller's buffer of `cap` bytes, counting the full length even
+ * past the end (so callers can size the buffer with cap 0). */
+typedef struct ga_text {
+  char *buf;
+  size_t cap, len;
+} ga_text;
+void ga_text_put(ga_text *t, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Terminates a truncated text; returns the full length. */
+size_t ga_text_end(ga_text *t);
+
 /* ---- Errors (report.c) ---- */
 void ga_error_set(const char *fmt, ...)
 #if defined(__GNUC__)

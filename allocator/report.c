@@ -25,6 +25,20 @@ void ga_error_set(const char *fmt, ...) {
 
 const char *ga_last_error(void) { return tls_error; }
 
+void ga_text_put(ga_text *t, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = t->len < t->cap ? t->cap - t->len : 0;
+  int n = vsnprintf(room ? t->buf + t->len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) t->len += (size_t)n;
+}
+
+size_t ga_text_end(ga_text *t) {
+  if (t->cap && t->len >= t->cap) t->buf[t->cap - 1] = 0;
+  return t->len;
+}
+
 void ga_format_size(size_t bytes, char *buf, size_t len) {
   const double KiB = 1024.0, MiB = KiB * 1024.0, GiB = MiB * 1024.0;
   if (bytes <= 1024) snprintf(buf, len, "%zu bytes", bytes);

@@ -3,28 +3,13 @@
  * Every stat keeps {current, peak, allocated, freed}; the field lists live in
  * gardenalloc.h (GA_POOL_STATS, GA_SCALAR_STATS) and generate the JSON here.
  */
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "internal.h"
 
-typedef struct jbuf {
-  char *buf;
-  size_t cap, len;
-} jbuf;
-
-static void jput(jbuf *j, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  size_t room = j->len < j->cap ? j->cap - j->len : 0;
-  int n = vsnprintf(room ? j->buf + j->len : NULL, room, fmt, ap);
-  va_end(ap);
-  if (n > 0) j->len += (size_t)n;
-}
-
-static void jstat(jbuf *j, const char *name, const char *pool, const ga_stat_t *s) {
+static void jstat(ga_text *j, const char *name, const char *pool, const ga_stat_t *s) {
   const char *dot = pool[0] ? "." : "";
-  jput(j, "\"%s%s%s.current\":%lld,\"%s%s%s.peak\":%lld,\"%s%s%s.allocated\":%lld,\"%s%s%s.freed\":%lld,",
+  ga_text_put(j, "\"%s%s%s.current\":%lld,\"%s%s%s.peak\":%lld,\"%s%s%s.allocated\":%lld,\"%s%s%s.freed\":%lld,",
        name, dot, pool, (long long)s->current, name, dot, pool, (long long)s->peak, name, dot, pool,
        (long long)s->allocated, name, dot, pool, (long long)s->freed);
 }
@@ -36,15 +21,15 @@ size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap) {
     return 0;
   }
   static const char *const pools[GA_POOL_COUNT] = {"all", "small_pool", "large_pool"};
-  jbuf j = {buf, cap, 0};
-  jput(&j, "{");
+  ga_text j = {buf, cap, 0};
+  ga_text_put(&j, "{");
 #define GA_X(name, doc)                                  \
   for (int p = 0; p < GA_POOL_COUNT; p++) jstat(&j, #name, pools[p], &s.name[p]);
   GA_POOL_STATS(GA_X)
 #undef GA_X
   jstat(&j, "oversize_allocations", "", &s.oversize_allocations);
   jstat(&j, "oversize_segments", "", &s.oversize_segments);
-#define GA_X(name, doc) jput(&j, "\"%s\":%lld,", #name, (long long)s.name);
+#define GA_X(name, doc) ga_text_put(&j, "\"%s\":%lld,", #name, (long long)s.name);
   GA_SCALAR_STATS(GA_X)
   GA_EXTRA_SCALARS(GA_X)
 #undef GA_X
@@ -52,9 +37,8 @@ size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap) {
   GA_EXTRA_STATS(GA_X)
 #undef GA_X
   for (int k = 0; k < GA_CALL_COUNT; k++)
-    jput(&j, "\"device_calls.%s\":%llu%s", ga_device_call_name((ga_device_call_t)k),
+    ga_text_put(&j, "\"device_calls.%s\":%llu%s", ga_device_call_name((ga_device_call_t)k),
          (unsigned long long)s.device_calls[k], k + 1 < GA_CALL_COUNT ? "," : "");
-  jput(&j, "}");
-  if (cap && j.len >= cap) buf[cap - 1] = 0;
-  return j.len;
+  ga_text_put(&j, "}");
+  return ga_text_end(&j);
 }
