@@ -190,7 +190,9 @@ int ga_check_locked(ga_allocator_t *a) {
     if (u.live_reservations != t.expandable_segs) BROKEN("the device has %zu reservations, the allocator %zu expandable segments", u.live_reservations, t.expandable_segs);
     if (u.live_handles != a->nphys) BROKEN("the device has %zu handles, the allocator %zu", u.live_handles, a->nphys);
     if (u.live_mappings != t.mapped_granules) BROKEN("the device has %zu mappings, the allocator maps %zu granules", u.live_mappings, t.mapped_granules);
-    if (u.live_events != a->npending + a->nevent_cache) BROKEN("the device has %zu events, the allocator holds %zu", u.live_events, a->npending + a->nevent_cache);
+    size_t events = a->npending + a->nevent_cache;
+    for (int i = 0; i < a->nfences; i++) events += a->fences[i].ev != NULL;
+    if (u.live_events != events) BROKEN("the device has %zu events, the allocator holds %zu", u.live_events, events);
   }
   return broken;
 }

@@ -59,6 +59,7 @@ struct ga_block {
   ga_stream_t *uses;        /* other streams that used the block (record_stream) */
   uint32_t nuses, capuses;
   uint64_t gc_base;         /* pool's get_free_block count when it became free */
+  uint64_t free_seq;        /* a->free_clock when its memory was last freed by a client */
   uint8_t tag;              /* 0 = none, else index + 1 in a->tags */
   uint8_t asleep;           /* some of its granules are asleep (ga_sleep) */
 };
@@ -179,6 +180,14 @@ struct ga_allocator {
   ga_piece *cache;          /* unmapped granules of live handles */
   size_t ncache, cap_cache;
   ga_history history;
+  uint64_t free_clock;      /* counts client frees (free_seq) */
+  struct ga_fence {         /* per stream: what is known to have completed */
+    ga_stream_t stream;
+    uint64_t safe_seq;      /* memory freed at or before this seq is no longer in use */
+    ga_event ev;            /* recorded when the stream was last checked, or NULL */
+    uint64_t ev_seq;        /* free_clock when ev was recorded */
+  } fences[16];
+  int nfences;
   ga_private *privates;     /* private pools (graph capture) */
   int routing;              /* streams routed to private pools now: a capture is underway */
   ga_block **deferred;      /* frees with stream uses made during a capture */
@@ -328,6 +337,12 @@ void ga_private_teardown_locked(ga_allocator_t *a);
 void ga_stream_capture_ended_locked(ga_allocator_t *a);
 /* A segment of private pool v went back to the device. */
 void ga_private_segment_gone_locked(ga_allocator_t *a, ga_private *v);
+/* Is memory freed on `stream` at free_seq surely no longer used by it? Waits
+ * (stream synchronize) only when an earlier fence has not passed that point.
+ * 0, or a GA_DEV_* code; *waited tells whether it synchronised. */
+int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int *waited);
+/* Records fences on the streams just checked, for the next time. */
+void ga_stream_fences_refresh_locked(ga_allocator_t *a);
 /* Destroys the cached events (at teardown). */
 void ga_stream_teardown_locked(ga_allocator_t *a);
 

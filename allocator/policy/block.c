@@ -140,6 +140,7 @@ ga_block *ga_block_split_off_locked(ga_allocator_t *a, ga_block *b, size_t at) {
   rest->stream = b->stream;
   rest->seg = b->seg;
   rest->pool = b->pool;
+  rest->free_seq = b->free_seq;
   rest->state = b->state;
   rest->prev = b;
   rest->next = b->next;
@@ -154,6 +155,7 @@ ga_block *ga_block_split_off_locked(ga_allocator_t *a, ga_block *b, size_t at) {
  * run stays valid while later blocks merge into it. */
 static void absorb_next(ga_allocator_t *a, ga_block *x) {
   ga_block *y = x->next;
+  if (y->free_seq > x->free_seq) x->free_seq = y->free_seq; /* the latest free of the two */
   x->size += y->size;
   x->next = y->next;
   if (x->next) x->next->prev = x;
@@ -189,6 +191,7 @@ ga_block *ga_block_merge_unmapped_locked(ga_allocator_t *a, ga_block *b) {
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
   size_t size = b->size, requested = b->requested;
   int pool = b->pool;
+  b->free_seq = ++a->free_clock;
   if (ga_history_on(a)) ga_history_add_locked(a, GA_H_FREE_COMPLETED, b->ptr, requested, b->stream);
   ga_block_merge_insert_locked(a, b); /* b may be merged into its predecessor */
   ga_stats_t *s = &a->stats;

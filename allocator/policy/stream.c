@@ -111,7 +111,45 @@ void ga_stream_capture_ended_locked(ga_allocator_t *a) {
   }
 }
 
+/* ---- Fences: knowing, without waiting, that freed memory is idle ---- */
+
+static struct ga_fence *fence_of(ga_allocator_t *a, ga_stream_t s, int create) {
+  for (int i = 0; i < a->nfences; i++)
+    if (a->fences[i].stream == s) return &a->fences[i];
+  if (!create || a->nfences == (int)(sizeof a->fences / sizeof a->fences[0])) return NULL;
+  a->fences[a->nfences] = (struct ga_fence){.stream = s};
+  return &a->fences[a->nfences++];
+}
+
+int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int *waited) {
+  struct ga_fence *f = fence_of(a, stream, 1);
+  *waited = 0;
+  if (f && free_seq <= f->safe_seq) return 0;
+  if (f && f->ev && f->ev_seq >= free_seq && ga_dev_event_query(a->dev, f->ev) == 0) {
+    f->safe_seq = f->ev_seq; /* the stream passed the fence: everything freed before it is idle */
+    return 0;
+  }
+  int rc = ga_dev_stream_synchronize(a->dev, stream);
+  if (rc) return rc;
+  *waited = 1;
+  if (f) f->safe_seq = a->free_clock;
+  return 0;
+}
+
+void ga_stream_fences_refresh_locked(ga_allocator_t *a) {
+  for (int i = 0; i < a->nfences; i++) {
+    struct ga_fence *f = &a->fences[i];
+    if (f->ev && f->ev_seq == a->free_clock) continue; /* nothing freed since */
+    if (!f->ev && event_get(a, &f->ev)) continue;
+    if (ga_dev_event_record(a->dev, f->ev, f->stream) == 0) f->ev_seq = a->free_clock;
+    else f->ev_seq = 0;
+  }
+}
+
 void ga_stream_teardown_locked(ga_allocator_t *a) {
+  for (int i = 0; i < a->nfences; i++)
+    if (a->fences[i].ev) (void)ga_dev_event_destroy(a->dev, a->fences[i].ev);
+  a->nfences = 0;
   free(a->deferred);
   a->deferred = NULL;
   a->ndeferred = a->cap_deferred = 0;

@@ -147,26 +147,22 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
     return -1;
   }
   if (c.n) qsort(c.v, c.n, sizeof *c.v, by_size);
-  ga_stream_t synced[8];
-  size_t nsynced = 0;
   int rc = 0;
   for (size_t i = 0; i < c.n && want > 0 && !rc; i++) {
     ga_block *b = c.v[i].b;
     size_t g0 = c.v[i].g0, g1 = c.v[i].g1;
     size_t k = g1 - g0 < want ? g1 - g0 : want;
-    /* Work queued on the block's stream before its free may still touch it. */
-    int done = 0;
-    for (size_t s = 0; s < nsynced; s++) done |= synced[s] == b->stream;
-    if (!done) {
-      if ((rc = ga_dev_stream_synchronize(a->dev, b->stream))) break;
-      a->stats.num_unmap_syncs++;
-      if (nsynced < 8) synced[nsynced++] = b->stream;
-    }
+    /* Work queued on the block's stream before its free may still touch it:
+     * unmap only once the stream is known to be past that free. */
+    int waited;
+    if ((rc = ga_stream_fence_locked(a, b->stream, b->free_seq, &waited))) break;
+    a->stats.num_unmap_syncs += waited;
     if ((rc = ga_expandable_unmap_locked(a, b, g1 - k, g1))) break;
     a->stats.num_pages_moved += (int64_t)k;
     want -= k;
   }
   free(c.v);
+  ga_stream_fences_refresh_locked(a);
   return rc;
 }
 
