@@ -341,7 +341,9 @@ void ga_private_segment_gone_locked(ga_allocator_t *a, ga_private *v);
  * (stream synchronize) only when an earlier fence has not passed that point.
  * 0, or a GA_DEV_* code; *waited tells whether it synchronised. */
 int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int *waited);
-/* Records fences on the streams just checked, for the next time. */
+/* Keeps a fence for `stream` from now on (it has free memory that may move). */
+void ga_stream_fence_watch_locked(ga_allocator_t *a, ga_stream_t stream);
+/* Records fences on the streams watched, for the next time. */
 void ga_stream_fences_refresh_locked(ga_allocator_t *a);
 /* Destroys the cached events (at teardown). */
 void ga_stream_teardown_locked(ga_allocator_t *a);

@@ -1,6 +1,7 @@
 /* test_expandable.c — expandable segments: PyTorch's published cases, pages
  * that move to where they are needed, capacity, data integrity across
  * remaps, stream safety of unmaps, and fault injection on every VMM call. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "fixture.h"
@@ -314,4 +315,33 @@ Test(expandable, the_page_cache_keeps_at_most_its_threshold) {
   cr_assert_eq(s.page_cache_bytes.current, 0, "...or would, but the handle is still partly mapped");
   cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 6 * MiB);
   fx_free(a);
+}
+
+/* ---- Fences: no wait when the stream has already passed the free ---- */
+
+static int64_t syncs_for_two_moves(int hold) {
+  fx_open(EXP2, 60 * MiB);
+  ga_stream_t s3 = (ga_stream_t)(uintptr_t)0x3003;
+  void *a = fx_alloc_on(16 * MiB, S1), *c = fx_alloc_on(24 * MiB, s3), *keep = fx_alloc_on(20 * MiB, S2);
+  fx_free(a);
+  fx_free(c);
+  if (hold) ga_sim_hold_stream(fx_dev, s3, 1); /* s3 still runs when the fence is recorded */
+  fx_free(keep);
+  void *b1 = fx_alloc_on(36 * MiB, S2);       /* S2's 20 MiB, then a's 16 (waits for S1); fences S1 and s3 */
+  ga_stream_t s4 = (ga_stream_t)(uintptr_t)0x4004;
+  void *b2 = fx_alloc_on(24 * MiB, s4);        /* c's pages: c was freed before s3's fence */
+  int64_t syncs = fx_stats().num_unmap_syncs;
+  cr_assert_eq(fx_stats().num_pages_moved, 20);
+  ga_sim_hold_stream(fx_dev, s3, 0);
+  fx_free(b1);
+  fx_free(b2);
+  return syncs;
+}
+
+Test(expandable, a_passed_fence_spares_the_wait) {
+  cr_assert_eq(syncs_for_two_moves(0), 1, "the second move needs no synchronisation");
+}
+
+Test(expandable, a_fence_not_yet_passed_still_waits) {
+  cr_assert_eq(syncs_for_two_moves(1), 2);
 }

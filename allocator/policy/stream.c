@@ -136,6 +136,8 @@ int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_
   return 0;
 }
 
+void ga_stream_fence_watch_locked(ga_allocator_t *a, ga_stream_t stream) { (void)fence_of(a, stream, 1); }
+
 void ga_stream_fences_refresh_locked(ga_allocator_t *a) {
   for (int i = 0; i < a->nfences; i++) {
     struct ga_fence *f = &a->fences[i];

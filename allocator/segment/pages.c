@@ -161,6 +161,9 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
     a->stats.num_pages_moved += (int64_t)k;
     want -= k;
   }
+  /* Fence every stream with free memory that may move: a later move of
+   * memory freed before this point then needs no wait once it has passed. */
+  for (size_t i = 0; i < c.n; i++) ga_stream_fence_watch_locked(a, c.v[i].b->stream);
   free(c.v);
   ga_stream_fences_refresh_locked(a);
   return rc;
