@@ -12,8 +12,17 @@
 
 #include "../internal.h"
 
-static size_t expandable_size(const ga_block *b) {
-  return b->size + (b->next && b->next->state == GA_BLOCK_UNMAPPED ? b->next->size : 0);
+/* Free bytes that taking `size` from b would leave in partly used granules
+ * (the better of front and back placement). */
+static size_t partial(uintptr_t lo, uintptr_t hi, size_t g) {
+  if (hi <= lo) return 0;
+  uintptr_t a = (lo + g - 1) / g * g, b = hi / g * g;
+  return b > a ? (a - lo) + (hi - b) : hi - lo;
+}
+static size_t stranded(const ga_allocator_t *a, const ga_block *b, size_t size) {
+  uintptr_t lo = b->ptr, hi = b->ptr + b->size;
+  size_t front = partial(lo + size, hi, a->gran), back = partial(lo, hi - size, a->gran);
+  return front < back ? front : back;
 }
 
 /* The private pool serving `stream` now, or NULL. */
@@ -31,12 +40,17 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_pool *trees, int pool, ga_
   ga_block *b = ga_pool_lower_bound(p, stream, size, 0);
   if (!b || b->stream != stream) return NULL;
   if (b->seg->expandable) {
-    /* Prefer holes to the block that borders unmapped space (it can grow):
-     * compare candidates by the size they could expand to. */
-    for (ga_block *n = ga_pool_lower_bound(p, stream, b->size, b->ptr + 1);
-         n && n->stream == stream && n->seg->expandable && expandable_size(n) < expandable_size(b);
-         n = ga_pool_lower_bound(p, stream, n->size, n->ptr + 1))
-      b = n;
+    /* Among the few best fits, take the one that strands the least free
+     * memory in partly used granules. */
+    ga_block *best = b;
+    size_t best_w = stranded(a, b, size);
+    int k = 0;
+    for (ga_block *n = ga_pool_lower_bound(p, stream, b->size, b->ptr + 1); n && n->stream == stream && k < 8;
+         n = ga_pool_lower_bound(p, stream, n->size, n->ptr + 1), k++) {
+      size_t w = stranded(a, n, size);
+      if (w < best_w) best = n, best_w = w;
+    }
+    b = best;
   }
   size_t max_split = a->cfg.max_split_size;
   if (size < max_split && b->size >= max_split) return NULL;
