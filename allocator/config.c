@@ -255,6 +255,16 @@ static int opt_expandable_page_size_mb(ctx *x) {
   return 0;
 }
 
+static int opt_expandable_move_pages(ctx *x) {
+  const tok *v = NULL;
+  char buf[64];
+  if (value(x, &v, "always or when_full")) return -1;
+  if (tok_is(v, "always")) x->c->expandable_move_when_full = 0;
+  else if (tok_is(v, "when_full")) x->c->expandable_move_when_full = 1;
+  else return fail(x, "'%s' is not a policy (allowed: always or when_full)", tok_str(v, buf));
+  return 0;
+}
+
 static int opt_expandable_cache_max_mb(ctx *x) { return value_mib(x, &x->c->expandable_cache_max, "an integer >= 0"); }
 
 static int opt_release_lock_on_cudamalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }

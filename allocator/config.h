@@ -29,6 +29,7 @@ typedef struct ga_config {
   size_t large_segment_size;       /* bytes */
   size_t expandable_page_size;     /* bytes; 0 = large_segment_size */
   size_t expandable_cache_max;     /* bytes of unmapped pages kept for reuse */
+  int expandable_move_when_full;   /* expandable_move_pages:when_full */
   char backend[8];                 /* "auto", "cuda" or "sim" */
   size_t sim_capacity;             /* bytes */
   int sim_devices;                 /* devices the simulated machine has */
@@ -59,6 +60,8 @@ typedef struct ga_config {
     "expandable segments: size of the physical pages created for the large pool (the small pool uses 2 MiB)") \
   X(expandable_cache_max_mb, "int MiB >= 0", "256", "gardenalloc",                                     \
     "expandable segments: unmapped pages kept for reuse; beyond this they go back to the device")    \
+  X(expandable_move_pages, "always|when_full", "always", "gardenalloc",                              \
+    "expandable segments: move free pages before creating memory (least memory), or only once the device is full (fewest driver calls)") \
   X(release_lock_on_cudamalloc, "True|False", "False", "pytorch",                                    \
     "accepted for compatibility; gardenalloc holds its lock over device calls")                      \
   X(release_lock_on_hipmalloc, "True|False", "False", "pytorch", "alias of release_lock_on_cudamalloc") \

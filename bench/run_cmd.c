@@ -18,6 +18,7 @@ static const config default_configs[] = {
     {"native_split128", "max_split_size_mb:128"},
     {"expandable", "expandable_segments:True"},
     {"expandable_2m", "expandable_segments:True,expandable_page_size_mb:2"},
+    {"expandable_nomove", "expandable_segments:True,expandable_move_pages:when_full"},
 };
 
 static void run_usage(FILE *f) {
@@ -25,7 +26,8 @@ static void run_usage(FILE *f) {
           "usage: ga-bench run [--workload NAME]... [--trace FILE|DIR]... [--config NAME=CONF]...\n"
           "                    [--scale S] [--seed N] [--capacity-mb N] [--cost kind=us,...] [--out DIR]\n"
           "  Without --workload/--trace every built-in workload runs; without --config the\n"
-          "  configurations native, native_split128, expandable and expandable_2m run.\n"
+          "  configurations native, native_split128, expandable, expandable_2m and\n"
+          "  expandable_nomove (expandable_move_pages:when_full) run.\n"
           "  --scale 1 is about 10^4 events per workload, 100 about 10^6. --out (default\n"
           "  bench/results) receives run.csv and one SVG per workload.\n"
           "workloads:\n");
@@ -60,13 +62,13 @@ static void csv_row(FILE *f, const char *wl, const config *c, const replay_resul
 
 static void table_header(const char *wl, size_t events) {
   printf("\n%s (%zu events)\n", wl, events);
-  printf("  %-16s %10s %10s %10s %9s %6s %4s %7s %7s %7s %10s %8s\n", "config", "peak req", "peak alloc", "peak resv",
+  printf("  %-18s %10s %10s %10s %9s %6s %4s %7s %7s %7s %10s %8s\n", "config", "peak req", "peak alloc", "peak resv",
          "resv/req", "frag", "OOM", "dev alloc", "maps", "moved", "driver ms", "ns/op");
 }
 
 static void table_row(const config *c, const replay_result *r) {
   double frag = r->peak_reserved ? 1.0 - (double)r->peak_allocated / (double)r->peak_reserved : 0.0;
-  printf("  %-16s %9.1fM %9.1fM %9.1fM %9.3f %6.3f %4llu %7lld %7llu %7lld %10.1f %8.0f\n", c->name,
+  printf("  %-18s %9.1fM %9.1fM %9.1fM %9.3f %6.3f %4llu %7lld %7llu %7lld %10.1f %8.0f\n", c->name,
          mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
          r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, frag,
          (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,

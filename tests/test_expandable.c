@@ -345,3 +345,23 @@ Test(expandable, a_passed_fence_spares_the_wait) {
 Test(expandable, a_fence_not_yet_passed_still_waits) {
   cr_assert_eq(syncs_for_two_moves(1), 2);
 }
+
+/* ---- expandable_move_pages:when_full ---- */
+
+Test(expandable, when_full_creates_memory_while_the_device_has_room) {
+  fx_open(EXP2 ",expandable_move_pages:when_full", 96 * MiB);
+  char *p[4];
+  for (int i = 0; i < 4; i++) p[i] = fx_alloc(16 * MiB);
+  fx_free(p[0]);
+  fx_free(p[2]);
+  char *q = fx_alloc(32 * MiB); /* 32 MiB still free on the device: no move */
+  cr_assert_eq(fx_stats().num_pages_moved, 0);
+  assert_reserved(96 * MiB);
+  char *r = fx_alloc(32 * MiB); /* the device is full now: the freed pages move */
+  cr_assert_eq(fx_stats().num_pages_moved, 16);
+  assert_reserved(96 * MiB);
+  fx_free(p[1]);
+  fx_free(p[3]);
+  fx_free(q);
+  fx_free(r);
+}

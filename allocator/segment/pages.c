@@ -171,23 +171,35 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
 
 /* ---- Obtaining granules ---- */
 
-int ga_pages_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
-                           uintptr_t keep_hi, int *fraction_refused) {
-  *fraction_refused = 0;
-  int rc = 0;
-  /* Moving pages synchronises their streams: never during a capture. */
-  if (a->ncache < n && !a->routing && (rc = steal(a, n - a->ncache, keep_lo, keep_hi))) return rc;
+/* New handles until the cache holds n granules: at most one page each and
+ * never more than needed, so nothing is created that no range asked for. */
+static int create_until(ga_allocator_t *a, size_t n, int pool, size_t page, int *fraction_refused) {
   while (a->ncache < n) {
-    /* Handles of at most one page, never more than needed: nothing is
-     * created that no range asked for. */
     size_t need = (n - a->ncache) * a->gran, size = need < page ? need : page;
     if (a->allowed_max != SIZE_MAX && (a->reserved > a->allowed_max || size > a->allowed_max - a->reserved)) {
       *fraction_refused = 1;
       return GA_DEV_EOOM;
     }
-    if ((rc = phys_create(a, size, pool))) return rc;
+    int rc = phys_create(a, size, pool);
+    if (rc) return rc;
   }
   return 0;
+}
+
+int ga_pages_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
+                           uintptr_t keep_hi, int *fraction_refused) {
+  *fraction_refused = 0;
+  /* expandable_move_pages:when_full: new memory first, moves only when the
+   * device (or the fraction) has no room left. */
+  if (a->cfg.expandable_move_when_full) {
+    int rc = create_until(a, n, pool, page, fraction_refused);
+    if (rc != GA_DEV_EOOM) return rc;
+    *fraction_refused = 0;
+  }
+  /* Moving pages may synchronise their streams: never during a capture. */
+  int rc = 0;
+  if (a->ncache < n && !a->routing && (rc = steal(a, n - a->ncache, keep_lo, keep_hi))) return rc;
+  return create_until(a, n, pool, page, fraction_refused);
 }
 
 /* ---- Reports and teardown ---- */
