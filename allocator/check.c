@@ -103,6 +103,17 @@ static int check_stat(const char *name, const ga_stat_t *s, const int64_t *want)
   return broken;
 }
 
+/* A free tree is ordered, a heap, and holds what its count says; adds its
+ * blocks to *total. */
+static int check_tree(const ga_pool *tree, int p, size_t *total) {
+  int broken = 0;
+  size_t n;
+  if (!ga_pool_valid(tree, &n)) BROKEN("free tree %d is out of order", p);
+  if (n != tree->count) BROKEN("free tree %d holds %zu blocks, its count says %zu", p, n, tree->count);
+  *total += n;
+  return broken;
+}
+
 /* Handles, the page cache and the granule counts agree. */
 static int check_pages(ga_allocator_t *a, totals *t, size_t *reserved) {
   int broken = 0;
@@ -148,15 +159,9 @@ int ga_check_locked(ga_allocator_t *a) {
     if (at != s->base + s->size) BROKEN("segment %p: blocks cover %zu bytes of %zu", (void *)s->base, (size_t)(at - s->base), s->size);
   }
   for (int p = 0; p < 2; p++) {
-    size_t n, total = 0;
-    for (ga_private *v = NULL;; v = v ? v->next : a->privates) {
-      ga_pool *tree = v ? &v->pools[p] : &a->pools[p];
-      if (!ga_pool_valid(tree, &n)) BROKEN("free tree %d is out of order", p);
-      if (n != tree->count) BROKEN("free tree %d holds %zu blocks, its count says %zu", p, n, tree->count);
-      total += n;
-      if (v && !v->next) break;
-      if (!v && !a->privates) break;
-    }
+    size_t total = 0;
+    broken += check_tree(&a->pools[p], p, &total);
+    for (ga_private *v = a->privates; v; v = v->next) broken += check_tree(&v->pools[p], p, &total);
     if (total != t.free_blocks[p]) BROKEN("free trees %d hold %zu blocks, segments have %zu free", p, total, t.free_blocks[p]);
   }
   broken += check_pages(a, &t, &reserved);

@@ -100,6 +100,14 @@ ga_status_t ga_begin_allocate_to_pool(ga_allocator_t *a, uint64_t pool, ga_strea
   return st;
 }
 
+/* The pool serves no stream any more; a capture that ended releases the
+ * frees it deferred. */
+static void stop_routing(ga_allocator_t *a, ga_private *v) {
+  a->routing -= v->nstreams;
+  v->nstreams = 0;
+  if (!a->routing) ga_stream_capture_ended_locked(a);
+}
+
 ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool) {
   if (!a) {
     ga_error_set("ga_end_allocate_to_pool: the allocator is NULL");
@@ -112,9 +120,7 @@ ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool) {
     ga_error_set("ga_end_allocate_to_pool: no pool %llu", (unsigned long long)pool);
     st = GA_ERR_INVALID;
   } else {
-    a->routing -= v->nstreams;
-    v->nstreams = 0;
-    if (!a->routing) ga_stream_capture_ended_locked(a);
+    stop_routing(a, v);
   }
   ga_lock_release(&a->mu);
   return st;
@@ -132,10 +138,8 @@ ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {
     ga_error_set("ga_release_pool: no pool %llu", (unsigned long long)pool);
     st = GA_ERR_INVALID;
   } else {
-    a->routing -= v->nstreams;
-    v->nstreams = 0;
+    stop_routing(a, v);
     v->released = 1;
-    if (!a->routing) ga_stream_capture_ended_locked(a);
     if (v->nsegs == 0) unlink_private(a, v);
     else if (release_free_segments(a, v)) {
       ga_error_set("ga_release_pool: %s", a->dev->error);
