@@ -1,6 +1,7 @@
 /* lock.h — the allocator's lock: a futex mutex (Drepper's "mutex2") with a
- * short spin. Uncontended lock and unlock are one atomic instruction each,
- * which matters on the allocate+free hot path; waiters sleep in the kernel.
+ * read-only spin before sleeping. Uncontended lock and unlock are one atomic
+ * instruction each, which matters on the allocate+free hot path; waiters
+ * spin on loads for a while, then sleep in the kernel.
  * States: 0 free, 1 locked, 2 locked with (possible) waiters. */
 #ifndef GA_LOCK_H
 #define GA_LOCK_H
@@ -21,18 +22,30 @@ static inline int ga_lock_cas(ga_lock *l, int expect, int desired) {
   return expect;
 }
 
-static inline void ga_lock_slow(ga_lock *l, int c) {
-  for (int spin = 0; spin < 100 && c == 1; spin++) {
+/* Spins reading the word (no stores while it is held, so the holder's cache
+ * line is not stolen) for about the length of a typical critical section,
+ * then sleeps. Returns the state seen last. */
+static inline int ga_lock_spin(ga_lock *l) {
+  int c = atomic_load_explicit(&l->state, memory_order_relaxed);
+  for (int spin = 0; spin < 2000 && c != 0; spin++) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
-    c = ga_lock_cas(l, 0, 1);
-    if (c == 0) return;
+    c = atomic_load_explicit(&l->state, memory_order_relaxed);
   }
-  if (c != 2) c = atomic_exchange_explicit(&l->state, 2, memory_order_acquire);
-  while (c != 0) {
+  return c;
+}
+
+/* A thread that has slept takes the lock as contended (2) from then on:
+ * others may sleep behind it, and its release must wake one of them. */
+static inline void ga_lock_slow(ga_lock *l, int c) {
+  int want = 1;
+  for (;;) {
+    c = ga_lock_spin(l);
+    if (c == 0 && (c = ga_lock_cas(l, 0, want)) == 0) return;
+    if (c != 2 && atomic_exchange_explicit(&l->state, 2, memory_order_acquire) == 0) return;
     syscall(SYS_futex, &l->state, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
-    c = atomic_exchange_explicit(&l->state, 2, memory_order_acquire);
+    want = 2;
   }
 }
 
