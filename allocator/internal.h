@@ -264,7 +264,8 @@ static inline void ga_stat_dec(ga_stat_t *s, uint64_t d) {
   s->current -= (int64_t)d;
   s->freed += (int64_t)d;
 }
-static inline ga_stat_t *ga_pool_stat(ga_stat_t *st, int pool) { return &st[pool == GA_P_SMALL ? GA_POOL_SMALL : GA_POOL_LARGE]; }
+_Static_assert(GA_POOL_SMALL + GA_P_SMALL == 1 && GA_POOL_SMALL + GA_P_LARGE == GA_POOL_LARGE, "pool indices");
+static inline ga_stat_t *ga_pool_stat(ga_stat_t *st, int pool) { return &st[GA_POOL_SMALL + pool]; }
 static inline void ga_pstat_inc(ga_stat_t *st, int pool, uint64_t d) {
   ga_stat_inc(&st[GA_POOL_ALL], d);
   ga_stat_inc(ga_pool_stat(st, pool), d);
@@ -276,7 +277,7 @@ static inline void ga_pstat_dec(ga_stat_t *st, int pool, uint64_t d) {
 /* Adds delta to the [all] and [pool] entries of a per-pool stat array. */
 static inline void ga_pstat_add(ga_stat_t *st, int pool, int64_t delta) {
   ga_stat_add(&st[GA_POOL_ALL], delta);
-  ga_stat_add(&st[pool == GA_P_SMALL ? GA_POOL_SMALL : GA_POOL_LARGE], delta);
+  ga_stat_add(ga_pool_stat(st, pool), delta);
 }
 
 /* ---- Block map (blockmap.c): pointer -> allocated block ---- */
@@ -290,6 +291,7 @@ int ga_blockmap_reserve(ga_blockmap *m);                   /* room for one more;
 /* ---- Free trees (policy/pool.c) ---- */
 void ga_pool_insert(ga_pool *p, ga_block *b);
 void ga_pool_remove(ga_pool *p, ga_block *b);
+void ga_pool_rekey(ga_pool *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y);
 /* Smallest block >= (stream, size, ptr) in tree order, or NULL. */
 ga_block *ga_pool_lower_bound(const ga_pool *p, ga_stream_t stream, size_t size, uintptr_t ptr);
 /* Largest block < (stream, size, ptr), or NULL. */
@@ -315,10 +317,11 @@ static inline int ga_block_is_split(const ga_block *b) { return b->prev || b->ne
 void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b);
 /* Takes a block out of its free tree, undoing the inactive_split count. */
 void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b);
-/* Hands out `b` (not in any tree) for `size` bytes asked, rounded to `rounded`;
- * returns the allocated block (the front of b, or in expandable segments
- * possibly its back), NULL on host OOM (b unchanged). */
-ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded);
+/* Hands out `b` (in its free tree when in_tree, else in none) for `size`
+ * bytes asked, rounded to `rounded`; returns the allocated block (the front
+ * of b, or in expandable segments possibly its back), NULL on host OOM (b
+ * unchanged, still where it was). */
+ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded, int in_tree);
 /* Makes an ALLOCATED/PENDING block FREE: merge with free neighbours, insert. */
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b);
 

@@ -31,6 +31,32 @@ Test(stats, every_metric_follows_a_scenario) {
   fx_free(b);
 }
 
+/* inactive_split changes by the net difference of each split or merge, as
+ * PyTorch counts it, so its allocated/freed totals are PyTorch's too. */
+static void assert_split(int64_t cur, int64_t alloc, int64_t freed, int64_t bcur, int64_t balloc, int64_t bfreed) {
+  ga_stats_t s = fx_stats();
+  const ga_stat_t *n = &s.inactive_split[GA_POOL_LARGE], *b = &s.inactive_split_bytes[GA_POOL_LARGE];
+  cr_assert_eq(n->current, cur);
+  cr_assert_eq(n->allocated, alloc);
+  cr_assert_eq(n->freed, freed);
+  cr_assert_eq(b->current, bcur * MiB);
+  cr_assert_eq(b->allocated, balloc * MiB);
+  cr_assert_eq(b->freed, bfreed * MiB);
+  cr_assert_eq(s.inactive_split_bytes[GA_POOL_ALL].allocated, balloc * MiB, "the aggregate follows the pool");
+}
+
+Test(stats, inactive_split_counts_net_changes) {
+  fx_open(NULL, GiB);
+  void *a = fx_alloc(4 * MiB); /* 20 MiB segment: a new split inactive block of 16 MiB */
+  assert_split(1, 1, 0, 16, 16, 0);
+  void *b = fx_alloc(4 * MiB); /* that block shrinks by 4 MiB */
+  assert_split(1, 1, 0, 12, 16, 4);
+  fx_free(b); /* merges with it: still one block, 4 MiB longer */
+  assert_split(1, 1, 0, 16, 20, 4);
+  fx_free(a); /* the segment is whole: no split block left */
+  assert_split(0, 1, 1, 0, 20, 20);
+}
+
 Test(stats, reset_peak_and_accumulated) {
   fx_open(NULL, GiB);
   void *a = fx_alloc(50 * MiB);

@@ -33,7 +33,8 @@ static ga_private *routed(ga_allocator_t *a, ga_stream_t stream) {
   return NULL;
 }
 
-/* Best fit on (stream, size, address) with the oversize rules. */
+/* Best fit on (stream, size, address) with the oversize rules; the block
+ * found stays in its tree. */
 static ga_block *get_free_block(ga_allocator_t *a, ga_pool *trees, int pool, ga_stream_t stream, size_t size) {
   ga_pool *p = &trees[pool];
   if (a->allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
@@ -55,8 +56,7 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_pool *trees, int pool, ga_
   size_t max_split = a->cfg.max_split_size;
   if (size < max_split && b->size >= max_split) return NULL;
   if (size >= max_split && b->size - size >= a->cfg.max_non_split_rounding) return NULL;
-  ga_block_from_free_tree_locked(a, b);
-  return b;
+  return b; /* still in its tree: hand_out updates the tree once */
 }
 
 /* A new segment, within the memory fraction. 0, a GA_DEV_* code, or -1. */
@@ -125,10 +125,11 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   size_t rounded = ga_round_size(&a->cfg, size);
   int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
   size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
-  int fresh = 0, refused = 0, rc, prev_mode = 0;
+  int fresh = 0, refused = 0, rc, prev_mode = 0, in_tree = 1;
   ga_private *priv = a->routing ? routed(a, stream) : NULL;
   ga_block *b = get_free_block(a, priv ? priv->pools : a->pools, pool, stream, rounded);
   if (!b) {
+    in_tree = 0;
     /* During a capture, device calls run in the relaxed capture mode (as
      * PyTorch's cudaMalloc does), so they do not invalidate it. */
     int relax = a->routing && ga_dev_capture_mode(a->dev, 1, &prev_mode) == 0;
@@ -148,11 +149,11 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
     }
     if (rc) return device_error(a, "obtaining device memory", rc);
   }
-  ga_block *got = ga_block_hand_out_locked(a, b, size, rounded);
+  ga_block *got = ga_block_hand_out_locked(a, b, size, rounded, in_tree);
   if (!got) {
     /* Host OOM for bookkeeping: put the block back where it came from. */
     if (fresh) (void)ga_native_segment_release_locked(a, b);
-    else ga_block_to_free_tree_locked(a, b);
+    else if (!in_tree) ga_block_to_free_tree_locked(a, b);
     ga_error_set("ga_malloc: host out of memory for bookkeeping (%zu bytes asked)", size);
     return GA_ERR_HOST_MEMORY;
   }

@@ -61,8 +61,10 @@ ga_block *ga_block_new_locked(ga_allocator_t *a) {
 }
 
 void ga_block_delete_locked(ga_allocator_t *a, ga_block *b) {
-  free(b->uses);
-  b->uses = NULL;
+  if (b->uses) {
+    free(b->uses);
+    b->uses = NULL;
+  }
   b->next = a->block_cache;
   a->block_cache = b;
 }
@@ -90,6 +92,27 @@ void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
   }
 }
 
+/* x is in its free tree under (xsize, xptr); y (x itself, changed, or a
+ * neighbour that took its memory) goes there instead: one tree update, and
+ * the inactive_split counts change by the net difference, as PyTorch counts
+ * them (its allocated/freed totals see only the net). `gone` is a free
+ * block already taken out of the tree by the same merge, counted `gone`
+ * times with `gone_bytes`. */
+static void retree(ga_allocator_t *a, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y, int gone,
+                   size_t gone_bytes) {
+  ga_pool *p = &ga_trees_of(a, x)[x->pool];
+  int counted = ga_block_is_split(y) && !y->seg->expandable;
+  int64_t n = counted - x->counted_split - gone;
+  int64_t bytes = (counted ? (int64_t)y->size : 0) - (x->counted_split ? (int64_t)xsize : 0) - (int64_t)gone_bytes;
+  if (n) ga_pstat_add(a->stats.inactive_split, y->pool, n);
+  if (bytes) ga_pstat_add(a->stats.inactive_split_bytes, y->pool, bytes);
+  x->counted_split = 0;
+  y->counted_split = (uint8_t)counted;
+  y->state = GA_BLOCK_FREE;
+  y->gc_base = p->gc_calls;
+  ga_pool_rekey(p, x, xsize, xptr, y);
+}
+
 /* ---- Hand out and take back ---- */
 
 static size_t whole_granules(uintptr_t lo, uintptr_t hi, size_t g) {
@@ -105,10 +128,11 @@ static int take_back(const ga_allocator_t *a, const ga_block *b, size_t rounded)
   return whole_granules(lo, hi - rounded, a->gran) > whole_granules(lo + rounded, hi, a->gran);
 }
 
-ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded) {
+ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded, int in_tree) {
   if (ga_blockmap_reserve(&a->map)) return NULL;
   if (should_split(a, b, rounded)) {
     int back = take_back(a, b, rounded);
+    size_t bsize = b->size;
     ga_block *rest = ga_block_split_off_locked(a, b, back ? b->size - rounded : rounded);
     if (!rest) return NULL;
     if (back) {
@@ -116,7 +140,11 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
       b = rest;
       rest = front;
     }
-    ga_block_to_free_tree_locked(a, rest);
+    /* The remainder takes the whole block's place in the tree. */
+    if (in_tree) retree(a, back ? rest : b, bsize, back ? rest->ptr : b->ptr, rest, 0, 0);
+    else ga_block_to_free_tree_locked(a, rest);
+  } else if (in_tree) {
+    ga_block_from_free_tree_locked(a, b);
   }
   b->state = GA_BLOCK_ALLOCATED;
   b->requested = size;
@@ -150,28 +178,51 @@ ga_block *ga_block_split_off_locked(ga_allocator_t *a, ga_block *b, size_t at) {
   return rest;
 }
 
+/* x takes over its next neighbour's place in the list (x has already
+ * counted y's bytes); returns y, out of the list but not yet recycled. */
+static ga_block *unlink_next(ga_block *x) {
+  ga_block *y = x->next;
+  if (y->free_seq > x->free_seq) x->free_seq = y->free_seq; /* the latest free of the two */
+  x->next = y->next;
+  if (x->next) x->next->prev = x;
+  return y;
+}
+
 /* x absorbs its next neighbour (same state; a FREE one has left its tree).
  * The earlier struct always survives, so a pointer to the first block of a
  * run stays valid while later blocks merge into it. */
 static void absorb_next(ga_allocator_t *a, ga_block *x) {
-  ga_block *y = x->next;
-  if (y->free_seq > x->free_seq) x->free_seq = y->free_seq; /* the latest free of the two */
-  x->size += y->size;
-  x->next = y->next;
-  if (x->next) x->next->prev = x;
-  ga_block_delete_locked(a, y);
+  x->size += x->next->size;
+  ga_block_delete_locked(a, unlink_next(x));
 }
 
 ga_block *ga_block_merge_insert_locked(ga_allocator_t *a, ga_block *b) {
   b->requested = 0;
-  if (b->prev && b->prev->state == GA_BLOCK_FREE) {
-    ga_block_from_free_tree_locked(a, b->prev);
-    b = b->prev;
-    absorb_next(a, b);
+  ga_block *p = b->prev && b->prev->state == GA_BLOCK_FREE ? b->prev : NULL;
+  ga_block *n = b->next && b->next->state == GA_BLOCK_FREE ? b->next : NULL;
+  if (p) {
+    /* The merged block keeps p's struct and address: p's node is updated. */
+    size_t psize = p->size, gone_bytes = 0;
+    int gone = 0;
+    if (n) {
+      /* n leaves the tree; its inactive_split share joins p's net change. */
+      ga_pool_remove(&ga_trees_of(a, n)[n->pool], n);
+      gone = n->counted_split;
+      gone_bytes = gone ? n->size : 0;
+      n->counted_split = 0;
+    }
+    absorb_next(a, p);
+    if (n) absorb_next(a, p);
+    retree(a, p, psize, p->ptr, p, gone, gone_bytes);
+    return p;
   }
-  if (b->next && b->next->state == GA_BLOCK_FREE) {
-    ga_block_from_free_tree_locked(a, b->next);
-    absorb_next(a, b);
+  if (n) {
+    /* b takes n's node; n's struct (and key) lives until the tree is updated. */
+    b->size += n->size;
+    (void)unlink_next(b);
+    retree(a, n, n->size, n->ptr, b, 0, 0);
+    ga_block_delete_locked(a, n);
+    return b;
   }
   ga_block_to_free_tree_locked(a, b);
   return b;

@@ -3,8 +3,9 @@
  *
  * lower_bound(stream, size) gives PyTorch's best fit: the smallest block of
  * that stream at least `size` bytes long, the lowest address among equals.
- * Priorities are a hash of the block address, so the shape is deterministic
- * for a given history and the expected depth is O(log n).
+ * Priorities are a hash of the block address (kept by a block that takes
+ * another's node in ga_pool_rekey), so the shape is deterministic for a
+ * given history and the expected depth is O(log n).
  * Owns nothing: blocks are the allocator's; this file only links them.
  */
 #include "../internal.h"
@@ -79,6 +80,47 @@ void ga_pool_remove(ga_pool *p, ga_block *b) {
   p->root = remove_node(p->root, b);
   b->left = b->right = NULL;
   p->count--;
+}
+
+/* x sits in the tree under the key (x->stream, xsize, xptr), which x itself
+ * may no longer hold; y (x itself or another block of the same stream) takes
+ * its place. When y's key orders between x's neighbours, y takes x's node
+ * where it stands (its links and priority): one descent, no rotations. This
+ * is the common case of a split (the remainder replaces the block it came
+ * from) and of a merge (the merged block replaces the neighbour it
+ * absorbed). Otherwise x is removed and y inserted. */
+void ga_pool_rekey(ga_pool *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y) {
+  ga_block **link = &p->root, *lo = NULL, *hi = NULL;
+  while (*link && *link != x) {
+    ga_block *t = *link;
+    if (cmp(t, x->stream, xsize, xptr) > 0) {
+      hi = t;
+      link = &t->left;
+    } else {
+      lo = t;
+      link = &t->right;
+    }
+  }
+  ga_block *pred = lo, *succ = hi;
+  if (x->left)
+    for (pred = x->left; pred->right;) pred = pred->right;
+  if (x->right)
+    for (succ = x->right; succ->left;) succ = succ->left;
+  if ((!pred || cmp(pred, y->stream, y->size, y->ptr) < 0) && (!succ || cmp(succ, y->stream, y->size, y->ptr) > 0)) {
+    if (y != x) {
+      y->left = x->left;
+      y->right = x->right;
+      y->prio = x->prio;
+      x->left = x->right = NULL;
+      *link = y;
+    }
+    return;
+  }
+  *link = merge(x->left, x->right);
+  x->left = x->right = NULL;
+  y->left = y->right = NULL;
+  y->prio = prio_of(y->ptr);
+  p->root = insert(p->root, y);
 }
 
 ga_block *ga_pool_lower_bound(const ga_pool *p, ga_stream_t stream, size_t size, uintptr_t ptr) {
