@@ -15,6 +15,11 @@ int cost_parse(const char *s, char *err, size_t errlen);
 double cost_ms(const ga_stats_t *stats);
 /* Prints the table and where its figures come from. */
 void cost_print(FILE *f);
+/* Where the figures come from: "assumed", "given with --cost" or "measured ...". */
+extern char cost_source[256];
+/* Measures every call kind `reps` times on device 0 of `backend` and keeps
+ * the medians in the table (drivercost.c). -1 with a message on error. */
+int cost_measure(const char *backend, int reps, char *err, size_t errlen);
 
 /* ---- Plots (svg.c) ---- */
 typedef struct svg_series {
@@ -37,5 +42,6 @@ int expand(const char *arg, paths *out);
 /* ---- Commands ---- */
 int cmd_run(int argc, char **argv);
 int cmd_hotpath(int argc, char **argv);
+int cmd_drivercost(int argc, char **argv);
 
 #endif

@@ -4,9 +4,11 @@
  * order of magnitude the CUDA driver API is commonly reported to take on
  * current GPUs when nothing is queued (allocation calls in the tens of
  * microseconds, cuMemSetAccess the slowest VMM step, event calls about a
- * microsecond), not measurements of ours: replace them with --cost
- * kind=us,... measured on your machine. Our "map" is cuMemMap followed by
- * cuMemSetAccess, and "malloc"/"free" are cuMemAlloc/cuMemFree.
+ * microsecond), not measurements of ours. On a GPU, `ga-bench run`
+ * replaces them with figures measured on the device before it starts
+ * (drivercost.c), and `ga-bench drivercost` prints them as a --cost string.
+ * Our "map" is cuMemMap followed by cuMemSetAccess, and "malloc"/"free" are
+ * cuMemAlloc/cuMemFree.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +24,10 @@ double ga_cost_us[GA_CALL_COUNT] = {
     [GA_CALL_EVENT_QUERY] = 0.5,      [GA_CALL_EVENT_SYNCHRONIZE] = 5.0,
     [GA_CALL_EVENT_DESTROY] = 2.0,    [GA_CALL_STREAM_SYNCHRONIZE] = 5.0,
     [GA_CALL_SYNCHRONIZE] = 10.0,     [GA_CALL_MEM_INFO] = 5.0,
-    [GA_CALL_CAPTURE_QUERY] = 0.5,
+    [GA_CALL_CAPTURE_QUERY] = 0.5,    [GA_CALL_SET_ACCESS] = 10.0,
 };
+
+char cost_source[256] = "assumed";
 
 int cost_parse(const char *s, char *err, size_t errlen) {
   char buf[512];
@@ -45,6 +49,7 @@ int cost_parse(const char *s, char *err, size_t errlen) {
     }
     ga_cost_us[k] = us;
   }
+  snprintf(cost_source, sizeof cost_source, "given with --cost");
   return 0;
 }
 
@@ -55,7 +60,7 @@ double cost_ms(const ga_stats_t *stats) {
 }
 
 void cost_print(FILE *f) {
-  fprintf(f, "estimated driver time uses (microseconds per call, assumed; override with --cost):");
+  fprintf(f, "estimated driver time uses (microseconds per call, %s; override with --cost):", cost_source);
   for (int k = 0; k < GA_CALL_COUNT; k++)
     if (k == GA_CALL_MALLOC || k == GA_CALL_FREE || k == GA_CALL_CREATE || k == GA_CALL_RELEASE || k == GA_CALL_MAP ||
         k == GA_CALL_UNMAP || k == GA_CALL_STREAM_SYNCHRONIZE || k == GA_CALL_EVENT_RECORD)

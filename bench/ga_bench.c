@@ -25,6 +25,7 @@ static void usage(FILE *f) {
           "  ga-bench run [--workload NAME]... [--config NAME=CONF]... [--scale S] ...\n"
           "      built-in workloads under several configurations (ga-bench run --help)\n"
           "  ga-bench hotpath [--pairs N] [--threads N]   allocate+free from the cache vs libc\n"
+          "  ga-bench drivercost [--backend B] [--reps N]  what each device call costs here\n"
           "  ga-bench keys [--markdown]   the configuration keys\n");
 }
 
@@ -251,6 +252,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "keys")) return cmd_keys(argc - 2, argv + 2);
   if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(argv[1], "hotpath")) return cmd_hotpath(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "drivercost")) return cmd_drivercost(argc - 2, argv + 2);
   fprintf(stderr, "ga-bench: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

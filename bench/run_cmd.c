@@ -198,6 +198,9 @@ int cmd_run(int argc, char **argv) {
   for (int i = 0; i < argc; i++) fprintf(csv, " %s", argv[i]);
   fprintf(csv, "\n");
   csv_header(csv);
+  /* On a GPU the cost table is measured there and then, unless --cost gave it. */
+  if (!strcmp(cost_source, "assumed") && cost_measure("cuda", 50, err, sizeof err) == 0)
+    fprintf(stderr, "ga-bench: device call costs %s\n", cost_source);
   cost_print(stdout);
   int failed = 0;
   for (size_t j = 0; j < njobs; j++) {

@@ -19,6 +19,13 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGA_WITH_CUDA=ON >/dev/null && c
 say "== C tests on the simulated device (the CUDA backend is exercised below)"
 (cd build && ctest -j"$(nproc)" 2>&1 | tail -3) | tee -a "$log"
 
+say "== what each driver call costs on this GPU (replaces the assumed cost table)"
+timeout 60 build/bench/ga-bench drivercost --backend cuda 2>&1 | tee -a "$log"
+say "== the benchmark on the GPU (driver-time estimates from costs measured there)"
+timeout 180 build/bench/ga-bench run --out "$out/bench" 2>&1 | tee -a "$log"
+say "== engine example with a real kernel"
+if [ -x build/examples/engine_cuda ]; then timeout 60 build/examples/engine_cuda 2>&1 | tee -a "$log"; else say "engine_cuda not built"; fi
+
 say "== gardenalloc on the CUDA backend: replay of the PyTorch traces"
 shared=${GA_SHARED_DIR:-../shared}
 for conf in "backend:cuda" "backend:cuda,expandable_segments:True"; do
