@@ -44,6 +44,21 @@ def load(path, scale):
     return events
 
 
+class Peaks:
+    """Live bytes and pages in use, and their peaks."""
+
+    def __init__(self):
+        self.live = self.live_peak = self.pages_peak = 0
+
+    def change(self, delta, pages):
+        self.live += delta
+        self.live_peak = max(self.live_peak, self.live)
+        self.pages_peak = max(self.pages_peak, pages)
+
+    def ratio(self):
+        return self.pages_peak * PAGE / self.live_peak
+
+
 def pages_of(lo, hi):
     return range(lo // PAGE, (hi - 1) // PAGE + 1)
 
@@ -51,13 +66,12 @@ def pages_of(lo, hi):
 def contiguous(events):
     blocks = {0: [], 1: []}  # per pool: sorted (start, end)
     base = {0: 0, 1: 1 << 50}
-    touched, where = {}, {}
-    live = peak_live = peak = 0
+    touched, where, peaks = {}, {}, Peaks()
     for alloc, ptr, size in events:
         if not alloc:
             pool, x = where.pop(ptr)
             blocks[pool].remove((x, x + size))
-            live -= size
+            peaks.change(-size, 0)
             for g in pages_of(x, x + size):
                 touched[g] -= 1
                 if not touched[g]:
@@ -87,10 +101,8 @@ def contiguous(events):
         for g in pages_of(x, x + size):
             touched[g] = touched.get(g, 0) + 1
         where[ptr] = (pool, x)
-        live += size
-        peak_live = max(peak_live, live)
-        peak = max(peak, len(touched))
-    return peak * PAGE / peak_live
+        peaks.change(size, len(touched))
+    return peaks.ratio()
 
 
 def free_ranges(used):
@@ -105,9 +117,8 @@ def free_ranges(used):
 
 
 def aliased(events, mesh=False):
-    pages, where, sizes = {}, {}, {}
+    pages, where, sizes, peaks = {}, {}, {}, Peaks()
     next_id = [0]
-    live = peak_live = peak = 0
 
     def new_page():
         next_id[0] += 1
@@ -158,7 +169,7 @@ def aliased(events, mesh=False):
                 pages[pid].remove((a, b))
                 if not pages[pid]:
                     del pages[pid]
-            live -= sizes.pop(ptr)
+            peaks.change(-sizes.pop(ptr), 0)
             continue
         best = place(size)
         if mesh and best[0][0] > 0 and merge_disjoint():
@@ -173,10 +184,8 @@ def aliased(events, mesh=False):
         for pid, a, b in pieces:
             bisect.insort(pages[pid], (a, b))
         where[ptr], sizes[ptr] = pieces, size
-        live += size
-        peak_live = max(peak_live, live)
-        peak = max(peak, len(pages))
-    return peak * PAGE / peak_live
+        peaks.change(size, len(pages))
+    return peaks.ratio()
 
 
 def main(argv):
