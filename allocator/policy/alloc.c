@@ -124,7 +124,6 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   if (a->npending && !a->routing) ga_stream_process_events_locked(a); /* not during a capture */
   size_t rounded = ga_round_size(&a->cfg, size);
   int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
-  size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
   int fresh = 0, refused = 0, rc, prev_mode = 0, in_tree = 1;
   ga_private *priv = a->routing ? routed(a, stream) : NULL;
   ga_block *b = get_free_block(a, priv ? priv->pools : a->pools, pool, stream, rounded);
@@ -134,6 +133,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
      * PyTorch's cudaMalloc does), so they do not invalidate it. */
     int relax = a->routing && ga_dev_capture_mode(a->dev, 1, &prev_mode) == 0;
     int expandable = a->cfg.expandable_segments && !priv; /* private pools use native segments */
+    size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
     fresh = !expandable;
     rc = expandable ? grow_expandable(a, pool, stream, rounded, &refused, &b)
                     : grow_native(a, pool, stream, rounded, alloc_size, &refused, &b);

@@ -104,8 +104,10 @@ static void retree(ga_allocator_t *a, ga_block *x, size_t xsize, uintptr_t xptr,
   int counted = ga_block_is_split(y) && !y->seg->expandable;
   int64_t n = counted - x->counted_split - gone;
   int64_t bytes = (counted ? (int64_t)y->size : 0) - (x->counted_split ? (int64_t)xsize : 0) - (int64_t)gone_bytes;
-  if (n) ga_pstat_add(a->stats.inactive_split, y->pool, n);
-  if (bytes) ga_pstat_add(a->stats.inactive_split_bytes, y->pool, bytes);
+  if (n > 0) ga_pstat_inc(a->stats.inactive_split, y->pool, (uint64_t)n);
+  else if (n < 0) ga_pstat_dec(a->stats.inactive_split, y->pool, (uint64_t)-n);
+  if (bytes > 0) ga_pstat_inc(a->stats.inactive_split_bytes, y->pool, (uint64_t)bytes);
+  else if (bytes < 0) ga_pstat_dec(a->stats.inactive_split_bytes, y->pool, (uint64_t)-bytes);
   x->counted_split = 0;
   y->counted_split = (uint8_t)counted;
   y->state = GA_BLOCK_FREE;
