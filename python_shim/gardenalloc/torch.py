@@ -31,6 +31,12 @@ def _address(name):
 
 def _pluggable(conf):
     torch = _torch()
+    if getattr(torch.version, "cuda", None) is None:
+        raise RuntimeError("gardenalloc.torch needs a PyTorch built with CUDA (torch %s has no CUDA)"
+                           % getattr(torch, "__version__", "?"))
+    if not hasattr(torch.cuda.memory, "CUDAPluggableAllocator"):
+        raise RuntimeError("gardenalloc.torch needs torch.cuda.memory.CUDAPluggableAllocator (PyTorch 2.0 or "
+                           "later; this is %s)" % getattr(torch, "__version__", "?"))
     if conf is not None:
         os.environ["GARDENALLOC_CONF"] = conf
     lib = library()
@@ -70,4 +76,7 @@ def install(conf=None):
 def mempool(conf=None):
     """A torch.cuda.MemPool whose segments come from gardenalloc (backend mode)."""
     torch = _torch()
+    if not hasattr(torch.cuda, "MemPool"):
+        raise RuntimeError("gardenalloc.torch.mempool() needs torch.cuda.MemPool, which PyTorch %s does not have"
+                           % getattr(torch, "__version__", "?"))
     return torch.cuda.MemPool(_pluggable(conf).allocator())

@@ -277,5 +277,120 @@ class Package(unittest.TestCase):
         self.assertIn("needs PyTorch", str(cm.exception))
 
 
+def fake_torch(version="2.6.0", cuda="12.4", pluggable=True, mempool=True, initialized=False):
+    """A stand-in for the parts of torch that gardenalloc.torch touches, which
+    records what is done to it."""
+    import types
+    torch = types.ModuleType("torch")
+    torch.__version__ = version
+    torch.version = types.SimpleNamespace(cuda=cuda)
+    torch.cuda = types.ModuleType("torch.cuda")
+    torch.cuda.memory = types.ModuleType("torch.cuda.memory")
+    torch.cuda.is_initialized = lambda: initialized
+    torch.calls = []
+
+    class Inner:
+        def __init__(self):
+            self.hooks = {}
+
+        def __getattr__(self, name):
+            if name.startswith("set_"):
+                return lambda address: self.hooks.__setitem__(name, address)
+            raise AttributeError(name)
+
+    class Pluggable:
+        def __init__(self, path, alloc_fn, free_fn):
+            self.args = (path, alloc_fn, free_fn)
+            self.inner = Inner()
+
+        def allocator(self):
+            return self.inner
+
+    if pluggable:
+        torch.cuda.memory.CUDAPluggableAllocator = Pluggable
+    torch.cuda.memory.change_current_allocator = lambda a: torch.calls.append(("change", a))
+    if mempool:
+        torch.cuda.MemPool = lambda inner: ("pool", inner)
+    return torch
+
+
+class TorchWiring(unittest.TestCase):
+    """install() and mempool() against a recording stand-in for torch: the
+    names, hook addresses and order PyTorch's pluggable-allocator API expects."""
+
+    def run_with(self, torch, fn):
+        import importlib
+        saved = {k: sys.modules.get(k) for k in ("torch", "torch.cuda", "torch.cuda.memory")}
+        saved_conf = os.environ.get("GARDENALLOC_CONF")
+        sys.modules.update({"torch": torch, "torch.cuda": torch.cuda, "torch.cuda.memory": torch.cuda.memory})
+        try:
+            import gardenalloc.torch as gt
+            gt = importlib.reload(gt)  # a fresh _installed
+            return fn(gt)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    sys.modules.pop(k, None)
+                else:
+                    sys.modules[k] = v
+            os.environ["GARDENALLOC_CONF"] = saved_conf
+
+    @staticmethod
+    def address(name):
+        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+
+    def test_install_wires_every_hook_to_the_exported_function(self):
+        torch = fake_torch()
+
+        def go(gt):
+            a = gt.install("backend:sim,sim_capacity_mb:1024")
+            self.assertIs(gt.install(), a, "a second install() returns the first")
+            self.assertEqual(os.environ["GARDENALLOC_CONF"], "backend:sim,sim_capacity_mb:1024")
+            return a
+
+        a = self.run_with(torch, go)
+        self.assertEqual(torch.calls, [("change", a)], "change_current_allocator once, with the allocator")
+        self.assertEqual(a.args, (lib.path, "ga_torch_alloc", "ga_torch_free"))
+        want = {"set_init_fn": "ga_torch_init", "set_reset_fn": "ga_torch_reset",
+                "set_memory_fraction_fn": "ga_torch_memory_fraction",
+                "set_record_stream_fn": "ga_torch_record_stream", "set_base_alloc_fn": "ga_torch_base_alloc",
+                "set_begin_allocate_to_pool": "ga_torch_begin_allocate_to_pool",
+                "set_end_allocate_to_pool_fn": "ga_torch_end_allocate_to_pool",
+                "set_release_pool": "ga_torch_release_pool"}
+        self.assertEqual(a.inner.hooks, {k: self.address(v) for k, v in want.items()})
+        # The addresses are callable with PyTorch's signatures.
+        alloc_t = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+        free_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+        base_t = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t))
+        p = alloc_t(self.address("ga_torch_alloc"))(3 << 20, 0, None)
+        self.assertTrue(p)
+        size = ctypes.c_size_t()
+        self.assertEqual(base_t(a.inner.hooks["set_base_alloc_fn"])(p + 100, ctypes.byref(size)), p)
+        free_t(self.address("ga_torch_free"))(p, 3 << 20, 0, None)
+
+    def test_install_refuses_an_initialised_cuda(self):
+        torch = fake_torch(initialized=True)
+        with self.assertRaises(RuntimeError) as cm:
+            self.run_with(torch, lambda gt: gt.install())
+        self.assertIn("before CUDA is initialised", str(cm.exception))
+        self.assertEqual(torch.calls, [], "nothing was changed")
+
+    def test_a_torch_that_cannot_host_it_is_named(self):
+        for kw, text in (({"cuda": None}, "built with CUDA"), ({"pluggable": False}, "PyTorch 2.0 or later"),
+                         ({"mempool": False}, "needs torch.cuda.MemPool")):
+            torch = fake_torch(version="1.13.1", **kw)
+            with self.assertRaises(RuntimeError) as cm:
+                self.run_with(torch, lambda gt: gt.mempool() if "mempool" in kw else gt.install())
+            self.assertIn(text, str(cm.exception))
+            self.assertIn("1.13.1", str(cm.exception))
+
+    def test_mempool_hands_the_allocator_to_a_mempool(self):
+        torch = fake_torch()
+        pool = self.run_with(torch, lambda gt: gt.mempool())
+        self.assertEqual(pool[0], "pool")
+        self.assertEqual(pool[1].hooks["set_base_alloc_fn"], self.address("ga_torch_base_alloc"))
+        self.assertEqual(torch.calls, [], "backend mode leaves the current allocator alone")
+
+
 if __name__ == "__main__":
     unittest.main()
