@@ -19,7 +19,9 @@
 /* ---- Lifetime ---- */
 
 static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev, int owns, ga_allocator_t **out) {
-  ga_allocator_t *a = calloc(1, sizeof *a);
+  /* Aligned as its lock's line is (sizeof is a multiple of the alignment). */
+  ga_allocator_t *a = aligned_alloc(_Alignof(ga_allocator_t), sizeof *a);
+  if (a) memset(a, 0, sizeof *a);
   if (!a || ga_blockmap_init(&a->map)) {
     free(a);
     ga_error_set("ga_create: host out of memory");

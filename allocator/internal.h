@@ -153,8 +153,11 @@ typedef struct ga_history {
 } ga_history;
 
 struct ga_allocator {
-  ga_lock mu;               /* held by every public call */
-  ga_config cfg;
+  /* Held by every public call. On a line of its own (two, for the adjacent-
+   * line prefetcher), so threads waiting on it do not pull the lines the
+   * holder is writing. */
+  _Alignas(128) ga_lock mu;
+  _Alignas(128) ga_config cfg;
   ga_device *dev;
   int owns_dev;
   size_t device_total;      /* total device memory, from mem_info at create */
