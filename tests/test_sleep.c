@@ -45,6 +45,24 @@ Test(sleep, offloaded_allocations_come_back_at_the_same_addresses) {
   fx_free(other);
 }
 
+/* A tag belongs to one allocation: memory freed and handed out again (the
+ * same address, the same block record) starts untagged, so a later sleep
+ * does not take it. */
+Test(sleep, a_tag_ends_with_its_allocation) {
+  fx_open(EXP2, 256 * MiB);
+  char *kv = fx_alloc(8 * MiB);
+  cr_assert_eq(ga_tag(fx_a, kv, "kv_cache"), GA_OK);
+  fx_free(kv);
+  char *again = fx_alloc(8 * MiB);
+  cr_assert_eq(again, kv, "the same memory is reused");
+  fx_fill(again, 8 * MiB, 5);
+  cr_assert_eq(ga_sleep(fx_a, "kv_cache", 0), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_stats().asleep_pages, 0, "nothing tagged kv_cache is live");
+  cr_assert(fx_verify(again, 8 * MiB, 5));
+  cr_assert_eq(ga_wake(fx_a), GA_OK);
+  fx_free(again);
+}
+
 Test(sleep, wake_without_memory_reports_and_can_be_retried) {
   fx_open(EXP2, 64 * MiB);
   char *w = fx_alloc(30 * MiB);

@@ -150,6 +150,7 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   }
   b->state = GA_BLOCK_ALLOCATED;
   b->requested = size;
+  b->tag = 0; /* the struct may have served a tagged allocation before */
   (void)ga_blockmap_put(&a->map, b); /* cannot fail: room reserved above */
   ga_stats_t *s = &a->stats;
   ga_pstat_inc(s->allocation, b->pool, 1);
