@@ -133,6 +133,7 @@ typedef struct ga_sleeper {
   ga_segment *seg;
   size_t granule;           /* index in the segment */
   void *host;               /* offloaded contents, or NULL (discarded) */
+  int restore;              /* mapped again, but the contents are not back yet */
 } ga_sleeper;
 
 /* ---- History (history.c) ---- */

@@ -109,6 +109,30 @@ Test(sleep, a_failing_copy_leaves_a_consistent_allocator) {
   fx_free(w);
 }
 
+/* A wake whose copy fails and whose undo (the unmap) fails too keeps the
+ * offloaded contents and copies them in at the next wake. */
+Test(sleep, a_wake_that_cannot_undo_keeps_the_contents_for_the_next) {
+  fx_open(EXP2, 256 * MiB);
+  char *w = fx_alloc(6 * MiB);
+  ga_tag(fx_a, w, "weights");
+  fx_fill(w, 6 * MiB, 4);
+  cr_assert_eq(ga_sleep(fx_a, "weights", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_stats().asleep_pages, 3);
+  ga_sim_inject(fx_dev, GA_CALL_COPY, 1, GA_DEV_EDRIVER, 0);
+  ga_sim_inject(fx_dev, GA_CALL_UNMAP, 1, GA_DEV_EDRIVER, 0);
+  cr_assert_eq(ga_wake(fx_a), GA_ERR_DEVICE);
+  cr_assert(strstr(ga_last_error(), "6.00 MiB still asleep") != NULL, "%s", ga_last_error());
+  cr_assert_eq(ga_check(fx_a), 0);
+  cr_assert_eq(ga_free(fx_a, w), GA_ERR_INVALID, "still asleep: not freed");
+  ga_sim_inject(fx_dev, GA_CALL_COPY, 1, GA_DEV_EDRIVER, 0);
+  cr_assert_eq(ga_wake(fx_a), GA_ERR_DEVICE, "the restore itself can fail again");
+  cr_assert_eq(ga_check(fx_a), 0);
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_stats().asleep_pages, 0);
+  cr_assert(fx_verify(w, 6 * MiB, 4), "every byte came back");
+  fx_free(w);
+}
+
 Test(sleep, tags_are_checked) {
   fx_open(EXP2, 256 * MiB);
   void *p = fx_alloc(MiB);

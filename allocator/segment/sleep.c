@@ -94,7 +94,7 @@ static int sleep_granule(ga_allocator_t *a, ga_segment *s, size_t g, int offload
   p.ph->nmapped--;
   (void)ga_pages_put_locked(a, p);
   s->backing[i] = (ga_piece){.ph = NULL, .idx = GA_PIECE_ASLEEP};
-  a->sleepers[a->nsleepers++] = (ga_sleeper){s, i, host};
+  a->sleepers[a->nsleepers++] = (ga_sleeper){s, i, host, 0};
   ga_stat_dec(&a->stats.mapped_bytes, a->gran);
   if (ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_UNMAP, (uintptr_t)va, a->gran, s->stream);
   return 0;
@@ -118,6 +118,32 @@ static int sleep_segment(ga_allocator_t *a, ga_segment *s, uint32_t mask, int of
   return 0;
 }
 
+/* Nothing sleeps any more: every allocation may be freed again. */
+static void all_awake(ga_allocator_t *a) {
+  for (ga_segment *s = a->segs; s; s = s->next)
+    for (ga_block *b = s->head; b; b = b->next) b->asleep = 0;
+}
+
+/* Granules a failed wake mapped again but could neither fill nor unmap:
+ * copy their contents back now. 0 or the failing call's code. */
+static int restore_pending(ga_allocator_t *a) {
+  for (size_t i = 0; i < a->nsleepers;) {
+    ga_sleeper *z = &a->sleepers[i];
+    if (!z->restore) {
+      i++;
+      continue;
+    }
+    void *va = (void *)(z->seg->base + z->granule * a->gran);
+    int rc = a->naccess > 1 ? ga_dev_set_access(a->dev, va, a->gran, a->access, a->naccess) : 0;
+    if (!rc && z->host) rc = ga_dev_copy(a->dev, z->host, va, a->gran, 0);
+    if (rc) return rc;
+    free(z->host);
+    *z = a->sleepers[--a->nsleepers];
+    if (!a->nsleepers) all_awake(a);
+  }
+  return 0;
+}
+
 ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags) {
   if (!a) {
     ga_error_set("ga_sleep: the allocator is NULL");
@@ -131,6 +157,9 @@ ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags) {
     ga_error_set("ga_sleep: releasing live allocations needs expandable_segments:True (native segments cannot "
                  "keep their addresses without their memory)");
     st = GA_ERR_UNSUPPORTED;
+  } else if ((rc = restore_pending(a))) {
+    ga_error_set("ga_sleep: a previous ga_wake left contents to restore, and that failed: %s", a->dev->error);
+    st = GA_ERR_DEVICE;
   } else if ((rc = ga_dev_synchronize(a->dev)) || (rc = ga_reclaim_all_locked(a))) {
     ga_error_set("ga_sleep: %s", a->dev->error);
     st = GA_ERR_DEVICE;
@@ -156,10 +185,10 @@ ga_status_t ga_wake(ga_allocator_t *a) {
     return GA_ERR_INVALID;
   }
   ga_lock_acquire(&a->mu);
-  int refused = 0, rc = 0;
-  if (a->nsleepers) rc = ga_pages_obtain_locked(a, a->nsleepers, GA_P_LARGE, a->large_page, 0, 0, &refused);
+  int refused = 0, rc = restore_pending(a), restore_failed = rc != 0;
+  if (a->nsleepers && !rc) rc = ga_pages_obtain_locked(a, a->nsleepers, GA_P_LARGE, a->large_page, 0, 0, &refused);
   /* Map what the cache holds now, even if not everything could be had. */
-  while (a->nsleepers && a->ncache && (rc == 0 || rc == GA_DEV_EOOM)) {
+  while (!restore_failed && a->nsleepers && a->ncache && (rc == 0 || rc == GA_DEV_EOOM)) {
     ga_sleeper *z = &a->sleepers[a->nsleepers - 1];
     void *va = (void *)(z->seg->base + z->granule * a->gran);
     ga_piece p = ga_pages_take_locked(a);
@@ -168,12 +197,12 @@ ga_status_t ga_wake(ga_allocator_t *a) {
     if (!r && z->host) r = ga_dev_copy(a->dev, z->host, va, a->gran, 0);
     if (r) { /* undo this granule; it stays asleep */
       if (mapped && ga_dev_unmap(a->dev, va, a->gran) != 0) {
-        /* Cannot take the mapping back: keep it as the granule's memory. */
+        /* Cannot take the mapping back: it is the granule's memory now, and
+         * the contents (kept) are copied in by the next ga_wake. */
         z->seg->backing[z->granule] = p;
         p.ph->nmapped++;
         ga_stat_inc(&a->stats.mapped_bytes, a->gran);
-        free(z->host);
-        a->nsleepers--;
+        z->restore = 1;
       } else {
         (void)ga_pages_put_locked(a, p); /* room: it was just taken */
       }
@@ -191,7 +220,7 @@ ga_status_t ga_wake(ga_allocator_t *a) {
   if (a->nsleepers) {
     char left[32];
     ga_format_size(a->nsleepers * a->gran, left, sizeof left);
-    if (rc == GA_DEV_EOOM) {
+    if (rc == GA_DEV_EOOM && !restore_failed) {
       ga_report_oom_locked(a, a->nsleepers * a->gran, refused);
       char report[1800];
       snprintf(report, sizeof report, "%s", ga_last_error());
@@ -202,8 +231,7 @@ ga_status_t ga_wake(ga_allocator_t *a) {
       st = rc < 0 ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
     }
   } else {
-    for (ga_segment *s = a->segs; s; s = s->next)
-      for (ga_block *b = s->head; b; b = b->next) b->asleep = 0;
+    all_awake(a);
   }
   ga_lock_release(&a->mu);
   return st;
