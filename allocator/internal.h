@@ -202,6 +202,7 @@ struct ga_allocator {
   size_t nsleepers, cap_sleepers;
   int access[65];           /* devices given access to expandable memory: this one first */
   int naccess;
+  int regrant;              /* a granule is mapped without its peers' access: grant again before handing out */
   char conf_text[512];      /* the configuration string it was created with */
 };
 
@@ -406,6 +407,8 @@ int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t
 int ga_expandable_release_all_locked(ga_allocator_t *a);
 /* Sets access for `devices` on every mapped range. 0 or a GA_DEV_* code. */
 int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n);
+/* Grants a->access again everywhere (after a->regrant was set); clears it. */
+int ga_expandable_regrant_locked(ga_allocator_t *a);
 /* Frees what ga_sleep kept on the host (segment/sleep.c). */
 void ga_sleep_teardown_locked(ga_allocator_t *a);
 /* Teardown: unmaps and unreserves every expandable segment. */

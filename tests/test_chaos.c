@@ -44,14 +44,19 @@ static void stamp(const live *l) {
 }
 
 /* Is every granule of l mapped? (Reading an unmapped one would crash.) */
+static uint64_t want_access = 1; /* device 0, and 1 once peer access is on */
+
+/* Is every granule of l mapped, for every device that should see it?
+ * (Reading an unmapped one would crash.) */
 static int mapped(const live *l) {
   uint64_t mask;
   const ga_block *b = ga_blockmap_get(&fx_a->map, (uintptr_t)l->p);
   if (!b) return 0;
   if (!b->seg->expandable) return 1; /* a malloc'd segment */
+  /* (A refused ga_enable_peer_access may have granted some ranges already.) */
   for (size_t off = 0; off < l->size; off += 2 * MiB)
-    if (ga_sim_access(fx_dev, l->p + off, &mask) != 0) return 0;
-  return ga_sim_access(fx_dev, l->p + l->size - 1, &mask) == 0;
+    if (ga_sim_access(fx_dev, l->p + off, &mask) != 0 || (mask & want_access) != want_access) return 0;
+  return ga_sim_access(fx_dev, l->p + l->size - 1, &mask) == 0 && (mask & want_access) == want_access;
 }
 
 static int intact(const live *l) {
@@ -78,7 +83,11 @@ static void assert_clean(ga_status_t st, const char *what) {
 }
 
 static void run(const char *conf, uint64_t seed, int steps) {
-  fx_open(conf, 2 * GiB);
+  /* Device 0 of a machine with two, so that peer access can be turned on. */
+  char err[256];
+  cr_assert_eq(ga_sim_open_of(0, 2, 2 * GiB, &fx_dev, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(ga_create_on_device(conf, fx_dev, &fx_a), GA_OK, "%s", ga_last_error());
+  want_access = 1;
   int expandable = conf && strstr(conf, "expandable_segments:True");
   live v[MAXLIVE];
   int n = 0, held = 0, routed = 0, pools_made = 0, asleep = 0;
@@ -131,6 +140,10 @@ static void run(const char *conf, uint64_t seed, int steps) {
       ga_sim_clear_faults(fx_dev);
     } else if (op < 88 && !routed) {
       assert_clean(ga_empty_cache(fx_a), "ga_empty_cache");
+    } else if (op == 88 && want_access == 1) { /* a peer (NCCL) needs the memory too */
+      ga_status_t st = ga_enable_peer_access(fx_a, 1);
+      assert_clean(st, "ga_enable_peer_access");
+      if (st == GA_OK) want_access = 3;
     } else if (op < 89) {
       double f = next() % 2 ? 1.0 : 0.5 + (double)(next() % 50) / 100.0;
       cr_assert_eq(ga_set_memory_fraction(fx_a, f), GA_OK);
@@ -163,8 +176,13 @@ static void run(const char *conf, uint64_t seed, int steps) {
     for (int i = 0; i < n && (step % 16 == 0 || every); i++) {
       if (asleep && v[i].kv) continue;
       const ga_block *b = ga_blockmap_get(&fx_a->map, (uintptr_t)v[i].p);
-      cr_assert(intact(&v[i]), "step %d: allocation %p (%zu bytes, tagged %d, mapped %d, block asleep %d, tag %d) lost its bytes",
-                step, (void *)v[i].p, v[i].size, v[i].kv, mapped(&v[i]), b ? b->asleep : -1, b ? b->tag : -1);
+      uint64_t m0 = 0, m1 = 0;
+      int r0 = ga_sim_access(fx_dev, v[i].p, &m0), r1 = ga_sim_access(fx_dev, v[i].p + v[i].size - 1, &m1);
+      cr_assert(intact(&v[i]),
+                "step %d: allocation %p (%zu bytes, tagged %d, mapped %d, block asleep %d, tag %d; access %d/%llx "
+                "%d/%llx, want %llx) lost its bytes",
+                step, (void *)v[i].p, v[i].size, v[i].kv, mapped(&v[i]), b ? b->asleep : -1, b ? b->tag : -1, r0,
+                (unsigned long long)m0, r1, (unsigned long long)m1, (unsigned long long)want_access);
     }
   }
   /* Wind down: no faults, streams idle, everything awake, freed and released. */

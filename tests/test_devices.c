@@ -59,3 +59,32 @@ Test(devices, peers_get_access_to_expandable_memory_now_and_later) {
   cr_assert_eq(ga_check(a), 0);
   ga_destroy(a);
 }
+
+/* A page that peers cannot see is never handed out: when granting a new
+ * page fails it is taken back, and when even that fails it is granted again
+ * before the next allocation. */
+Test(devices, a_failed_grant_never_hands_out_memory_peers_cannot_see) {
+  ga_allocator_t *a;
+  cr_assert_eq(ga_create(TWO ",expandable_segments:True,expandable_page_size_mb:2", 0, &a), GA_OK, "%s", ga_last_error());
+  ga_device *d = ga_allocator_device(a);
+  cr_assert_eq(ga_enable_peer_access(a, 1), GA_OK, "%s", ga_last_error());
+  char *p, *q;
+  ga_sim_inject(d, GA_CALL_SET_ACCESS, 1, GA_DEV_EDRIVER, 0);
+  cr_assert_eq(ga_malloc(a, 3 * MiB, S1, (void **)&p), GA_ERR_DEVICE);
+  cr_assert_eq(ga_check(a), 0);
+  cr_assert_eq(ga_malloc(a, 3 * MiB, S1, (void **)&p), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(access_of(a, p), 3u);
+  cr_assert_eq(access_of(a, p + 3 * MiB - 1), 3u);
+  /* Granting fails and so does taking the page back: it stays mapped. */
+  ga_sim_inject(d, GA_CALL_SET_ACCESS, 1, GA_DEV_EDRIVER, 0);
+  ga_sim_inject(d, GA_CALL_UNMAP, 1, GA_DEV_EDRIVER, 0);
+  cr_assert_eq(ga_malloc(a, 6 * MiB, S1, (void **)&q), GA_ERR_DEVICE);
+  cr_assert_eq(ga_check(a), 0);
+  cr_assert_eq(ga_malloc(a, 6 * MiB, S1, (void **)&q), GA_OK, "%s", ga_last_error());
+  for (size_t off = 0; off < 6 * MiB; off += 2 * MiB)
+    cr_assert_eq(access_of(a, q + off), 3u, "granule at +%zu MiB", off >> 20);
+  ga_free(a, p);
+  ga_free(a, q);
+  cr_assert_eq(ga_check(a), 0);
+  ga_destroy(a);
+}

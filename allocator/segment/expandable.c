@@ -132,17 +132,22 @@ static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, ga_block **
   int rc = backing_room(s, first + want) ? -1 : 0;
   while (!rc && done < want) {
     ga_piece p = ga_pages_take_locked(a);
-    rc = ga_dev_map(a->dev, (void *)(u->ptr + done * a->gran), a->gran, p.ph->h, p.idx * a->gran);
-    if (rc) {
+    void *va = (void *)(u->ptr + done * a->gran);
+    rc = ga_dev_map(a->dev, va, a->gran, p.ph->h, p.idx * a->gran);
+    /* Peers granted access see every new page too; a page they cannot see
+     * is taken back, or, if even that fails, kept and granted again before
+     * any block is handed out (a->regrant). */
+    if (!rc && a->naccess > 1 && (rc = ga_dev_set_access(a->dev, va, a->gran, a->access, a->naccess)) &&
+        ga_dev_unmap(a->dev, va, a->gran) != 0)
+      a->regrant = 1;
+    else if (rc) {
       (void)ga_pages_put_locked(a, p); /* room: it was just taken */
       break;
     }
     s->backing[first + done] = p;
     p.ph->nmapped++;
     done++;
-    /* Peers granted access see every new page too. */
-    if (a->naccess > 1 && (rc = ga_dev_set_access(a->dev, (void *)(u->ptr + (done - 1) * a->gran), a->gran, a->access, a->naccess)))
-      break;
+    if (rc) break;
   }
   ga_stat_add(&a->stats.mapped_bytes, (int64_t)(done * a->gran));
   if (done && ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_MAP, u->ptr, done * a->gran, s->stream);
@@ -228,6 +233,12 @@ typedef struct frees {
   ga_block **v;
   size_t n, cap;
 } frees;
+
+int ga_expandable_regrant_locked(ga_allocator_t *a) {
+  int rc = ga_expandable_grant_locked(a, a->access, a->naccess);
+  if (!rc) a->regrant = 0;
+  return rc;
+}
 
 int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n) {
   for (ga_segment *s = a->segs; s; s = s->next) {
