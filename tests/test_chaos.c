@@ -3,8 +3,9 @@
  * A seeded random walk over the whole API: allocations of heavy-tailed sizes
  * on three streams, frees, record_stream with held streams, empty_cache,
  * memory fractions, private pools around simulated captures, tags and
- * sleep/wake with offload, and device faults armed at random moments on any
- * call kind. After every step ga_check() must pass; every live allocation
+ * sleep/wake with offload, peer access on a two-device machine, snapshots
+ * with history recording switched on and off, and device faults armed at
+ * random moments on any call kind. After every step ga_check() must pass; every live allocation
  * keeps its bytes (checked every few steps and at the end); a failed call
  * returns an error named in the status and leaves the allocator usable.
  * The fixture then checks that nothing is left on the device.
@@ -160,6 +161,16 @@ static void run(const char *conf, uint64_t seed, int steps) {
         pools_made++;
         routed = 0;
       }
+    } else if (op == 95) { /* a snapshot, with history recording switched at random */
+      cr_assert_eq(ga_record_history(fx_a, (int)(next() % 2), 64 + next() % 512), GA_OK, "%s", ga_last_error());
+      size_t len = ga_snapshot_json(fx_a, NULL, 0);
+      char *json = malloc(len + 1);
+      cr_assert(json != NULL);
+      cr_assert_eq(ga_snapshot_json(fx_a, json, len + 1), len);
+      cr_assert(len > 2 && json[0] == '{' && json[len - 1] == '}', "a JSON object");
+      free(json);
+      char stats[64];
+      cr_assert_gt(ga_stats_json(fx_a, stats, sizeof stats), sizeof stats, "the length of the whole text");
     } else if (op < 95 && expandable && !routed) { /* sleep and wake the "kv" allocations */
       if (!asleep) {
         ga_status_t st = ga_sleep(fx_a, "kv", GA_SLEEP_OFFLOAD);
