@@ -234,3 +234,9 @@ Test(chaos, expandable) { run("expandable_segments:True", 0xfeedbeefull, 2000); 
 Test(chaos, expandable_2m_when_full) {
   run("expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:when_full", 0xabcdefull, 2000);
 }
+Test(chaos, expandable_knobs) {
+  run("expandable_segments:True,expandable_page_size_mb:4,expandable_cache_max_mb:8,roundup_power2_divisions:4,"
+      "max_split_size_mb:64",
+      0x5eed5eedull, 1200);
+}
+Test(chaos, native_rounding) { run("roundup_power2_divisions:[256:2,>:4],garbage_collection_threshold:0.5", 0x77ull, 2000); }
