@@ -83,10 +83,10 @@ static void assert_clean(ga_status_t st, const char *what) {
   if (st != GA_OK) cr_assert(ga_last_error()[0] != 0, "%s failed without saying why", what);
 }
 
-static void run(const char *conf, uint64_t seed, int steps) {
+static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) {
   /* Device 0 of a machine with two, so that peer access can be turned on. */
   char err[256];
-  cr_assert_eq(ga_sim_open_of(0, 2, 2 * GiB, &fx_dev, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(ga_sim_open_of(0, 2, capacity, &fx_dev, err, sizeof err), 0, "%s", err);
   cr_assert_eq(ga_create_on_device(conf, fx_dev, &fx_a), GA_OK, "%s", ga_last_error());
   want_access = 1;
   int expandable = conf && strstr(conf, "expandable_segments:True");
@@ -228,6 +228,8 @@ static void run(const char *conf, uint64_t seed, int steps) {
   cr_assert_eq(ga_check(fx_a), 0);
 }
 
+static void run(const char *conf, uint64_t seed, int steps) { run_on(conf, 2 * GiB, seed, steps); }
+
 Test(chaos, native) { run(NULL, 0x9e3779b97f4a7c15ull, 2000); }
 Test(chaos, native_max_split) { run("max_split_size_mb:40,garbage_collection_threshold:0.6", 0x1234567ull, 2000); }
 Test(chaos, expandable) { run("expandable_segments:True", 0xfeedbeefull, 2000); }
@@ -240,3 +242,6 @@ Test(chaos, expandable_knobs) {
       0x5eed5eedull, 1200);
 }
 Test(chaos, native_rounding) { run("roundup_power2_divisions:[256:2,>:4],garbage_collection_threshold:0.5", 0x77ull, 2000); }
+/* A device that is nearly always full: OOM, retry and page moves all the time. */
+Test(chaos, expandable_tight) { run_on("expandable_segments:True,expandable_page_size_mb:2", 384 * MiB, 0x71647ull, 1500); }
+Test(chaos, native_tight) { run_on(NULL, 384 * MiB, 0x7164ull, 2000); }
