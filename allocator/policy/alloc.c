@@ -124,9 +124,13 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   if (a->npending && !a->routing) ga_stream_process_events_locked(a); /* not during a capture */
   /* A page mapped earlier without its peers' access is fixed before anything
    * is handed out. */
-  if (a->regrant && ga_expandable_regrant_locked(a)) {
-    ga_error_set("ga_malloc: cannot give peer devices access to expandable memory: %s", a->dev->error);
-    return GA_ERR_DEVICE;
+  if (a->regrant) {
+    int prev = 0, relax = a->routing && ga_dev_capture_mode(a->dev, 1, &prev) == 0, rc = ga_expandable_regrant_locked(a);
+    if (relax) (void)ga_dev_capture_mode(a->dev, prev, NULL);
+    if (rc) {
+      ga_error_set("ga_malloc: cannot give peer devices access to expandable memory: %s", a->dev->error);
+      return GA_ERR_DEVICE;
+    }
   }
   size_t rounded = ga_round_size(&a->cfg, size);
   int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
