@@ -397,14 +397,17 @@ void ga_pages_teardown_locked(ga_allocator_t *a);
 /* Finds or makes room for `size` contiguous bytes on (pool, stream) by
  * mapping granules; *out is a FREE block of at least `size` bytes, taken out
  * of its tree. 0, a GA_DEV_* code, or -1 on host OOM. */
-int ga_expandable_grow_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size,
+int ga_expandable_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
                               int *fraction_refused, ga_block **out);
 /* Unmaps granules [g0, g1) of FREE block b's segment, all inside b, into the
  * page cache. The caller has synchronised b's stream. 0 or a GA_DEV_* code. */
 int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1);
-/* empty_cache: unmaps every whole free granule, drops empty segments.
+/* empty_cache: unmaps every whole free granule of the general segments and
+ * of released private pools no stream uses, drops empty segments.
  * 0 or a GA_DEV_* code. */
 int ga_expandable_release_all_locked(ga_allocator_t *a);
+/* The same for the segments of one private pool only. */
+int ga_expandable_release_locked(ga_allocator_t *a, ga_private *only);
 /* Sets access for `devices` on every mapped range. 0 or a GA_DEV_* code. */
 int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n);
 /* Grants a->access again everywhere (after a->regrant was set); clears it. */

@@ -112,6 +112,35 @@ Test(capture, expandable_mode_does_not_move_pages_during_a_capture) {
   cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK);
 }
 
+/* With expandable segments, a private pool grows expandable segments of its
+ * own (as current PyTorch does): memory is mapped as the capture needs it,
+ * kept from general reuse, and goes back once the pool is released. */
+Test(capture, private_pools_use_expandable_segments) {
+  fx_open("expandable_segments:True,expandable_page_size_mb:2", 256 * MiB);
+  capture(1);
+  char *g = fx_alloc_on(5 * MiB, S1);
+  char *h = fx_alloc_on(7 * MiB, S1);
+  const ga_block *b = ga_blockmap_get(&fx_a->map, (uintptr_t)g);
+  cr_assert(b->seg->expandable && b->seg->priv != NULL, "an expandable segment of the pool");
+  cr_assert_eq(ga_blockmap_get(&fx_a->map, (uintptr_t)h)->seg, b->seg, "the pool's segment grows");
+  fx_free(g);
+  capture(0);
+  cr_assert_eq(broken(), 0, "nothing invalidated the capture");
+  char *other = fx_alloc_on(5 * MiB, S1);
+  cr_assert(other < g || other >= h + 7 * MiB, "the graph's memory is not handed out outside the pool");
+  capture(1);
+  cr_assert_eq(fx_alloc_on(5 * MiB, S1), g, "a replay of the capture reuses the pool");
+  capture(0);
+  fx_free(g);
+  fx_free(h);
+  fx_free(other);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  cr_assert_eq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 12 * MiB, "the pool keeps its memory");
+  cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 0, "released: every page went back");
+  cr_assert_eq(fx_a->privates, NULL, "the pool is gone with its last segment");
+}
+
 Test(capture, bad_pool_calls_are_refused) {
   fx_open(NULL, GiB);
   cr_assert_eq(ga_end_allocate_to_pool(fx_a, 99), GA_ERR_INVALID);

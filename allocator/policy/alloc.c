@@ -103,14 +103,14 @@ static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t r
 /* Expandable mode: map granules (cached, moved from free memory anywhere, or
  * new); if that fails, wait for pending stream events, which frees more
  * memory to move, and retry once. */
-static int grow_expandable(ga_allocator_t *a, int pool, ga_stream_t stream, size_t rounded, int *refused,
-                           ga_block **b) {
-  int rc = ga_expandable_grow_locked(a, pool, stream, rounded, refused, b);
+static int grow_expandable(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t rounded,
+                           int *refused, ga_block **b) {
+  int rc = ga_expandable_grow_locked(a, priv, pool, stream, rounded, refused, b);
   if (rc != GA_DEV_EOOM || a->routing) return rc;
   int r = ga_stream_sync_all_locked(a);
   if (r) return r;
   a->stats.num_alloc_retries++;
-  rc = ga_expandable_grow_locked(a, pool, stream, rounded, refused, b);
+  rc = ga_expandable_grow_locked(a, priv, pool, stream, rounded, refused, b);
   /* Memory pressure: what this failed request gathered goes back. */
   if (rc == GA_DEV_EOOM) (void)ga_pages_trim_locked(a, 0);
   return rc;
@@ -142,12 +142,12 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
     /* During a capture, device calls run in the relaxed capture mode (as
      * PyTorch's cudaMalloc does), so they do not invalidate it. */
     int relax = a->routing && ga_dev_capture_mode(a->dev, 1, &prev_mode) == 0;
-    int expandable = a->cfg.expandable_segments && !priv; /* private pools use native segments */
+    int expandable = a->cfg.expandable_segments; /* private pools too, as in current PyTorch */
     size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
     fresh = !expandable;
-    rc = expandable ? grow_expandable(a, pool, stream, rounded, &refused, &b)
+    rc = expandable ? grow_expandable(a, priv, pool, stream, rounded, &refused, &b)
                     : grow_native(a, pool, stream, rounded, alloc_size, &refused, &b);
-    if (!rc && priv) {
+    if (!rc && priv && !expandable) { /* a new native segment joins the pool */
       b->seg->priv = priv;
       priv->nsegs++;
     }

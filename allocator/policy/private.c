@@ -1,7 +1,8 @@
 /* private.c — private pools for CUDA-graph capture (and any caller that
  * wants allocations of some streams kept apart): while a stream is routed to
- * a pool, its allocations come from the pool's own free trees and native
- * segments, and go back to them when freed, so memory a captured graph uses
+ * a pool, its allocations come from the pool's own free trees and segments
+ * (expandable ones with expandable_segments:True, as in current PyTorch),
+ * and go back to them when freed, so memory a captured graph uses
  * is never handed to anyone else. Releasing the pool gives its free segments
  * back (now, and at empty_cache for those freed later).
  *
@@ -31,14 +32,16 @@ void ga_private_segment_gone_locked(ga_allocator_t *a, ga_private *v) {
   if (--v->nsegs == 0 && v->released && v->nstreams == 0) unlink_private(a, v);
 }
 
-/* Gives the whole free segments of a released pool back. 0 or GA_DEV_*. */
+/* Gives the whole free native segments of a released pool back (its
+ * expandable segments go through ga_expandable_release_locked). 0 or
+ * GA_DEV_*. */
 static int release_free_segments(ga_allocator_t *a, ga_private *v) {
   for (int p = 0; p < 2; p++) {
     for (;;) {
       ga_block *b = NULL;
       /* Take any unsplit free block (the tree changes after each release). */
       for (ga_block *x = ga_pool_lower_bound(&v->pools[p], NULL, 0, 0); x; x = ga_pool_lower_bound(&v->pools[p], x->stream, x->size, x->ptr + 1))
-        if (!ga_block_is_split(x)) {
+        if (!ga_block_is_split(x) && !x->seg->expandable) {
           b = x;
           break;
         }
@@ -56,10 +59,17 @@ static int release_free_segments(ga_allocator_t *a, ga_private *v) {
   return 0;
 }
 
+/* Native segments of v (the rest are expandable). */
+static size_t native_segments(ga_allocator_t *a, ga_private *v) {
+  size_t n = v->nsegs;
+  for (ga_segment *s = a->segs; s; s = s->next) n -= s->priv == v && s->expandable;
+  return n;
+}
+
 int ga_private_release_all_locked(ga_allocator_t *a) {
   for (ga_private *v = a->privates, *next; v; v = next) {
     next = v->next;
-    if (!v->released || v->nstreams) continue;
+    if (!v->released || v->nstreams || !native_segments(a, v)) continue;
     int rc = release_free_segments(a, v);
     if (rc) return rc;
   }
@@ -140,8 +150,17 @@ ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {
   } else {
     stop_routing(a, v);
     v->released = 1;
+    size_t native = native_segments(a, v);
+    int rc = 0;
     if (v->nsegs == 0) unlink_private(a, v);
-    else if (release_free_segments(a, v)) {
+    else {
+      /* Expandable memory goes back now unless another capture is underway
+       * (that waits for its streams); else at the next empty_cache. Either
+       * step may free v once its last segment is gone. */
+      if (native < v->nsegs && !a->routing) rc = ga_expandable_release_locked(a, v);
+      if (!rc && native) rc = release_free_segments(a, v);
+    }
+    if (rc) {
       ga_error_set("ga_release_pool: %s", a->dev->error);
       st = GA_ERR_DEVICE;
     }

@@ -1,5 +1,6 @@
 /* expandable.c — expandable segments: one reserved address range per
- * (stream, pool), mapped granule by granule as it grows.
+ * (stream, pool) — of the general pools or of a private pool — mapped
+ * granule by granule as it grows.
  *
  * The blocks of an expandable segment tile its whole reservation; UNMAPPED
  * blocks have no memory behind them and are granule-aligned. Each granule is
@@ -44,7 +45,8 @@ static int backing_room(ga_segment *s, size_t granules) {
 
 /* ---- Segments ---- */
 
-static int segment_new(ga_allocator_t *a, int pool, ga_stream_t stream, size_t min_size, ga_segment **out) {
+static int segment_new(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t min_size,
+                       ga_segment **out) {
   size_t size = a->reserve_size > min_size ? a->reserve_size : round_up(min_size, a->gran);
   ga_segment *s = calloc(1, sizeof *s);
   ga_block *b = ga_block_new_locked(a);
@@ -53,7 +55,8 @@ static int segment_new(ga_allocator_t *a, int pool, ga_stream_t stream, size_t m
   if (!s || !b) goto fail;
   if ((rc = ga_dev_reserve(a->dev, size, a->gran, &va))) goto fail;
   *s = (ga_segment){.base = (uintptr_t)va, .size = size, .pool = (uint8_t)pool, .expandable = 1,
-                    .stream = stream, .head = b};
+                    .stream = stream, .head = b, .priv = priv};
+  if (priv) priv->nsegs++;
   b->ptr = s->base;
   b->size = size;
   b->stream = stream;
@@ -75,6 +78,7 @@ fail:
 static int segment_delete(ga_allocator_t *a, ga_segment *s) {
   int rc = ga_dev_unreserve(a->dev, (void *)s->base, s->size);
   if (rc) return rc;
+  ga_private *priv = s->priv;
   if (s->prev) s->prev->next = s->next;
   else a->segs = s->next;
   if (s->next) s->next->prev = s->prev;
@@ -82,16 +86,19 @@ static int segment_delete(ga_allocator_t *a, ga_segment *s) {
   ga_block_delete_locked(a, s->head);
   free(s->backing);
   free(s);
+  if (priv) ga_private_segment_gone_locked(a, priv); /* may free a released pool */
   return 0;
 }
 
 /* ---- Finding room ---- */
 
-/* The lowest-address run of FREE/UNMAPPED blocks on (pool, stream) that holds
- * `size` bytes and reaches unmapped space; *run_end is where the run ends. */
-static ga_block *find_run(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size, uintptr_t *run_end) {
+/* The lowest-address run of FREE/UNMAPPED blocks on (pool, stream) of the
+ * private pool `priv` (NULL: the general pools) that holds `size` bytes and
+ * reaches unmapped space; *run_end is where the run ends. */
+static ga_block *find_run(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
+                          uintptr_t *run_end) {
   for (ga_segment *s = a->segs; s; s = s->next) {
-    if (!s->expandable || s->pool != pool || s->stream != stream) continue;
+    if (!s->expandable || s->pool != pool || s->stream != stream || s->priv != priv) continue;
     ga_block *start = NULL;
     size_t total = 0;
     int unmapped = 0;
@@ -155,14 +162,14 @@ static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, ga_block **
   return rc;
 }
 
-int ga_expandable_grow_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size,
+int ga_expandable_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
                               int *fraction_refused, ga_block **out) {
   *fraction_refused = 0;
   uintptr_t run_end = 0;
-  ga_block *run = find_run(a, pool, stream, size, &run_end);
+  ga_block *run = find_run(a, priv, pool, stream, size, &run_end);
   if (!run) {
     ga_segment *s;
-    int rc = segment_new(a, pool, stream, size, &s);
+    int rc = segment_new(a, priv, pool, stream, size, &s);
     if (rc) return rc;
     run = s->head;
     run_end = s->base + s->size;
@@ -257,12 +264,20 @@ int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n) {
   return 0;
 }
 
-int ga_expandable_release_all_locked(ga_allocator_t *a) {
+/* May the free memory of s go back? General segments, and those of a
+ * released pool that no stream uses any more (`only`: that pool's alone). */
+static int releasable(const ga_segment *s, const ga_private *only) {
+  if (!s->expandable) return 0;
+  if (only) return s->priv == only;
+  return !s->priv || (s->priv->released && !s->priv->nstreams);
+}
+
+int ga_expandable_release_locked(ga_allocator_t *a, ga_private *only) {
   int rc = 0;
   frees f = {0};
   for (ga_segment *s = a->segs, *next; s && !rc; s = next) {
     next = s->next;
-    if (!s->expandable) continue;
+    if (!releasable(s, only)) continue;
     /* Collect first: unmapping a free block never touches another FREE one. */
     f.n = 0;
     for (ga_block *b = s->head; b; b = b->next) {
@@ -289,6 +304,8 @@ int ga_expandable_release_all_locked(ga_allocator_t *a) {
   int rc2 = ga_pages_trim_locked(a, 0);
   return rc ? rc : rc2;
 }
+
+int ga_expandable_release_all_locked(ga_allocator_t *a) { return ga_expandable_release_locked(a, NULL); }
 
 void ga_expandable_teardown_locked(ga_allocator_t *a) {
   for (ga_segment *s = a->segs; s; s = s->next) {
