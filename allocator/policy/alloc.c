@@ -59,6 +59,13 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_pool *trees, int pool, ga_
   return b; /* still in its tree: hand_out updates the tree once */
 }
 
+/* During a capture, device calls run in the relaxed capture mode (as
+ * PyTorch's cudaMalloc does), so they do not invalidate it. Returns whether
+ * the mode was changed (*prev then holds the mode to restore). */
+static int relax_capture(ga_allocator_t *a, int *prev) {
+  return a->routing && ga_dev_capture_mode(a->dev, 1, prev) == 0;
+}
+
 /* A new segment, within the memory fraction. 0, a GA_DEV_* code, or -1. */
 static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream_t stream, int retry,
                        int *fraction_refused, ga_block **out) {
@@ -125,7 +132,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   /* A page mapped earlier without its peers' access is fixed before anything
    * is handed out. */
   if (a->regrant) {
-    int prev = 0, relax = a->routing && ga_dev_capture_mode(a->dev, 1, &prev) == 0, rc = ga_expandable_regrant_locked(a);
+    int prev = 0, relax = relax_capture(a, &prev), rc = ga_expandable_regrant_locked(a);
     if (relax) (void)ga_dev_capture_mode(a->dev, prev, NULL);
     if (rc) {
       ga_error_set("ga_malloc: cannot give peer devices access to expandable memory: %s", a->dev->error);
@@ -139,9 +146,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   ga_block *b = get_free_block(a, priv ? priv->pools : a->pools, pool, stream, rounded);
   if (!b) {
     in_tree = 0;
-    /* During a capture, device calls run in the relaxed capture mode (as
-     * PyTorch's cudaMalloc does), so they do not invalidate it. */
-    int relax = a->routing && ga_dev_capture_mode(a->dev, 1, &prev_mode) == 0;
+    int relax = relax_capture(a, &prev_mode);
     int expandable = a->cfg.expandable_segments; /* private pools too, as in current PyTorch */
     size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
     fresh = !expandable;

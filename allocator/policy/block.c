@@ -71,12 +71,18 @@ void ga_block_delete_locked(ga_allocator_t *a, ga_block *b) {
 
 /* ---- Free trees with the inactive_split bookkeeping ---- */
 
-void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
-  ga_pool *p = &ga_trees_of(a, b)[b->pool];
+/* b (about to join tree p) becomes FREE; returns whether it counts in
+ * inactive_split (a split block of a native segment). */
+static int becomes_free(const ga_pool *p, ga_block *b) {
   b->state = GA_BLOCK_FREE;
   b->gc_base = p->gc_calls;
   b->counted_split = (uint8_t)(ga_block_is_split(b) && !b->seg->expandable);
-  if (b->counted_split) {
+  return b->counted_split;
+}
+
+void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
+  ga_pool *p = &ga_trees_of(a, b)[b->pool];
+  if (becomes_free(p, b)) {
     ga_pstat_inc(a->stats.inactive_split, b->pool, 1);
     ga_pstat_inc(a->stats.inactive_split_bytes, b->pool, b->size);
   }
@@ -101,17 +107,15 @@ void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
 static void retree(ga_allocator_t *a, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y, int gone,
                    size_t gone_bytes) {
   ga_pool *p = &ga_trees_of(a, x)[x->pool];
-  int counted = ga_block_is_split(y) && !y->seg->expandable;
-  int64_t n = counted - x->counted_split - gone;
-  int64_t bytes = (counted ? (int64_t)y->size : 0) - (x->counted_split ? (int64_t)xsize : 0) - (int64_t)gone_bytes;
+  int was = x->counted_split;
+  x->counted_split = 0;
+  int counted = becomes_free(p, y);
+  int64_t n = counted - was - gone;
+  int64_t bytes = (counted ? (int64_t)y->size : 0) - (was ? (int64_t)xsize : 0) - (int64_t)gone_bytes;
   if (n > 0) ga_pstat_inc(a->stats.inactive_split, y->pool, (uint64_t)n);
   else if (n < 0) ga_pstat_dec(a->stats.inactive_split, y->pool, (uint64_t)-n);
   if (bytes > 0) ga_pstat_inc(a->stats.inactive_split_bytes, y->pool, (uint64_t)bytes);
   else if (bytes < 0) ga_pstat_dec(a->stats.inactive_split_bytes, y->pool, (uint64_t)-bytes);
-  x->counted_split = 0;
-  y->counted_split = (uint8_t)counted;
-  y->state = GA_BLOCK_FREE;
-  y->gc_base = p->gc_calls;
   ga_pool_rekey(p, x, xsize, xptr, y);
 }
 
