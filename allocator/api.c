@@ -8,17 +8,18 @@
 
 #include "internal.h"
 
-#define CHECK_ALLOCATOR(fn)                                         \
-  do {                                                              \
-    if (!a) {                                                       \
-      ga_error_set("%s: the allocator is NULL", fn);                \
-      return GA_ERR_INVALID;                                        \
-    }                                                               \
+#define CHECK_ALLOCATOR(fn)                          \
+  do {                                               \
+    if (!a) {                                        \
+      ga_error_set("%s: the allocator is NULL", fn); \
+      return GA_ERR_INVALID;                         \
+    }                                                \
   } while (0)
 
 /* ---- Lifetime ---- */
 
-static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev, int owns, ga_allocator_t **out) {
+static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev, int owns,
+                          ga_allocator_t **out) {
   /* Aligned as its lock's line is (sizeof is a multiple of the alignment). */
   ga_allocator_t *a = aligned_alloc(_Alignof(ga_allocator_t), sizeof *a);
   if (a) memset(a, 0, sizeof *a);
@@ -81,7 +82,8 @@ ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out) {
   ga_device *dev;
   char err[512];
   const char *notice = NULL;
-  int rc = ga_device_open(cfg.backend, device, cfg.sim_capacity, cfg.sim_devices, &dev, err, sizeof err, &notice);
+  int rc =
+      ga_device_open(cfg.backend, device, cfg.sim_capacity, cfg.sim_devices, &dev, err, sizeof err, &notice);
   if (rc) {
     ga_error_set("ga_create: %s", err);
     return rc == GA_DEV_ENODEV ? GA_ERR_NO_BACKEND : GA_ERR_DEVICE;
@@ -168,7 +170,8 @@ ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t stream) {
   ga_lock_acquire(&a->mu);
   ga_status_t st = GA_OK;
   ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
-  if (!b) st = ga_bad_pointer_locked(a, "ga_record_stream", ptr);
+  if (!b)
+    st = ga_bad_pointer_locked(a, "ga_record_stream", ptr);
   else if (ga_stream_record_locked(a, b, stream)) {
     ga_error_set("ga_record_stream: host out of memory");
     st = GA_ERR_HOST_MEMORY;
@@ -177,12 +180,14 @@ ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t stream) {
   return st;
 }
 
-ga_status_t ga_allocation_info(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block, ga_stream_t *stream) {
+ga_status_t ga_allocation_info(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block,
+                               ga_stream_t *stream) {
   CHECK_ALLOCATOR("ga_allocation_info");
   ga_lock_acquire(&a->mu);
   ga_status_t st = GA_OK;
   ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
-  if (!b) st = ga_bad_pointer_locked(a, "ga_allocation_info", ptr);
+  if (!b)
+    st = ga_bad_pointer_locked(a, "ga_allocation_info", ptr);
   else {
     if (requested) *requested = b->requested;
     if (block) *block = b->size;
@@ -268,7 +273,8 @@ ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
 }
 
 static void each_stat(ga_stats_t *s, void (*fn)(ga_stat_t *)) {
-#define GA_X(name, doc) for (int p = 0; p < GA_POOL_COUNT; p++) fn(&s->name[p]);
+#define GA_X(name, doc) \
+  for (int p = 0; p < GA_POOL_COUNT; p++) fn(&s->name[p]);
   GA_POOL_STATS(GA_X)
 #undef GA_X
   fn(&s->oversize_allocations);
@@ -331,8 +337,8 @@ const char *ga_backend_name(ga_allocator_t *a) { return a ? a->dev->ops->name : 
 ga_status_t ga_enable_peer_access(ga_allocator_t *a, int peer) {
   CHECK_ALLOCATOR("ga_enable_peer_access");
   if (peer < 0 || peer >= 64 || peer == a->dev->ordinal) {
-    ga_error_set("ga_enable_peer_access: %d is not a peer of device %d (allowed: another device, 0 to 63)", peer,
-                 a->dev->ordinal);
+    ga_error_set("ga_enable_peer_access: %d is not a peer of device %d (allowed: another device, 0 to 63)",
+                 peer, a->dev->ordinal);
     return GA_ERR_INVALID;
   }
   ga_lock_acquire(&a->mu);

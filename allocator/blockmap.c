@@ -50,9 +50,7 @@ void ga_blockmap_destroy(ga_blockmap *m) {
   *m = (ga_blockmap){0};
 }
 
-int ga_blockmap_reserve(ga_blockmap *m) {
-  return (m->count + 1) * 2 > m->cap ? grow(m, m->cap * 2) : 0;
-}
+int ga_blockmap_reserve(ga_blockmap *m) { return (m->count + 1) * 2 > m->cap ? grow(m, m->cap * 2) : 0; }
 
 int ga_blockmap_put(ga_blockmap *m, ga_block *b) {
   if (ga_blockmap_reserve(m)) return -1;

@@ -29,9 +29,11 @@ static int check_granules(ga_allocator_t *a, ga_segment *s, ga_block *b, totals 
   int broken = 0;
   size_t g = a->gran, first = (b->ptr - s->base) / g, last = (b->ptr - s->base + b->size + g - 1) / g;
   if (b->state == GA_BLOCK_UNMAPPED) {
-    if (b->ptr % g || b->size % g) BROKEN("unmapped block %p+%zu is not granule-aligned", (void *)b->ptr, b->size);
+    if (b->ptr % g || b->size % g)
+      BROKEN("unmapped block %p+%zu is not granule-aligned", (void *)b->ptr, b->size);
     for (size_t i = first; i < last && i < s->nbacking; i++)
-      if (s->backing[i].ph) BROKEN("granule %zu of segment %p is mapped inside an unmapped block", i, (void *)s->base);
+      if (s->backing[i].ph)
+        BROKEN("granule %zu of segment %p is mapped inside an unmapped block", i, (void *)s->base);
     return broken;
   }
   for (size_t i = first; i < last; i++) {
@@ -40,14 +42,18 @@ static int check_granules(ga_allocator_t *a, ga_segment *s, ga_block *b, totals 
       BROKEN("granule %zu of segment %p is asleep under block %p, which is not a sleeping allocation", i,
              (void *)s->base, (void *)b->ptr);
     if (!asleep && (i >= s->nbacking || !s->backing[i].ph)) {
-      BROKEN("granule %zu of segment %p is used by block %p but not mapped", i, (void *)s->base, (void *)b->ptr);
+      BROKEN("granule %zu of segment %p is used by block %p but not mapped", i, (void *)s->base,
+             (void *)b->ptr);
       break;
     }
   }
   /* Count granules starting inside this block (each granule once). */
-  for (size_t i = (b->ptr - s->base + g - 1) / g; i * g < b->ptr - s->base + b->size && i < s->nbacking; i++) {
-    if (s->backing[i].ph) t->mapped_granules++;
-    else t->asleep_granules++;
+  for (size_t i = (b->ptr - s->base + g - 1) / g; i * g < b->ptr - s->base + b->size && i < s->nbacking;
+       i++) {
+    if (s->backing[i].ph)
+      t->mapped_granules++;
+    else
+      t->asleep_granules++;
   }
   return broken;
 }
@@ -55,34 +61,44 @@ static int check_granules(ga_allocator_t *a, ga_segment *s, ga_block *b, totals 
 static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t at, totals *t) {
   int broken = 0;
   if (b->seg != s) BROKEN("block %p does not point to its segment %p", (void *)b->ptr, (void *)s->base);
-  if (b->ptr != at) BROKEN("block at %p should start at %p (segment %p)", (void *)b->ptr, (void *)at, (void *)s->base);
-  if (b->size == 0 || b->size % GA_MIN_BLOCK) BROKEN("block %p has size %zu, not a positive multiple of 512", (void *)b->ptr, b->size);
+  if (b->ptr != at)
+    BROKEN("block at %p should start at %p (segment %p)", (void *)b->ptr, (void *)at, (void *)s->base);
+  if (b->size == 0 || b->size % GA_MIN_BLOCK)
+    BROKEN("block %p has size %zu, not a positive multiple of 512", (void *)b->ptr, b->size);
   if (b->next && b->next->prev != b) BROKEN("block %p: next->prev is not the block", (void *)b->ptr);
-  if (b->pool != s->pool || b->stream != s->stream) BROKEN("block %p: pool or stream differs from its segment's", (void *)b->ptr);
+  if (b->pool != s->pool || b->stream != s->stream)
+    BROKEN("block %p: pool or stream differs from its segment's", (void *)b->ptr);
   if (s->expandable) broken += check_granules(a, s, b, t);
   if (b->state == GA_BLOCK_UNMAPPED) {
     if (!s->expandable) BROKEN("block %p is unmapped in a native segment", (void *)b->ptr);
-    if (b->next && b->next->state == GA_BLOCK_UNMAPPED) BROKEN("unmapped blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
+    if (b->next && b->next->state == GA_BLOCK_UNMAPPED)
+      BROKEN("unmapped blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
     return broken;
   }
   if (b->state == GA_BLOCK_FREE) {
     t->free_blocks[b->pool]++;
-    if (b->next && b->next->state == GA_BLOCK_FREE) BROKEN("free blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
-    if (ga_pool_lower_bound(&ga_trees_of(a, b)[b->pool], b->stream, b->size, b->ptr) != b) BROKEN("free block %p is not in its free tree", (void *)b->ptr);
-    if (b->counted_split != (uint8_t)(ga_block_is_split(b) && !s->expandable)) BROKEN("free block %p: split flag out of date", (void *)b->ptr);
-    if (ga_block_is_split(b) && !s->expandable) add3(t->inactive, b->pool, 1), add3(t->inactive_bytes, b->pool, (int64_t)b->size);
+    if (b->next && b->next->state == GA_BLOCK_FREE)
+      BROKEN("free blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
+    if (ga_pool_lower_bound(&ga_trees_of(a, b)[b->pool], b->stream, b->size, b->ptr) != b)
+      BROKEN("free block %p is not in its free tree", (void *)b->ptr);
+    if (b->counted_split != (uint8_t)(ga_block_is_split(b) && !s->expandable))
+      BROKEN("free block %p: split flag out of date", (void *)b->ptr);
+    if (ga_block_is_split(b) && !s->expandable)
+      add3(t->inactive, b->pool, 1), add3(t->inactive_bytes, b->pool, (int64_t)b->size);
     return broken;
   }
   add3(t->active, b->pool, 1);
   add3(t->active_bytes, b->pool, (int64_t)b->size);
   add3(t->requested, b->pool, (int64_t)b->requested);
-  if (b->requested > b->size) BROKEN("block %p: requested %zu > size %zu", (void *)b->ptr, b->requested, b->size);
+  if (b->requested > b->size)
+    BROKEN("block %p: requested %zu > size %zu", (void *)b->ptr, b->requested, b->size);
   if (b->state == GA_BLOCK_ALLOCATED) {
     t->allocated_blocks++;
     add3(t->allocation, b->pool, 1);
     add3(t->allocated_bytes, b->pool, (int64_t)b->size);
     if (b->size >= a->cfg.max_split_size) t->oversize_alloc++;
-    if (ga_blockmap_get(&a->map, b->ptr) != b) BROKEN("allocated block %p is not in the block map", (void *)b->ptr);
+    if (ga_blockmap_get(&a->map, b->ptr) != b)
+      BROKEN("allocated block %p is not in the block map", (void *)b->ptr);
   } else if (b->state == GA_BLOCK_PENDING) {
     t->pending_blocks++;
     t->pending_events += b->event_count;
@@ -97,8 +113,11 @@ static int check_stat(const char *name, const ga_stat_t *s, const int64_t *want)
   int broken = 0;
   static const char *const pools[3] = {"all", "small_pool", "large_pool"};
   for (int p = 0; p < 3; p++) {
-    if (s[p].current != want[p]) BROKEN("%s.%s.current is %lld, the blocks say %lld", name, pools[p], (long long)s[p].current, (long long)want[p]);
-    if (s[p].peak < s[p].current) BROKEN("%s.%s.peak %lld < current %lld", name, pools[p], (long long)s[p].peak, (long long)s[p].current);
+    if (s[p].current != want[p])
+      BROKEN("%s.%s.current is %lld, the blocks say %lld", name, pools[p], (long long)s[p].current,
+             (long long)want[p]);
+    if (s[p].peak < s[p].current)
+      BROKEN("%s.%s.peak %lld < current %lld", name, pools[p], (long long)s[p].peak, (long long)s[p].current);
   }
   return broken;
 }
@@ -125,12 +144,17 @@ static int check_pages(ga_allocator_t *a, totals *t, size_t *reserved) {
     mapped += ph->nmapped;
     size_t cached = 0;
     for (size_t i = 0; i < a->ncache; i++) cached += a->cache[i].ph == ph;
-    if (ph->nmapped + cached != ph->ngran) BROKEN("handle %p: %u mapped + %zu cached granules != %u", (void *)ph, ph->nmapped, cached, ph->ngran);
+    if (ph->nmapped + cached != ph->ngran)
+      BROKEN("handle %p: %u mapped + %zu cached granules != %u", (void *)ph, ph->nmapped, cached, ph->ngran);
   }
   if (nphys != a->nphys) BROKEN("%zu handles listed, %zu counted", nphys, a->nphys);
-  if (mapped != t->mapped_granules) BROKEN("handles say %zu granules are mapped, segments use %zu", mapped, t->mapped_granules);
-  if (a->stats.mapped_bytes.current != (int64_t)(mapped * a->gran)) BROKEN("mapped_bytes %lld != %zu granules", (long long)a->stats.mapped_bytes.current, mapped);
-  if (a->stats.page_cache_bytes.current != (int64_t)(a->ncache * a->gran)) BROKEN("page_cache_bytes %lld != %zu cached granules", (long long)a->stats.page_cache_bytes.current, a->ncache);
+  if (mapped != t->mapped_granules)
+    BROKEN("handles say %zu granules are mapped, segments use %zu", mapped, t->mapped_granules);
+  if (a->stats.mapped_bytes.current != (int64_t)(mapped * a->gran))
+    BROKEN("mapped_bytes %lld != %zu granules", (long long)a->stats.mapped_bytes.current, mapped);
+  if (a->stats.page_cache_bytes.current != (int64_t)(a->ncache * a->gran))
+    BROKEN("page_cache_bytes %lld != %zu cached granules", (long long)a->stats.page_cache_bytes.current,
+           a->ncache);
   return broken;
 }
 
@@ -142,7 +166,8 @@ int ga_check_locked(ga_allocator_t *a) {
     nsegs++;
     if (s->expandable) {
       t.expandable_segs++;
-      if (s->base % a->gran || s->size % a->gran) BROKEN("expandable segment %p is not granule-aligned", (void *)s->base);
+      if (s->base % a->gran || s->size % a->gran)
+        BROKEN("expandable segment %p is not granule-aligned", (void *)s->base);
     } else {
       reserved += s->size;
       add3(t.segment, s->pool, 1);
@@ -156,23 +181,30 @@ int ga_check_locked(ga_allocator_t *a) {
       broken += check_block(a, s, b, at, &t);
       at += b->size;
     }
-    if (at != s->base + s->size) BROKEN("segment %p: blocks cover %zu bytes of %zu", (void *)s->base, (size_t)(at - s->base), s->size);
+    if (at != s->base + s->size)
+      BROKEN("segment %p: blocks cover %zu bytes of %zu", (void *)s->base, (size_t)(at - s->base), s->size);
   }
   for (int p = 0; p < 2; p++) {
     size_t total = 0;
     broken += check_tree(&a->pools[p], p, &total);
     for (ga_private *v = a->privates; v; v = v->next) broken += check_tree(&v->pools[p], p, &total);
-    if (total != t.free_blocks[p]) BROKEN("free trees %d hold %zu blocks, segments have %zu free", p, total, t.free_blocks[p]);
+    if (total != t.free_blocks[p])
+      BROKEN("free trees %d hold %zu blocks, segments have %zu free", p, total, t.free_blocks[p]);
   }
   broken += check_pages(a, &t, &reserved);
   size_t restoring = 0; /* mapped again by a failed wake, contents still to copy back */
   for (size_t i = 0; i < a->nsleepers; i++) restoring += a->sleepers[i].restore != 0;
   if (t.asleep_granules + restoring != a->nsleepers)
-    BROKEN("%zu granules are asleep in segments and %zu wait for their contents, %zu recorded", t.asleep_granules,
-           restoring, a->nsleepers);
-  if (a->map.count != t.allocated_blocks) BROKEN("block map holds %zu pointers, segments have %zu allocated blocks", a->map.count, t.allocated_blocks);
-  if (a->npending + a->ndeferred != t.pending_events) BROKEN("%zu pending events and %zu deferred frees, blocks wait on %zu", a->npending, a->ndeferred, t.pending_events);
-  if (nsegs != a->nsegs || reserved != a->reserved) BROKEN("segment count/bytes %zu/%zu, recorded %zu/%zu", nsegs, reserved, a->nsegs, a->reserved);
+    BROKEN("%zu granules are asleep in segments and %zu wait for their contents, %zu recorded",
+           t.asleep_granules, restoring, a->nsleepers);
+  if (a->map.count != t.allocated_blocks)
+    BROKEN("block map holds %zu pointers, segments have %zu allocated blocks", a->map.count,
+           t.allocated_blocks);
+  if (a->npending + a->ndeferred != t.pending_events)
+    BROKEN("%zu pending events and %zu deferred frees, blocks wait on %zu", a->npending, a->ndeferred,
+           t.pending_events);
+  if (nsegs != a->nsegs || reserved != a->reserved)
+    BROKEN("segment count/bytes %zu/%zu, recorded %zu/%zu", nsegs, reserved, a->nsegs, a->reserved);
   const ga_stats_t *st = &a->stats;
   broken += check_stat("allocation", st->allocation, t.allocation);
   broken += check_stat("allocated_bytes", st->allocated_bytes, t.allocated_bytes);
@@ -183,25 +215,40 @@ int ga_check_locked(ga_allocator_t *a) {
   broken += check_stat("inactive_split_bytes", st->inactive_split_bytes, t.inactive_bytes);
   broken += check_stat("segment", st->segment, t.segment);
   broken += check_stat("reserved_bytes", st->reserved_bytes, t.reserved);
-  if (st->oversize_allocations.current != t.oversize_alloc) BROKEN("oversize_allocations.current %lld, blocks say %lld", (long long)st->oversize_allocations.current, (long long)t.oversize_alloc);
-  if (st->oversize_segments.current != t.oversize_seg) BROKEN("oversize_segments.current %lld, segments say %lld", (long long)st->oversize_segments.current, (long long)t.oversize_seg);
+  if (st->oversize_allocations.current != t.oversize_alloc)
+    BROKEN("oversize_allocations.current %lld, blocks say %lld", (long long)st->oversize_allocations.current,
+           (long long)t.oversize_alloc);
+  if (st->oversize_segments.current != t.oversize_seg)
+    BROKEN("oversize_segments.current %lld, segments say %lld", (long long)st->oversize_segments.current,
+           (long long)t.oversize_seg);
   /* The byte measures keep their order. */
-  int64_t alloc = st->allocated_bytes[0].current, active = st->active_bytes[0].current, res = st->reserved_bytes[0].current;
+  int64_t alloc = st->allocated_bytes[0].current, active = st->active_bytes[0].current,
+          res = st->reserved_bytes[0].current;
   /* Sleeping allocations (ga_sleep) stay active without memory behind them. */
   int64_t asleep = (int64_t)(a->nsleepers * a->gran);
-  if (!(alloc <= active && active <= res + asleep)) BROKEN("allocated %lld <= active %lld <= reserved %lld (+ %lld asleep) does not hold", (long long)alloc, (long long)active, (long long)res, (long long)asleep);
-  if (st->requested_bytes[0].current > active) BROKEN("requested %lld > active %lld", (long long)st->requested_bytes[0].current, (long long)active);
+  if (!(alloc <= active && active <= res + asleep))
+    BROKEN("allocated %lld <= active %lld <= reserved %lld (+ %lld asleep) does not hold", (long long)alloc,
+           (long long)active, (long long)res, (long long)asleep);
+  if (st->requested_bytes[0].current > active)
+    BROKEN("requested %lld > active %lld", (long long)st->requested_bytes[0].current, (long long)active);
   /* The simulated device agrees on what we hold. */
   ga_sim_usage u;
   if (ga_sim_usage_get(a->dev, &u) == 0) {
     size_t native = a->nsegs - t.expandable_segs;
-    if (u.live_mallocs != native) BROKEN("the device has %zu live mallocs, the allocator %zu native segments", u.live_mallocs, native);
-    if (u.live_reservations != t.expandable_segs) BROKEN("the device has %zu reservations, the allocator %zu expandable segments", u.live_reservations, t.expandable_segs);
-    if (u.live_handles != a->nphys) BROKEN("the device has %zu handles, the allocator %zu", u.live_handles, a->nphys);
-    if (u.live_mappings != t.mapped_granules) BROKEN("the device has %zu mappings, the allocator maps %zu granules", u.live_mappings, t.mapped_granules);
+    if (u.live_mallocs != native)
+      BROKEN("the device has %zu live mallocs, the allocator %zu native segments", u.live_mallocs, native);
+    if (u.live_reservations != t.expandable_segs)
+      BROKEN("the device has %zu reservations, the allocator %zu expandable segments", u.live_reservations,
+             t.expandable_segs);
+    if (u.live_handles != a->nphys)
+      BROKEN("the device has %zu handles, the allocator %zu", u.live_handles, a->nphys);
+    if (u.live_mappings != t.mapped_granules)
+      BROKEN("the device has %zu mappings, the allocator maps %zu granules", u.live_mappings,
+             t.mapped_granules);
     size_t events = a->npending + a->nevent_cache;
     for (int i = 0; i < a->nfences; i++) events += a->fences[i].ev != NULL;
-    if (u.live_events != events) BROKEN("the device has %zu events, the allocator holds %zu", u.live_events, events);
+    if (u.live_events != events)
+      BROKEN("the device has %zu events, the allocator holds %zu", u.live_events, events);
   }
   return broken;
 }

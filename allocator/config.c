@@ -38,13 +38,17 @@ static int is_sep(char c) { return c == ',' || c == ':' || c == '[' || c == ']';
 static int lex(const char *s, lexer *lx, char *err, size_t errlen) {
   lx->n = lx->i = 0;
   for (const char *p = s; *p;) {
-    if (isspace((unsigned char)*p)) { p++; continue; }
+    if (isspace((unsigned char)*p)) {
+      p++;
+      continue;
+    }
     if (lx->n == sizeof lx->t / sizeof lx->t[0]) {
       snprintf(err, errlen, "configuration string too long (more than %zu tokens)", lx->n);
       return -1;
     }
     const char *b = p;
-    if (is_sep(*p)) p++;
+    if (is_sep(*p))
+      p++;
     else
       while (*p && !is_sep(*p) && !isspace((unsigned char)*p)) p++;
     lx->t[lx->n++] = (tok){b, (size_t)(p - b)};
@@ -86,8 +90,7 @@ static int fail(ctx *x, const char *fmt, ...) {
 /* The value token; refuses a missing value or a separator. */
 static int value(ctx *x, const tok **out, const char *allowed) {
   const tok *v = next(x->lx);
-  if (!v || (v->n == 1 && is_sep(v->s[0])))
-    return fail(x, "missing value (allowed: %s)", allowed);
+  if (!v || (v->n == 1 && is_sep(v->s[0]))) return fail(x, "missing value (allowed: %s)", allowed);
   *out = v;
   return 0;
 }
@@ -110,7 +113,8 @@ static int value_mib(ctx *x, size_t *bytes, const char *allowed) {
   uint64_t mb;
   char buf[64];
   if (value(x, &v, allowed)) return -1;
-  if (parse_u64(v, &mb)) return fail(x, "'%s' is not a whole number of MiB (allowed: %s)", tok_str(v, buf), allowed);
+  if (parse_u64(v, &mb))
+    return fail(x, "'%s' is not a whole number of MiB (allowed: %s)", tok_str(v, buf), allowed);
   *bytes = mb > SIZE_MAX / MiB ? SIZE_MAX : (size_t)mb * MiB;
   return 0;
 }
@@ -119,9 +123,12 @@ static int value_bool(ctx *x, int *out) {
   const tok *v = NULL;
   char buf[64];
   if (value(x, &v, "True or False")) return -1;
-  if (tok_is(v, "True")) *out = 1;
-  else if (tok_is(v, "False")) *out = 0;
-  else return fail(x, "'%s' is not a boolean (allowed: True or False)", tok_str(v, buf));
+  if (tok_is(v, "True"))
+    *out = 1;
+  else if (tok_is(v, "False"))
+    *out = 0;
+  else
+    return fail(x, "'%s' is not a boolean (allowed: True or False)", tok_str(v, buf));
   return 0;
 }
 
@@ -132,13 +139,18 @@ static int value_double(ctx *x, double *out, const char *allowed) {
   tok_str(v, buf);
   errno = 0;
   double d = strtod(buf, &end);
-  if (*end || errno || !isfinite(d) || v->n > 63) return fail(x, "'%s' is not a number (allowed: %s)", buf, allowed);
+  if (*end || errno || !isfinite(d) || v->n > 63)
+    return fail(x, "'%s' is not a number (allowed: %s)", buf, allowed);
   *out = d;
   return 0;
 }
 
 static int is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
-static size_t log2u(uint64_t v) { size_t r = 0; while (v >>= 1) r++; return r; }
+static size_t log2u(uint64_t v) {
+  size_t r = 0;
+  while (v >>= 1) r++;
+  return r;
+}
 
 /* ---- One parser per option ---- */
 
@@ -151,7 +163,8 @@ static int opt_backend(ctx *x) {
   if (tok_is(v, "native")) strcpy(buf, "auto");
   if (strcmp(buf, "auto") && strcmp(buf, "cuda") && strcmp(buf, "sim")) {
     if (tok_is(v, "cudaMallocAsync") || tok_is(v, "hipMallocAsync"))
-      return fail(x, "'%s' is not supported: gardenalloc is itself the caching allocator (allowed: %s)", buf, allowed);
+      return fail(x, "'%s' is not supported: gardenalloc is itself the caching allocator (allowed: %s)", buf,
+                  allowed);
     return fail(x, "unknown backend '%s' (allowed: %s)", buf, allowed);
   }
   strcpy(x->c->backend, buf);
@@ -160,7 +173,8 @@ static int opt_backend(ctx *x) {
 
 static int opt_sim_capacity_mb(ctx *x) {
   if (value_mib(x, &x->c->sim_capacity, "an integer >= 2")) return -1;
-  if (x->c->sim_capacity < 2 * MiB) return fail(x, "%zu MiB is too small (allowed: an integer >= 2)", x->c->sim_capacity / MiB);
+  if (x->c->sim_capacity < 2 * MiB)
+    return fail(x, "%zu MiB is too small (allowed: an integer >= 2)", x->c->sim_capacity / MiB);
   return 0;
 }
 
@@ -169,19 +183,23 @@ static int opt_sim_devices(ctx *x) {
   uint64_t n;
   char buf[64];
   if (value(x, &v, "an integer from 1 to 64")) return -1;
-  if (parse_u64(v, &n) || n < 1 || n > 64) return fail(x, "'%s' is not an integer from 1 to 64", tok_str(v, buf));
+  if (parse_u64(v, &n) || n < 1 || n > 64)
+    return fail(x, "'%s' is not an integer from 1 to 64", tok_str(v, buf));
   x->c->sim_devices = (int)n;
   return 0;
 }
 
-static int opt_max_split_size_mb(ctx *x) { return value_mib(x, &x->c->max_split_size, "an integer >= large_segment_size_mb (20)"); }
+static int opt_max_split_size_mb(ctx *x) {
+  return value_mib(x, &x->c->max_split_size, "an integer >= large_segment_size_mb (20)");
+}
 static int opt_max_non_split_rounding_mb(ctx *x) {
   return value_mib(x, &x->c->max_non_split_rounding, "an integer >= large_segment_size_mb (20)");
 }
 
 static int opt_large_segment_size_mb(ctx *x) {
   if (value_mib(x, &x->c->large_segment_size, "an integer > 10")) return -1;
-  if (x->c->large_segment_size <= 10 * MiB) return fail(x, "%zu MiB is too small (allowed: an integer > 10)", x->c->large_segment_size / MiB);
+  if (x->c->large_segment_size <= 10 * MiB)
+    return fail(x, "%zu MiB is too small (allowed: an integer > 10)", x->c->large_segment_size / MiB);
   return 0;
 }
 
@@ -204,7 +222,8 @@ static int opt_per_process_memory_fraction(ctx *x) {
 /* "N" (a power of 2 for every interval) or "[K:N,...,>:N]" with K a power of
  * 2 in MiB selecting the interval [K MiB, 2K MiB), and N 0 or a power of 2. */
 static int opt_roundup_power2_divisions(ctx *x) {
-  const char *allowed = "a power of 2, or a list [MiB:N,...,>:N] of power-of-2 MiB keys and N = 0 or a power of 2";
+  const char *allowed =
+      "a power of 2, or a list [MiB:N,...,>:N] of power-of-2 MiB keys and N = 0 or a power of 2";
   const tok *v = NULL;
   char buf[64];
   uint64_t n;
@@ -231,7 +250,8 @@ static int opt_roundup_power2_divisions(ctx *x) {
     } else {
       uint64_t mb;
       if (parse_u64(k, &mb) || !is_pow2(mb) || log2u(mb) >= GA_ROUNDUP_INTERVALS)
-        return fail(x, "interval '%s': the intervals have to be a power of 2 MiB from 1 to 32768 (allowed: %s)",
+        return fail(x,
+                    "interval '%s': the intervals have to be a power of 2 MiB from 1 to 32768 (allowed: %s)",
                     tok_str(k, buf), allowed);
       size_t idx = log2u(mb);
       if (first)
@@ -249,9 +269,11 @@ static int opt_expandable_segments(ctx *x) { return value_bool(x, &x->c->expanda
 
 static int opt_expandable_page_size_mb(ctx *x) {
   if (value_mib(x, &x->c->expandable_page_size, "a positive even integer")) return -1;
-  if (x->c->expandable_page_size == 0 || x->c->expandable_page_size % (2 * MiB) || x->c->expandable_page_size == SIZE_MAX)
-    return fail(x, "%zu MiB is not a page size (allowed: a positive even integer, pages are made of 2 MiB granules)",
-                x->c->expandable_page_size / MiB);
+  if (x->c->expandable_page_size == 0 || x->c->expandable_page_size % (2 * MiB) ||
+      x->c->expandable_page_size == SIZE_MAX)
+    return fail(
+        x, "%zu MiB is not a page size (allowed: a positive even integer, pages are made of 2 MiB granules)",
+        x->c->expandable_page_size / MiB);
   return 0;
 }
 
@@ -259,20 +281,31 @@ static int opt_expandable_move_pages(ctx *x) {
   const tok *v = NULL;
   char buf[64];
   if (value(x, &v, "always or when_full")) return -1;
-  if (tok_is(v, "always")) x->c->expandable_move_when_full = 0;
-  else if (tok_is(v, "when_full")) x->c->expandable_move_when_full = 1;
-  else return fail(x, "'%s' is not a policy (allowed: always or when_full)", tok_str(v, buf));
+  if (tok_is(v, "always"))
+    x->c->expandable_move_when_full = 0;
+  else if (tok_is(v, "when_full"))
+    x->c->expandable_move_when_full = 1;
+  else
+    return fail(x, "'%s' is not a policy (allowed: always or when_full)", tok_str(v, buf));
   return 0;
 }
 
-static int opt_expandable_cache_max_mb(ctx *x) { return value_mib(x, &x->c->expandable_cache_max, "an integer >= 0"); }
+static int opt_expandable_cache_max_mb(ctx *x) {
+  return value_mib(x, &x->c->expandable_cache_max, "an integer >= 0");
+}
 
 static int opt_release_lock_on_cudamalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
 static int opt_release_lock_on_hipmalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
-static int opt_graph_capture_record_stream_reuse(ctx *x) { return value_bool(x, &x->c->graph_capture_record_stream_reuse); }
-static int opt_pinned_use_cuda_host_register(ctx *x) { return value_bool(x, &x->c->pinned_use_host_register); }
+static int opt_graph_capture_record_stream_reuse(ctx *x) {
+  return value_bool(x, &x->c->graph_capture_record_stream_reuse);
+}
+static int opt_pinned_use_cuda_host_register(ctx *x) {
+  return value_bool(x, &x->c->pinned_use_host_register);
+}
 static int opt_pinned_use_hip_host_register(ctx *x) { return value_bool(x, &x->c->pinned_use_host_register); }
-static int opt_pinned_use_background_threads(ctx *x) { return value_bool(x, &x->c->pinned_use_background_threads); }
+static int opt_pinned_use_background_threads(ctx *x) {
+  return value_bool(x, &x->c->pinned_use_background_threads);
+}
 
 static int opt_pinned_num_register_threads(ctx *x) {
   const tok *v = NULL;
@@ -290,7 +323,8 @@ static int opt_pinned_reserve_segment_size_mb(ctx *x) {
   uint64_t n;
   char buf[64];
   if (value(x, &v, "an integer > 0")) return -1;
-  if (parse_u64(v, &n) || n == 0) return fail(x, "'%s': the pinned reserve segment size has to be greater than 0", tok_str(v, buf));
+  if (parse_u64(v, &n) || n == 0)
+    return fail(x, "'%s': the pinned reserve segment size has to be greater than 0", tok_str(v, buf));
   x->c->pinned_reserve_segment_size_mb = (size_t)n;
   return 0;
 }
@@ -354,8 +388,10 @@ int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {
   size_t lo_vals[] = {c.max_split_size, c.max_non_split_rounding};
   for (int i = 0; i < 2; i++)
     if (lo_vals[i] < c.large_segment_size) {
-      snprintf(err, errlen, "invalid GARDENALLOC_CONF option %s: %zu MiB is too small (allowed: an integer >= "
-               "large_segment_size_mb, here %zu)", lo_keys[i], lo_vals[i] / MiB, c.large_segment_size / MiB);
+      snprintf(err, errlen,
+               "invalid GARDENALLOC_CONF option %s: %zu MiB is too small (allowed: an integer >= "
+               "large_segment_size_mb, here %zu)",
+               lo_keys[i], lo_vals[i] / MiB, c.large_segment_size / MiB);
       return -1;
     }
   *out = c;

@@ -13,11 +13,11 @@
 #define GA_ROUNDUP_INTERVALS 16
 
 typedef struct ga_config {
-  size_t max_split_size;           /* bytes; SIZE_MAX = unlimited */
-  size_t max_non_split_rounding;   /* bytes; 0 = large_segment_size */
-  double gc_threshold;             /* 0 = off */
+  size_t max_split_size;         /* bytes; SIZE_MAX = unlimited */
+  size_t max_non_split_rounding; /* bytes; 0 = large_segment_size */
+  double gc_threshold;           /* 0 = off */
   size_t roundup_divisions[GA_ROUNDUP_INTERVALS];
-  int any_roundup;                 /* some interval has divisions > 1 */
+  int any_roundup; /* some interval has divisions > 1 */
   int expandable_segments;
   int release_lock_on_cudamalloc;
   int graph_capture_record_stream_reuse;
@@ -25,56 +25,60 @@ typedef struct ga_config {
   int pinned_num_register_threads;
   int pinned_use_background_threads;
   size_t pinned_reserve_segment_size_mb;
-  double memory_fraction;          /* 1.0 = unlimited */
-  size_t large_segment_size;       /* bytes */
-  size_t expandable_page_size;     /* bytes; 0 = large_segment_size */
-  size_t expandable_cache_max;     /* bytes of unmapped pages kept for reuse */
-  int expandable_move_when_full;   /* expandable_move_pages:when_full */
-  char backend[8];                 /* "auto", "cuda" or "sim" */
-  size_t sim_capacity;             /* bytes */
-  int sim_devices;                 /* devices the simulated machine has */
+  double memory_fraction;        /* 1.0 = unlimited */
+  size_t large_segment_size;     /* bytes */
+  size_t expandable_page_size;   /* bytes; 0 = large_segment_size */
+  size_t expandable_cache_max;   /* bytes of unmapped pages kept for reuse */
+  int expandable_move_when_full; /* expandable_move_pages:when_full */
+  char backend[8];               /* "auto", "cuda" or "sim" */
+  size_t sim_capacity;           /* bytes */
+  int sim_devices;               /* devices the simulated machine has */
 } ga_config;
 
 /* X(key, type, default, origin, doc). `origin` is "pytorch" or "gardenalloc". */
-#define GA_OPTIONS(X)                                                                                \
-  X(backend, "auto|cuda|sim", "auto", "gardenalloc",                                                 \
-    "device backend: the CUDA driver, the simulated device, or CUDA when a GPU answers and sim otherwise (PyTorch's `native` means auto)") \
-  X(sim_capacity_mb, "int MiB >= 2", "81920", "gardenalloc",                                         \
-    "memory of the simulated device")                                                                \
-  X(sim_devices, "int 1..64", "1", "gardenalloc", "number of devices the simulated machine has")   \
-  X(max_split_size_mb, "int MiB >= large_segment_size_mb", "unlimited", "pytorch",                    \
-    "blocks this large or larger are never split, and serve only requests within max_non_split_rounding_mb of their size") \
-  X(max_non_split_rounding_mb, "int MiB >= large_segment_size_mb", "large_segment_size_mb", "pytorch", \
-    "an oversize request may take a cached oversize block at most this much larger")                 \
-  X(large_segment_size_mb, "int MiB > 10", "20", "pytorch",                                          \
-    "segment size for large requests below 10 MiB")                                                  \
-  X(roundup_power2_divisions, "N or [MiB:N,...,>:N]", "0 (off)", "pytorch",                          \
-    "round sizes up to one of N steps between powers of two, per size interval")                     \
-  X(garbage_collection_threshold, "float in (0,1)", "0 (off)", "pytorch",                            \
-    "with a memory fraction below 1: free the oldest cached segments once reserved memory passes this share of the limit") \
-  X(per_process_memory_fraction, "float in [0,1]", "1.0", "pytorch",                                 \
-    "reserve at most this share of the device's memory")                                             \
-  X(expandable_segments, "True|False", "False", "pytorch",                                           \
-    "map pages into one growing reserved range per stream and pool instead of separate segments")    \
-  X(expandable_page_size_mb, "int MiB, a multiple of 2", "large_segment_size_mb", "gardenalloc",       \
-    "expandable segments: size of the physical pages created for the large pool (the small pool uses 2 MiB)") \
-  X(expandable_cache_max_mb, "int MiB >= 0", "256", "gardenalloc",                                     \
-    "expandable segments: unmapped pages kept for reuse; beyond this they go back to the device")    \
-  X(expandable_move_pages, "always|when_full", "always", "gardenalloc",                              \
-    "expandable segments: move free pages before creating memory (least memory), or only once the device is full (fewest driver calls)") \
-  X(release_lock_on_cudamalloc, "True|False", "False", "pytorch",                                    \
-    "accepted for compatibility; gardenalloc holds its lock over device calls")                      \
-  X(release_lock_on_hipmalloc, "True|False", "False", "pytorch", "alias of release_lock_on_cudamalloc") \
-  X(graph_capture_record_stream_reuse, "True|False", "False", "pytorch",                             \
-    "accepted for compatibility; no effect yet")                                                     \
-  X(pinned_use_cuda_host_register, "True|False", "False", "pytorch",                                 \
-    "accepted for compatibility; host pinned memory is not managed by gardenalloc")                  \
-  X(pinned_use_hip_host_register, "True|False", "False", "pytorch", "alias of pinned_use_cuda_host_register") \
-  X(pinned_num_register_threads, "power of 2 <= 128", "1", "pytorch",                                \
-    "accepted for compatibility; host pinned memory is not managed by gardenalloc")                  \
-  X(pinned_use_background_threads, "True|False", "False", "pytorch",                                 \
-    "accepted for compatibility; host pinned memory is not managed by gardenalloc")                  \
-  X(pinned_reserve_segment_size_mb, "int MiB > 0", "0", "pytorch",                                   \
+#define GA_OPTIONS(X)                                                                                        \
+  X(backend, "auto|cuda|sim", "auto", "gardenalloc",                                                         \
+    "device backend: the CUDA driver, the simulated device, or CUDA when a GPU answers and sim otherwise "   \
+    "(PyTorch's `native` means auto)")                                                                       \
+  X(sim_capacity_mb, "int MiB >= 2", "81920", "gardenalloc", "memory of the simulated device")               \
+  X(sim_devices, "int 1..64", "1", "gardenalloc", "number of devices the simulated machine has")             \
+  X(max_split_size_mb, "int MiB >= large_segment_size_mb", "unlimited", "pytorch",                           \
+    "blocks this large or larger are never split, and serve only requests within max_non_split_rounding_mb " \
+    "of their size")                                                                                         \
+  X(max_non_split_rounding_mb, "int MiB >= large_segment_size_mb", "large_segment_size_mb", "pytorch",       \
+    "an oversize request may take a cached oversize block at most this much larger")                         \
+  X(large_segment_size_mb, "int MiB > 10", "20", "pytorch", "segment size for large requests below 10 MiB")  \
+  X(roundup_power2_divisions, "N or [MiB:N,...,>:N]", "0 (off)", "pytorch",                                  \
+    "round sizes up to one of N steps between powers of two, per size interval")                             \
+  X(garbage_collection_threshold, "float in (0,1)", "0 (off)", "pytorch",                                    \
+    "with a memory fraction below 1: free the oldest cached segments once reserved memory passes this "      \
+    "share of the limit")                                                                                    \
+  X(per_process_memory_fraction, "float in [0,1]", "1.0", "pytorch",                                         \
+    "reserve at most this share of the device's memory")                                                     \
+  X(expandable_segments, "True|False", "False", "pytorch",                                                   \
+    "map pages into one growing reserved range per stream and pool instead of separate segments")            \
+  X(expandable_page_size_mb, "int MiB, a multiple of 2", "large_segment_size_mb", "gardenalloc",             \
+    "expandable segments: size of the physical pages created for the large pool (the small pool uses 2 "     \
+    "MiB)")                                                                                                  \
+  X(expandable_cache_max_mb, "int MiB >= 0", "256", "gardenalloc",                                           \
+    "expandable segments: unmapped pages kept for reuse; beyond this they go back to the device")            \
+  X(expandable_move_pages, "always|when_full", "always", "gardenalloc",                                      \
+    "expandable segments: move free pages before creating memory (least memory), or only once the device "   \
+    "is full (fewest driver calls)")                                                                         \
+  X(release_lock_on_cudamalloc, "True|False", "False", "pytorch",                                            \
+    "accepted for compatibility; gardenalloc holds its lock over device calls")                              \
+  X(release_lock_on_hipmalloc, "True|False", "False", "pytorch", "alias of release_lock_on_cudamalloc")      \
+  X(graph_capture_record_stream_reuse, "True|False", "False", "pytorch",                                     \
+    "accepted for compatibility; no effect yet")                                                             \
+  X(pinned_use_cuda_host_register, "True|False", "False", "pytorch",                                         \
+    "accepted for compatibility; host pinned memory is not managed by gardenalloc")                          \
+  X(pinned_use_hip_host_register, "True|False", "False", "pytorch",                                          \
+    "alias of pinned_use_cuda_host_register")                                                                \
+  X(pinned_num_register_threads, "power of 2 <= 128", "1", "pytorch",                                        \
+    "accepted for compatibility; host pinned memory is not managed by gardenalloc")                          \
+  X(pinned_use_background_threads, "True|False", "False", "pytorch",                                         \
+    "accepted for compatibility; host pinned memory is not managed by gardenalloc")                          \
+  X(pinned_reserve_segment_size_mb, "int MiB > 0", "0", "pytorch",                                           \
     "accepted for compatibility; host pinned memory is not managed by gardenalloc")
 
 /* Fills *c with the defaults. */

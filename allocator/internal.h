@@ -25,17 +25,17 @@
 #include <string.h>
 
 #include "config.h"
-#include "lock.h"
 #include "device/device.h"
 #include "gardenalloc.h"
+#include "lock.h"
 
 /* ---- Constants (PyTorch's) ---- */
-#define GA_MIN_BLOCK ((size_t)512)            /* kMinBlockSize */
-#define GA_SMALL_SIZE ((size_t)1 << 20)       /* kSmallSize: <= goes to the small pool */
-#define GA_SMALL_BUFFER ((size_t)2 << 20)     /* kSmallBuffer: small-pool segment */
+#define GA_MIN_BLOCK       ((size_t)512)      /* kMinBlockSize */
+#define GA_SMALL_SIZE      ((size_t)1 << 20)  /* kSmallSize: <= goes to the small pool */
+#define GA_SMALL_BUFFER    ((size_t)2 << 20)  /* kSmallBuffer: small-pool segment */
 #define GA_MIN_LARGE_ALLOC ((size_t)10 << 20) /* kMinLargeAlloc */
-#define GA_ROUND_LARGE ((size_t)2 << 20)      /* kRoundLarge */
-#define GA_MAX_REQUEST ((size_t)1 << 60)      /* 1 EiB: larger requests fail early */
+#define GA_ROUND_LARGE     ((size_t)2 << 20)  /* kRoundLarge */
+#define GA_MAX_REQUEST     ((size_t)1 << 60)  /* 1 EiB: larger requests fail early */
 
 enum { GA_BLOCK_FREE = 0, GA_BLOCK_ALLOCATED = 1, GA_BLOCK_PENDING = 2, GA_BLOCK_UNMAPPED = 3 };
 enum { GA_P_SMALL = 0, GA_P_LARGE = 1 }; /* index of a pool in a->pools */
@@ -44,24 +44,24 @@ typedef struct ga_segment ga_segment;
 typedef struct ga_block ga_block;
 
 struct ga_block {
-  uintptr_t ptr;            /* first byte */
-  size_t size;              /* rounded size (bytes of the segment it covers) */
-  size_t requested;         /* what the client asked for (active blocks) */
-  ga_stream_t stream;       /* allocation stream; free blocks are reused only on it */
-  ga_segment *seg;          /* owning segment */
-  ga_block *prev, *next;    /* address neighbours inside the segment */
-  ga_block *left, *right;   /* free tree links */
-  uint32_t prio;            /* free tree heap priority */
-  uint8_t pool;             /* GA_P_SMALL or GA_P_LARGE */
-  uint8_t state;            /* GA_BLOCK_* */
-  uint8_t counted_split;    /* counted in inactive_split while in the free tree */
-  uint32_t event_count;     /* pending events before a PENDING block is free */
-  ga_stream_t *uses;        /* other streams that used the block (record_stream) */
+  uintptr_t ptr;          /* first byte */
+  size_t size;            /* rounded size (bytes of the segment it covers) */
+  size_t requested;       /* what the client asked for (active blocks) */
+  ga_stream_t stream;     /* allocation stream; free blocks are reused only on it */
+  ga_segment *seg;        /* owning segment */
+  ga_block *prev, *next;  /* address neighbours inside the segment */
+  ga_block *left, *right; /* free tree links */
+  uint32_t prio;          /* free tree heap priority */
+  uint8_t pool;           /* GA_P_SMALL or GA_P_LARGE */
+  uint8_t state;          /* GA_BLOCK_* */
+  uint8_t counted_split;  /* counted in inactive_split while in the free tree */
+  uint32_t event_count;   /* pending events before a PENDING block is free */
+  ga_stream_t *uses;      /* other streams that used the block (record_stream) */
   uint32_t nuses, capuses;
-  uint64_t gc_base;         /* pool's get_free_block count when it became free */
-  uint64_t free_seq;        /* a->free_clock when its memory was last freed by a client */
-  uint8_t tag;              /* 0 = none, else index + 1 in a->tags */
-  uint8_t asleep;           /* some of its granules are asleep (ga_sleep) */
+  uint64_t gc_base;  /* pool's get_free_block count when it became free */
+  uint64_t free_seq; /* a->free_clock when its memory was last freed by a client */
+  uint8_t tag;       /* 0 = none, else index + 1 in a->tags */
+  uint8_t asleep;    /* some of its granules are asleep (ga_sleep) */
 };
 
 typedef struct ga_phys ga_phys;
@@ -80,29 +80,29 @@ typedef struct ga_piece {
 struct ga_phys {
   ga_mem_handle h;
   size_t size;
-  uint32_t ngran;           /* granules in the handle */
-  uint32_t nmapped;         /* granules mapped into a segment */
-  uint8_t pool;             /* pool whose growth created it (for per-pool stats) */
-  ga_phys *prev, *next;     /* all handles of the allocator */
+  uint32_t ngran;       /* granules in the handle */
+  uint32_t nmapped;     /* granules mapped into a segment */
+  uint8_t pool;         /* pool whose growth created it (for per-pool stats) */
+  ga_phys *prev, *next; /* all handles of the allocator */
 };
 
 struct ga_segment {
   uintptr_t base;
   size_t size;
   uint8_t pool;
-  uint8_t expandable;       /* a reserved range mapped granule by granule */
-  struct ga_private *priv;  /* private pool owning it, or NULL */
+  uint8_t expandable;      /* a reserved range mapped granule by granule */
+  struct ga_private *priv; /* private pool owning it, or NULL */
   ga_stream_t stream;
-  ga_block *head;           /* block at base */
-  ga_segment *prev, *next;  /* all segments of the allocator */
-  ga_piece *backing;        /* expandable: memory behind granule i (ph NULL = unmapped) */
-  size_t nbacking;          /* entries allocated in backing */
+  ga_block *head;          /* block at base */
+  ga_segment *prev, *next; /* all segments of the allocator */
+  ga_piece *backing;       /* expandable: memory behind granule i (ph NULL = unmapped) */
+  size_t nbacking;         /* entries allocated in backing */
 };
 
 typedef struct ga_pool {
-  ga_block *root;           /* free tree ordered by (stream, size, ptr) */
-  size_t count;             /* blocks in the tree */
-  uint64_t gc_calls;        /* get_free_block calls, the GC age clock */
+  ga_block *root;    /* free tree ordered by (stream, size, ptr) */
+  size_t count;      /* blocks in the tree */
+  uint64_t gc_calls; /* get_free_block calls, the GC age clock */
 } ga_pool;
 
 /* A private pool (CUDA-graph capture, ga_begin_allocate_to_pool): its own
@@ -110,17 +110,17 @@ typedef struct ga_pool {
 typedef struct ga_private {
   uint64_t id;
   ga_pool pools[2];
-  ga_stream_t streams[8];   /* streams whose allocations it serves now */
+  ga_stream_t streams[8]; /* streams whose allocations it serves now */
   int nstreams;
-  int released;             /* ga_release_pool called: segments go back once free */
+  int released; /* ga_release_pool called: segments go back once free */
   size_t nsegs;
   struct ga_private *next;
 } ga_private;
 
 typedef struct ga_blockmap {
-  uintptr_t *keys;          /* 0 = empty */
+  uintptr_t *keys; /* 0 = empty */
   ga_block **vals;
-  size_t cap, count;        /* cap is a power of two */
+  size_t cap, count; /* cap is a power of two */
 } ga_blockmap;
 
 typedef struct ga_pending {
@@ -131,25 +131,33 @@ typedef struct ga_pending {
 /* A granule given back by ga_sleep: where it was, and its bytes if offloaded. */
 typedef struct ga_sleeper {
   ga_segment *seg;
-  size_t granule;           /* index in the segment */
-  void *host;               /* offloaded contents, or NULL (discarded) */
-  int restore;              /* mapped again, but the contents are not back yet */
+  size_t granule; /* index in the segment */
+  void *host;     /* offloaded contents, or NULL (discarded) */
+  int restore;    /* mapped again, but the contents are not back yet */
 } ga_sleeper;
 
 /* ---- History (history.c) ---- */
-enum { GA_H_ALLOC, GA_H_FREE_REQUESTED, GA_H_FREE_COMPLETED, GA_H_SEGMENT_ALLOC, GA_H_SEGMENT_FREE,
-       GA_H_SEGMENT_MAP, GA_H_SEGMENT_UNMAP, GA_H_OOM };
+enum {
+  GA_H_ALLOC,
+  GA_H_FREE_REQUESTED,
+  GA_H_FREE_COMPLETED,
+  GA_H_SEGMENT_ALLOC,
+  GA_H_SEGMENT_FREE,
+  GA_H_SEGMENT_MAP,
+  GA_H_SEGMENT_UNMAP,
+  GA_H_OOM
+};
 
 typedef struct ga_history_entry {
   int action;
-  uintptr_t addr;           /* device_free for GA_H_OOM */
+  uintptr_t addr; /* device_free for GA_H_OOM */
   size_t size;
   uintptr_t stream;
   int64_t time_us;
 } ga_history_entry;
 
 typedef struct ga_history {
-  ga_history_entry *v;      /* ring buffer; cap 0 = not recording */
+  ga_history_entry *v; /* ring buffer; cap 0 = not recording */
   size_t cap, n, next;
 } ga_history;
 
@@ -161,49 +169,49 @@ struct ga_allocator {
   _Alignas(128) ga_config cfg;
   ga_device *dev;
   int owns_dev;
-  size_t device_total;      /* total device memory, from mem_info at create */
-  size_t allowed_max;       /* memory fraction limit; SIZE_MAX = none */
+  size_t device_total; /* total device memory, from mem_info at create */
+  size_t allowed_max;  /* memory fraction limit; SIZE_MAX = none */
   double fraction;
   ga_pool pools[2];
   ga_blockmap map;
   ga_segment *segs;
   size_t nsegs;
-  size_t reserved;          /* total_allocated_memory: bytes obtained from the device */
+  size_t reserved; /* total_allocated_memory: bytes obtained from the device */
   ga_pending *pending;
   size_t npending, cap_pending;
-  ga_event *event_cache;    /* recycled events */
+  ga_event *event_cache; /* recycled events */
   size_t nevent_cache, cap_event_cache;
-  ga_block *block_cache;    /* recycled block structs, linked by ->next */
+  ga_block *block_cache; /* recycled block structs, linked by ->next */
   ga_stats_t stats;
   /* Expandable segments */
-  size_t gran;              /* device granularity (2 MiB): the unit of map/unmap */
-  size_t large_page;        /* create unit for the large pool */
-  size_t reserve_size;      /* address space reserved per expandable segment */
-  ga_phys *phys;            /* every live physical handle */
+  size_t gran;         /* device granularity (2 MiB): the unit of map/unmap */
+  size_t large_page;   /* create unit for the large pool */
+  size_t reserve_size; /* address space reserved per expandable segment */
+  ga_phys *phys;       /* every live physical handle */
   size_t nphys;
-  ga_piece *cache;          /* unmapped granules of live handles */
+  ga_piece *cache; /* unmapped granules of live handles */
   size_t ncache, cap_cache;
   ga_history history;
-  uint64_t free_clock;      /* counts client frees (free_seq) */
-  struct ga_fence {         /* per stream: what is known to have completed */
+  uint64_t free_clock; /* counts client frees (free_seq) */
+  struct ga_fence {    /* per stream: what is known to have completed */
     ga_stream_t stream;
-    uint64_t safe_seq;      /* memory freed at or before this seq is no longer in use */
-    ga_event ev;            /* recorded when the stream was last checked, or NULL */
-    uint64_t ev_seq;        /* free_clock when ev was recorded */
+    uint64_t safe_seq; /* memory freed at or before this seq is no longer in use */
+    ga_event ev;       /* recorded when the stream was last checked, or NULL */
+    uint64_t ev_seq;   /* free_clock when ev was recorded */
   } fences[16];
   int nfences;
-  ga_private *privates;     /* private pools (graph capture) */
-  int routing;              /* streams routed to private pools now: a capture is underway */
-  ga_block **deferred;      /* frees with stream uses made during a capture */
+  ga_private *privates; /* private pools (graph capture) */
+  int routing;          /* streams routed to private pools now: a capture is underway */
+  ga_block **deferred;  /* frees with stream uses made during a capture */
   size_t ndeferred, cap_deferred;
-  char tags[32][32];        /* allocation tags, by index */
+  char tags[32][32]; /* allocation tags, by index */
   int ntags;
   struct ga_sleeper *sleepers; /* granules released by ga_sleep, to map again at wake */
   size_t nsleepers, cap_sleepers;
-  int access[65];           /* devices given access to expandable memory: this one first */
+  int access[65]; /* devices given access to expandable memory: this one first */
   int naccess;
-  int regrant;              /* a granule is mapped without its peers' access: grant again before handing out */
-  char conf_text[512];      /* the configuration string it was created with */
+  int regrant;         /* a granule is mapped without its peers' access: grant again before handing out */
+  char conf_text[512]; /* the configuration string it was created with */
 };
 
 /* ---- Growable arrays ---- */
@@ -221,7 +229,8 @@ static inline int ga_vec_set(void *slot, void *nv) {
 }
 /* Room for n elements in the array v of capacity cap (doubling). 0, or -1 on
  * host OOM with v unchanged. */
-#define GA_VEC_ROOM(v, cap, n) ((n) <= (cap) ? 0 : ga_vec_set(&(v), ga_vec_grow((v), &(cap), (n), sizeof *(v))))
+#define GA_VEC_ROOM(v, cap, n) \
+  ((n) <= (cap) ? 0 : ga_vec_set(&(v), ga_vec_grow((v), &(cap), (n), sizeof *(v))))
 
 /* ---- Text (report.c) ---- */
 /* Appends to a caller's buffer of `cap` bytes, counting the full length even
@@ -269,7 +278,8 @@ static inline void ga_stat_dec(ga_stat_t *s, uint64_t d) {
   s->current -= (int64_t)d;
   s->freed += (int64_t)d;
 }
-_Static_assert(GA_POOL_SMALL + GA_P_SMALL == 1 && GA_POOL_SMALL + GA_P_LARGE == GA_POOL_LARGE, "pool indices");
+_Static_assert(GA_POOL_SMALL + GA_P_SMALL == 1 && GA_POOL_SMALL + GA_P_LARGE == GA_POOL_LARGE,
+               "pool indices");
 static inline ga_stat_t *ga_pool_stat(ga_stat_t *st, int pool) { return &st[GA_POOL_SMALL + pool]; }
 static inline void ga_pstat_inc(ga_stat_t *st, int pool, uint64_t d) {
   ga_stat_inc(&st[GA_POOL_ALL], d);
@@ -288,7 +298,7 @@ static inline void ga_pstat_add(ga_stat_t *st, int pool, int64_t delta) {
 /* ---- Block map (blockmap.c): pointer -> allocated block ---- */
 int ga_blockmap_init(ga_blockmap *m);
 void ga_blockmap_destroy(ga_blockmap *m);
-int ga_blockmap_put(ga_blockmap *m, ga_block *b);          /* -1 on host OOM */
+int ga_blockmap_put(ga_blockmap *m, ga_block *b); /* -1 on host OOM */
 ga_block *ga_blockmap_get(const ga_blockmap *m, uintptr_t ptr);
 ga_block *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr); /* removes */
 int ga_blockmap_reserve(ga_blockmap *m);                   /* room for one more; -1 on host OOM */

@@ -18,7 +18,8 @@ typedef struct ga_lock {
 static inline void ga_lock_init(ga_lock *l) { atomic_init(&l->state, 0); }
 
 static inline int ga_lock_cas(ga_lock *l, int expect, int desired) {
-  atomic_compare_exchange_strong_explicit(&l->state, &expect, desired, memory_order_acquire, memory_order_relaxed);
+  atomic_compare_exchange_strong_explicit(&l->state, &expect, desired, memory_order_acquire,
+                                          memory_order_relaxed);
   return expect;
 }
 

@@ -41,10 +41,14 @@ size_t ga_text_end(ga_text *t) {
 
 void ga_format_size(size_t bytes, char *buf, size_t len) {
   const double KiB = 1024.0, MiB = KiB * 1024.0, GiB = MiB * 1024.0;
-  if (bytes <= 1024) snprintf(buf, len, "%zu bytes", bytes);
-  else if (bytes <= (size_t)1 << 20) snprintf(buf, len, "%.2f KiB", (double)bytes / KiB);
-  else if (bytes <= (size_t)1 << 30) snprintf(buf, len, "%.2f MiB", (double)bytes / MiB);
-  else snprintf(buf, len, "%.2f GiB", (double)bytes / GiB);
+  if (bytes <= 1024)
+    snprintf(buf, len, "%zu bytes", bytes);
+  else if (bytes <= (size_t)1 << 20)
+    snprintf(buf, len, "%.2f KiB", (double)bytes / KiB);
+  else if (bytes <= (size_t)1 << 30)
+    snprintf(buf, len, "%.2f MiB", (double)bytes / MiB);
+  else
+    snprintf(buf, len, "%.2f GiB", (double)bytes / GiB);
 }
 
 static int largest(ga_block *b, void *arg) {
@@ -63,8 +67,10 @@ void ga_report_oom_locked(ga_allocator_t *a, size_t alloc_size, int fraction_ref
   size_t unallocated = a->reserved - allocated;
   ga_format_size(alloc_size, tried, sizeof tried);
   ga_format_size(total, cap, sizeof cap);
-  if (have_info) ga_format_size(free_b, fr, sizeof fr);
-  else snprintf(fr, sizeof fr, "an unknown amount");
+  if (have_info)
+    ga_format_size(free_b, fr, sizeof fr);
+  else
+    snprintf(fr, sizeof fr, "an unknown amount");
   if (a->allowed_max != SIZE_MAX) {
     ga_format_size(a->allowed_max, allowed, sizeof allowed);
     strncat(allowed, " allowed; ", sizeof allowed - strlen(allowed) - 1);
@@ -78,12 +84,14 @@ void ga_report_oom_locked(ga_allocator_t *a, size_t alloc_size, int fraction_ref
     ga_format_size(ga_pages_partial_free_locked(a), part, sizeof part);
     snprintf(extra, sizeof extra, " %s of free cached memory lies in partly used 2 MiB pages.", part);
   } else if (unallocated >= alloc_size) {
-    snprintf(extra, sizeof extra, " If reserved but unallocated memory is large try setting "
-                                  "GARDENALLOC_CONF=expandable_segments:True to avoid fragmentation.");
+    snprintf(extra, sizeof extra,
+             " If reserved but unallocated memory is large try setting "
+             "GARDENALLOC_CONF=expandable_segments:True to avoid fragmentation.");
   }
-  ga_error_set("CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
-               "free. %sOf the allocated memory %s is allocated by gardenalloc, and %s is reserved by "
-               "gardenalloc but unallocated. The largest free block in the cache is %s.%s%s",
-               tried, a->dev->ordinal, cap, fr, allowed, alloc, unalloc, bigs, extra,
-               fraction_refused ? " (The request was refused by the memory fraction limit.)" : "");
+  ga_error_set(
+      "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
+      "free. %sOf the allocated memory %s is allocated by gardenalloc, and %s is reserved by "
+      "gardenalloc but unallocated. The largest free block in the cache is %s.%s%s",
+      tried, a->dev->ordinal, cap, fr, allowed, alloc, unalloc, bigs, extra,
+      fraction_refused ? " (The request was refused by the memory fraction limit.)" : "");
 }

@@ -9,9 +9,10 @@
 
 static void jstat(ga_text *j, const char *name, const char *pool, const ga_stat_t *s) {
   const char *dot = pool[0] ? "." : "";
-  ga_text_put(j, "\"%s%s%s.current\":%lld,\"%s%s%s.peak\":%lld,\"%s%s%s.allocated\":%lld,\"%s%s%s.freed\":%lld,",
-       name, dot, pool, (long long)s->current, name, dot, pool, (long long)s->peak, name, dot, pool,
-       (long long)s->allocated, name, dot, pool, (long long)s->freed);
+  ga_text_put(j,
+              "\"%s%s%s.current\":%lld,\"%s%s%s.peak\":%lld,\"%s%s%s.allocated\":%lld,\"%s%s%s.freed\":%lld,",
+              name, dot, pool, (long long)s->current, name, dot, pool, (long long)s->peak, name, dot, pool,
+              (long long)s->allocated, name, dot, pool, (long long)s->freed);
 }
 
 size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap) {
@@ -23,7 +24,7 @@ size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap) {
   static const char *const pools[GA_POOL_COUNT] = {"all", "small_pool", "large_pool"};
   ga_text j = {buf, cap, 0};
   ga_text_put(&j, "{");
-#define GA_X(name, doc)                                  \
+#define GA_X(name, doc) \
   for (int p = 0; p < GA_POOL_COUNT; p++) jstat(&j, #name, pools[p], &s.name[p]);
   GA_POOL_STATS(GA_X)
 #undef GA_X
@@ -38,7 +39,7 @@ size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap) {
 #undef GA_X
   for (int k = 0; k < GA_CALL_COUNT; k++)
     ga_text_put(&j, "\"device_calls.%s\":%llu%s", ga_device_call_name((ga_device_call_t)k),
-         (unsigned long long)s.device_calls[k], k + 1 < GA_CALL_COUNT ? "," : "");
+                (unsigned long long)s.device_calls[k], k + 1 < GA_CALL_COUNT ? "," : "");
   ga_text_put(&j, "}");
   return ga_text_end(&j);
 }

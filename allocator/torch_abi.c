@@ -33,7 +33,8 @@ GA_API ga_allocator_t *ga_torch_allocator(int device) {
   if (a) return a;
   pthread_mutex_lock(&create_mu);
   a = atomic_load_explicit(&devices[device], memory_order_relaxed);
-  if (!a && ga_create(NULL, device, &a) == GA_OK) atomic_store_explicit(&devices[device], a, memory_order_release);
+  if (!a && ga_create(NULL, device, &a) == GA_OK)
+    atomic_store_explicit(&devices[device], a, memory_order_release);
   pthread_mutex_unlock(&create_mu);
   return a;
 }
@@ -85,10 +86,12 @@ GA_API void ga_torch_free(void *ptr, ssize_t size, int device, void *stream) {
       return;
     }
   }
-  if ((size_t)size != requested) report("PyTorch said %lld bytes, the allocation asked for %lld", ptr, (long long)size, (long long)requested);
+  if ((size_t)size != requested)
+    report("PyTorch said %lld bytes, the allocation asked for %lld", ptr, (long long)size,
+           (long long)requested);
   if (stream != owner)
-    report("PyTorch said stream 0x%llx, the allocation is on stream 0x%llx", ptr, (long long)(uintptr_t)stream,
-           (long long)(uintptr_t)owner);
+    report("PyTorch said stream 0x%llx, the allocation is on stream 0x%llx", ptr,
+           (long long)(uintptr_t)stream, (long long)(uintptr_t)owner);
   (void)ga_free(a, ptr);
 }
 
@@ -103,7 +106,8 @@ GA_API void ga_torch_reset(void) {
 
 GA_API void ga_torch_memory_fraction(double fraction, int device) {
   ga_allocator_t *a = ga_torch_allocator(device);
-  if (a && ga_set_memory_fraction(a, fraction) != GA_OK) fprintf(stderr, "gardenalloc: %s\n", ga_last_error());
+  if (a && ga_set_memory_fraction(a, fraction) != GA_OK)
+    fprintf(stderr, "gardenalloc: %s\n", ga_last_error());
 }
 
 GA_API void ga_torch_record_stream(void *ptr, void *stream) {

@@ -34,15 +34,15 @@ typedef struct samples {
   int n[GA_CALL_COUNT];
 } samples;
 
-#define TIMED(k, call)                        \
-  do {                                        \
-    double t0_ = now_us();                    \
-    rc = (call);                              \
-    s->v[k][s->n[k]++] = now_us() - t0_;      \
-    if (rc) {                                 \
-      failed = ga_device_call_name(k);        \
-      goto out;                               \
-    }                                         \
+#define TIMED(k, call)                   \
+  do {                                   \
+    double t0_ = now_us();               \
+    rc = (call);                         \
+    s->v[k][s->n[k]++] = now_us() - t0_; \
+    if (rc) {                            \
+      failed = ga_device_call_name(k);   \
+      goto out;                          \
+    }                                    \
   } while (0)
 
 /* One round of every kind. Returns NULL or the name of the call that failed. */
@@ -117,8 +117,8 @@ int cost_measure(const char *backend, int reps, char *err, size_t errlen) {
     qsort(s.v[k], (size_t)s.n[k], sizeof(double), by_value);
     ga_cost_us[k] = s.v[k][s.n[k] / 2];
   }
-  snprintf(cost_source, sizeof cost_source, "measured on backend %s, device %d (%.1f GiB), median of %d", d->ops->name, d->ordinal,
-           (double)total / (double)(1u << 30), reps);
+  snprintf(cost_source, sizeof cost_source, "measured on backend %s, device %d (%.1f GiB), median of %d",
+           d->ops->name, d->ordinal, (double)total / (double)(1u << 30), reps);
   rc = 0;
 done:
   for (int k = 0; k < GA_CALL_COUNT; k++) free(s.v[k]);
@@ -144,8 +144,10 @@ int cmd_drivercost(int argc, char **argv) {
       reps = (int)n;
       i++;
     } else {
-      fprintf(stderr, "ga-bench drivercost: unknown or incomplete option '%s'\n"
-                      "usage: ga-bench drivercost [--backend auto|cuda|sim] [--reps N]\n", a);
+      fprintf(stderr,
+              "ga-bench drivercost: unknown or incomplete option '%s'\n"
+              "usage: ga-bench drivercost [--backend auto|cuda|sim] [--reps N]\n",
+              a);
       return 2;
     }
   }

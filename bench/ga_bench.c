@@ -111,9 +111,12 @@ static const char *base_name(const char *p) {
   return s ? s + 1 : p;
 }
 
-static void print_json(const char *path, const char *conf, const trace *t, const replay_result *r, const baseline *b) {
-  printf("{\"trace\":\"%s\",\"conf\":\"%s\",\"device\":\"%s\",\"device_total_bytes\":%zu,\"events\":%zu,\"skipped_failures\":%zu,", path, conf ? conf : "",
-         r->backend, r->device_total, r->events, t->skipped_failures);
+static void print_json(const char *path, const char *conf, const trace *t, const replay_result *r,
+                       const baseline *b) {
+  printf(
+      "{\"trace\":\"%s\",\"conf\":\"%s\",\"device\":\"%s\",\"device_total_bytes\":%zu,\"events\":%zu,"
+      "\"skipped_failures\":%zu,",
+      path, conf ? conf : "", r->backend, r->device_total, r->events, t->skipped_failures);
   printf("\"peak_requested_bytes\":%llu,\"peak_allocated_bytes\":%llu,\"peak_reserved_bytes\":%llu,",
          (unsigned long long)r->peak_requested, (unsigned long long)r->peak_allocated,
          (unsigned long long)r->peak_reserved);
@@ -122,14 +125,14 @@ static void print_json(const char *path, const char *conf, const trace *t, const
   if (b->have) printf("\"pytorch_reserved_bytes\":%llu,", b->pytorch_reserved);
   printf("\"device_calls\":{");
   for (int k = 0; k < GA_CALL_COUNT; k++)
-    printf("\"%s\":%llu%s", ga_device_call_name((ga_device_call_t)k), (unsigned long long)r->stats.device_calls[k],
-           k + 1 < GA_CALL_COUNT ? "," : "");
+    printf("\"%s\":%llu%s", ga_device_call_name((ga_device_call_t)k),
+           (unsigned long long)r->stats.device_calls[k], k + 1 < GA_CALL_COUNT ? "," : "");
   printf("}}\n");
 }
 
 static void print_header(void) {
-  printf("%-36s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "trace", "events", "peak live", "peak alloc",
-         "peak resv", "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "moved");
+  printf("%-36s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "trace", "events", "peak live",
+         "peak alloc", "peak resv", "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "moved");
   printf("%-36s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "", "", "(MiB)", "(MiB)", "(MiB)", "",
          "resv (MiB)", "", "", "", "", "");
 }
@@ -142,8 +145,8 @@ static void print_row(const char *path, const replay_result *r, const baseline *
     snprintf(pt, sizeof pt, "%.1f", mib(b->pytorch_reserved));
     snprintf(vs, sizeof vs, "%.3f", (double)r->peak_reserved / (double)b->pytorch_reserved);
   }
-  printf("%-36.36s %7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %7llu %7lld\n", base_name(path), r->events,
-         mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
+  printf("%-36.36s %7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %7llu %7lld\n", base_name(path),
+         r->events, mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
          r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, pt, vs,
          (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
          (unsigned long long)r->stats.device_calls[GA_CALL_MAP], (long long)r->stats.num_pages_moved);
@@ -158,9 +161,12 @@ static int cmd_replay(int argc, char **argv) {
   int json = 0;
   paths p = {0};
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = 1;
-    else if (!strcmp(argv[i], "--conf") && i + 1 < argc) conf = argv[++i];
-    else if (!strcmp(argv[i], "--capacity-mb") && i + 1 < argc) capacity = argv[++i];
+    if (!strcmp(argv[i], "--json"))
+      json = 1;
+    else if (!strcmp(argv[i], "--conf") && i + 1 < argc)
+      conf = argv[++i];
+    else if (!strcmp(argv[i], "--capacity-mb") && i + 1 < argc)
+      capacity = argv[++i];
     else if (!strcmp(argv[i], "--size-scale") && i + 1 < argc) {
       char *end;
       scale = strtoull(argv[++i], &end, 10);
@@ -168,12 +174,12 @@ static int cmd_replay(int argc, char **argv) {
         fprintf(stderr, "ga-bench replay: --size-scale '%s' is not a positive integer\n", argv[i]);
         return 2;
       }
-    }
-    else if (argv[i][0] == '-') {
+    } else if (argv[i][0] == '-') {
       fprintf(stderr, "ga-bench replay: unknown option '%s'\n", argv[i]);
       usage(stderr);
       return 2;
-    } else if (expand(argv[i], &p)) return 2;
+    } else if (expand(argv[i], &p))
+      return 2;
   }
   if (p.n == 0) {
     fprintf(stderr, "ga-bench replay: no trace given\n");
@@ -182,7 +188,8 @@ static int cmd_replay(int argc, char **argv) {
   }
   char full_conf[1024];
   if (capacity) {
-    snprintf(full_conf, sizeof full_conf, "sim_capacity_mb:%s%s%s", capacity, conf && *conf ? "," : "", conf ? conf : "");
+    snprintf(full_conf, sizeof full_conf, "sim_capacity_mb:%s%s%s", capacity, conf && *conf ? "," : "",
+             conf ? conf : "");
     conf = full_conf;
   }
   if (ga_config_validate(conf) != GA_OK) {
@@ -208,8 +215,10 @@ static int cmd_replay(int argc, char **argv) {
       printf("device: %s, %.2f GiB\n\n", r.backend, gib(r.device_total));
       print_header();
     }
-    if (json) print_json(p.v[i], conf, &t, &r, &b);
-    else print_row(p.v[i], &r, &b);
+    if (json)
+      print_json(p.v[i], conf, &t, &r, &b);
+    else
+      print_row(p.v[i], &r, &b);
     fflush(stdout);
     trace_free(&t);
   }
@@ -237,8 +246,8 @@ static int cmd_keys(int argc, char **argv) {
       printf(" | %s | %s | ", dflt, origin);
       md_cell(doc);
       printf(" |\n");
-    }
-    else printf("%-34s %-36s default %-22s (%s) %s\n", name, type, dflt, origin, doc);
+    } else
+      printf("%-34s %-36s default %-22s (%s) %s\n", name, type, dflt, origin, doc);
   }
   return 0;
 }

@@ -57,8 +57,10 @@ static void *loop(void *arg) {
   int fd = counter_open();
   void *p;
   /* Warm: the first pair creates the segment (or the heap chunk). */
-  if (s->use_libc) free(malloc(s->size));
-  else if (ga_malloc(s->a, s->size, s->stream, &p) == GA_OK) ga_free(s->a, p);
+  if (s->use_libc)
+    free(malloc(s->size));
+  else if (ga_malloc(s->a, s->size, s->stream, &p) == GA_OK)
+    ga_free(s->a, p);
   if (fd >= 0) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
   double t0 = now();
   for (size_t i = 0; i < s->pairs; i++) {
@@ -87,7 +89,10 @@ static double measure(ga_allocator_t *a, size_t size, size_t pairs, int threads,
   shot s[64];
   pthread_t t[64];
   for (int i = 0; i < threads; i++) {
-    s[i] = (shot){.a = a, .size = size, .pairs = pairs, .use_libc = libc,
+    s[i] = (shot){.a = a,
+                  .size = size,
+                  .pairs = pairs,
+                  .use_libc = libc,
                   .stream = (ga_stream_t)(uintptr_t)(0x100 + i)};
     pthread_create(&t[i], NULL, loop, &s[i]);
   }
@@ -111,7 +116,8 @@ int cmd_hotpath(int argc, char **argv) {
     char *end = NULL;
     if (!strcmp(argv[i], "--pairs") && i + 1 < argc) {
       pairs = strtoull(argv[++i], &end, 10);
-      if (*end || pairs == 0) return fprintf(stderr, "ga-bench hotpath: --pairs must be a positive integer\n"), 2;
+      if (*end || pairs == 0)
+        return fprintf(stderr, "ga-bench hotpath: --pairs must be a positive integer\n"), 2;
     } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
       threads = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--conf") && i + 1 < argc) {
@@ -120,7 +126,8 @@ int cmd_hotpath(int argc, char **argv) {
       only = argv[++i]; /* small or large: one single-thread gardenalloc loop, for callgrind */
       only_ga = 1;
     } else {
-      fprintf(stderr, "usage: ga-bench hotpath [--pairs N] [--threads N] [--conf STR] [--only small|large]\n");
+      fprintf(stderr,
+              "usage: ga-bench hotpath [--pairs N] [--threads N] [--conf STR] [--only small|large]\n");
       return 2;
     }
   }
@@ -131,18 +138,22 @@ int cmd_hotpath(int argc, char **argv) {
     fprintf(stderr, "ga-bench hotpath: %s\n", ga_last_error());
     return 2;
   }
-  const struct { const char *name; size_t size; } sizes[] = {{"small", 4096}, {"large", 8u << 20}};
+  const struct {
+    const char *name;
+    size_t size;
+  } sizes[] = {{"small", 4096}, {"large", 8u << 20}};
   double ipp;
   if (only_ga) {
     for (int k = 0; k < 2; k++)
-      if (!strcmp(only, sizes[k].name)) printf("%.1f ns/pair\n", measure(a, sizes[k].size, pairs, 1, 0, &ipp));
+      if (!strcmp(only, sizes[k].name))
+        printf("%.1f ns/pair\n", measure(a, sizes[k].size, pairs, 1, 0, &ipp));
     ga_destroy(a);
     return 0;
   }
   printf("allocate+free pairs served from the cache (%zu pairs per thread, backend %s, conf \"%s\")\n", pairs,
          ga_backend_name(a), conf ? conf : "");
-  printf("  %-22s %8s %12s %12s %12s %12s %10s\n", "size", "threads", "ga ns/pair", "ga instr/pair", "libc ns/pair",
-         "libc instr", "ga/libc");
+  printf("  %-22s %8s %12s %12s %12s %12s %10s\n", "size", "threads", "ga ns/pair", "ga instr/pair",
+         "libc ns/pair", "libc instr", "ga/libc");
   for (int k = 0; k < 2; k++) {
     int ths[2] = {1, threads};
     for (int j = 0; j < (threads > 1 ? 2 : 1); j++) {

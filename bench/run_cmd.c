@@ -31,7 +31,8 @@ static void run_usage(FILE *f) {
           "  --scale 1 is about 10^4 events per workload, 100 about 10^6. --out (default\n"
           "  bench/results) receives run.csv and one SVG per workload.\n"
           "workloads:\n");
-  for (size_t i = 0; i < ga_nworkloads; i++) fprintf(f, "  %-18s %s\n", ga_workloads[i].name, ga_workloads[i].about);
+  for (size_t i = 0; i < ga_nworkloads; i++)
+    fprintf(f, "  %-18s %s\n", ga_workloads[i].name, ga_workloads[i].about);
 }
 
 typedef struct job {
@@ -42,8 +43,9 @@ typedef struct job {
 static double mib(uint64_t b) { return (double)b / (double)(1ull << 20); }
 
 static void csv_header(FILE *f) {
-  fprintf(f, "workload,config,conf,events,peak_requested_bytes,peak_allocated_bytes,peak_reserved_bytes,"
-             "reserved_over_requested,fragmentation,ooms,num_alloc_retries,num_unmap_syncs,num_pages_moved");
+  fprintf(f,
+          "workload,config,conf,events,peak_requested_bytes,peak_allocated_bytes,peak_reserved_bytes,"
+          "reserved_over_requested,fragmentation,ooms,num_alloc_retries,num_unmap_syncs,num_pages_moved");
   for (int k = 0; k < GA_CALL_COUNT; k++) fprintf(f, ",calls_%s", ga_device_call_name((ga_device_call_t)k));
   fprintf(f, ",est_driver_ms,cpu_ns_per_alloc_free\n");
 }
@@ -53,8 +55,9 @@ static void csv_row(FILE *f, const char *wl, const config *c, const replay_resul
   double ns = r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0;
   fprintf(f, "%s,%s,\"%s\",%zu,%llu,%llu,%llu,%.4f,%.4f,%llu,%llu,%lld,%lld", wl, c->name, c->conf, r->events,
           (unsigned long long)r->peak_requested, (unsigned long long)r->peak_allocated,
-          (unsigned long long)r->peak_reserved, r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0,
-          frag, (unsigned long long)r->num_ooms, (unsigned long long)r->num_alloc_retries,
+          (unsigned long long)r->peak_reserved,
+          r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, frag,
+          (unsigned long long)r->num_ooms, (unsigned long long)r->num_alloc_retries,
           (long long)r->stats.num_unmap_syncs, (long long)r->stats.num_pages_moved);
   for (int k = 0; k < GA_CALL_COUNT; k++) fprintf(f, ",%llu", (unsigned long long)r->stats.device_calls[k]);
   fprintf(f, ",%.3f,%.1f\n", cost_ms(&r->stats), ns);
@@ -62,8 +65,8 @@ static void csv_row(FILE *f, const char *wl, const config *c, const replay_resul
 
 static void table_header(const char *wl, size_t events) {
   printf("\n%s (%zu events)\n", wl, events);
-  printf("  %-18s %10s %10s %10s %9s %6s %4s %7s %7s %7s %10s %8s\n", "config", "peak req", "peak alloc", "peak resv",
-         "resv/req", "frag", "OOM", "dev alloc", "maps", "moved", "driver ms", "ns/op");
+  printf("  %-18s %10s %10s %10s %9s %6s %4s %7s %7s %7s %10s %8s\n", "config", "peak req", "peak alloc",
+         "peak resv", "resv/req", "frag", "OOM", "dev alloc", "maps", "moved", "driver ms", "ns/op");
 }
 
 static void table_row(const config *c, const replay_result *r) {
@@ -72,8 +75,8 @@ static void table_row(const config *c, const replay_result *r) {
          mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
          r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, frag,
          (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
-         (unsigned long long)r->stats.device_calls[GA_CALL_MAP], (long long)r->stats.num_pages_moved, cost_ms(&r->stats),
-         r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
+         (unsigned long long)r->stats.device_calls[GA_CALL_MAP], (long long)r->stats.num_pages_moved,
+         cost_ms(&r->stats), r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
 }
 
 static int add_config(config **v, size_t *n, const char *arg) {
@@ -161,7 +164,8 @@ int cmd_run(int argc, char **argv) {
     }
   }
   if (njobs == 0)
-    for (size_t i = 0; i < ga_nworkloads && njobs < 64; i++) jobs[njobs++] = (job){ga_workloads[i].name, &ga_workloads[i]};
+    for (size_t i = 0; i < ga_nworkloads && njobs < 64; i++)
+      jobs[njobs++] = (job){ga_workloads[i].name, &ga_workloads[i]};
   if (nconfigs == 0) {
     configs = malloc(sizeof default_configs);
     if (!configs) return 2;
@@ -171,7 +175,8 @@ int cmd_run(int argc, char **argv) {
   if (capacity) { /* prefix every configuration with the simulated capacity */
     for (size_t c = 0; c < nconfigs; c++) {
       char buf[1024];
-      int n = snprintf(buf, sizeof buf, "sim_capacity_mb:%s%s%s", capacity, configs[c].conf[0] ? "," : "", configs[c].conf);
+      int n = snprintf(buf, sizeof buf, "sim_capacity_mb:%s%s%s", capacity, configs[c].conf[0] ? "," : "",
+                       configs[c].conf);
       if (n < 0 || (size_t)n >= sizeof configs[c].conf) {
         fprintf(stderr, "ga-bench run: configuration %s is too long\n", configs[c].name);
         return 2;

@@ -70,7 +70,8 @@ int trace_load(const char *path, trace *t, char *err, size_t errlen) {
     char *fld[6];
     uint64_t id, size, stream;
     if (split(line, fld) != 6) {
-      snprintf(err, errlen, "%s:%zu: expected 6 fields (Thread,Time,Action,Pointer,Size,Stream)", path, lineno);
+      snprintf(err, errlen, "%s:%zu: expected 6 fields (Thread,Time,Action,Pointer,Size,Stream)", path,
+               lineno);
       rc = -1;
       break;
     }
@@ -80,11 +81,15 @@ int trace_load(const char *path, trace *t, char *err, size_t errlen) {
     }
     int is_free = strcmp(fld[2], "free") == 0;
     if (!is_free && strcmp(fld[2], "allocate") != 0) {
-      snprintf(err, errlen, "%s:%zu: unknown action '%s' (allowed: allocate, free, allocate failure)", path, lineno, fld[2]);
+      snprintf(err, errlen, "%s:%zu: unknown action '%s' (allowed: allocate, free, allocate failure)", path,
+               lineno, fld[2]);
       rc = -1;
       break;
     }
-    const char *bad = parse_num(fld[3], &id) ? "pointer" : parse_num(fld[4], &size) ? "size" : parse_num(fld[5], &stream) ? "stream" : NULL;
+    const char *bad = parse_num(fld[3], &id)       ? "pointer"
+                      : parse_num(fld[4], &size)   ? "size"
+                      : parse_num(fld[5], &stream) ? "stream"
+                                                   : NULL;
     if (bad) {
       snprintf(err, errlen, "%s:%zu: malformed %s field", path, lineno, bad);
       rc = -1;
@@ -110,8 +115,8 @@ void trace_free(trace *t) {
 /* ---- Id -> pointer table ---- */
 
 typedef struct slot {
-  uint64_t id;     /* id + 1; 0 = empty */
-  void *ptr;       /* NULL: the allocate failed */
+  uint64_t id; /* id + 1; 0 = empty */
+  void *ptr;   /* NULL: the allocate failed */
   uint64_t size;
 } slot;
 
@@ -214,7 +219,8 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
     slot *x = find(&m, e->id, !e->is_free);
     if (e->is_free) {
       if (!x) {
-        snprintf(err, errlen, "%s: event %zu frees id 0x%llx that is not live", t->path, i + 1, (unsigned long long)e->id);
+        snprintf(err, errlen, "%s: event %zu frees id 0x%llx that is not live", t->path, i + 1,
+                 (unsigned long long)e->id);
         rc = -1;
         break;
       }
@@ -228,7 +234,8 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
       continue;
     }
     if (x->id) {
-      snprintf(err, errlen, "%s: event %zu allocates id 0x%llx that is already live", t->path, i + 1, (unsigned long long)e->id);
+      snprintf(err, errlen, "%s: event %zu allocates id 0x%llx that is already live", t->path, i + 1,
+               (unsigned long long)e->id);
       rc = -1;
       break;
     }

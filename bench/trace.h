@@ -16,9 +16,9 @@
 #include "gardenalloc.h"
 
 typedef struct trace_event {
-  uint64_t id;      /* Pointer column */
-  uint64_t size;    /* bytes asked (allocate) */
-  uint64_t stream;  /* Stream column */
+  uint64_t id;     /* Pointer column */
+  uint64_t size;   /* bytes asked (allocate) */
+  uint64_t stream; /* Stream column */
   uint8_t is_free;
 } trace_event;
 
@@ -35,18 +35,18 @@ void trace_free(trace *t);
 
 typedef struct replay_result {
   size_t events, allocs, frees;
-  uint64_t peak_requested;  /* largest sum of live requested bytes */
+  uint64_t peak_requested; /* largest sum of live requested bytes */
   uint64_t peak_allocated, peak_reserved;
   uint64_t num_ooms, num_alloc_retries;
-  double seconds;           /* wall time of the replay loop */
-  ga_stats_t stats;         /* at the end, before teardown */
-  char backend[8];          /* "sim" or "cuda" */
-  size_t device_total;      /* device memory in bytes */
+  double seconds;      /* wall time of the replay loop */
+  ga_stats_t stats;    /* at the end, before teardown */
+  char backend[8];     /* "sim" or "cuda" */
+  size_t device_total; /* device memory in bytes */
 } replay_result;
 
 /* Reserved and allocated bytes over the replay, for plots. */
 typedef struct replay_samples {
-  size_t max;               /* at most this many points (set by the caller) */
+  size_t max; /* at most this many points (set by the caller) */
   size_t n;
   uint64_t *event, *reserved, *allocated; /* n points each */
 } replay_samples;

@@ -74,7 +74,9 @@ static int gen_llm_serving(trace *t, double scale, uint64_t seed) {
   if (start(&g, t, seed, "llm_serving")) return -1;
   enum { LAYERS = 24, HIDDEN = 2048, VOCAB = 32000, MAXREQ = 24 };
   const uint64_t kv_per_token = 2ull * HIDDEN * 2 * LAYERS;
-  struct req { uint64_t kv, cap, len, left; } r[MAXREQ] = {{0}};
+  struct req {
+    uint64_t kv, cap, len, left;
+  } r[MAXREQ] = {{0}};
   uint64_t weights = alloc(&g, 12ull * HIDDEN * HIDDEN * 2 * LAYERS); /* 2.25 GiB of fp16 weights */
   size_t target = (size_t)(1e4 * scale);
   while (g.t->n < target && !g.oom) {
@@ -84,7 +86,7 @@ static int gen_llm_serving(trace *t, double scale, uint64_t seed) {
       if (!r[i].kv) slot = i;
     if (slot >= 0 && range(&g, 0, 2) == 0) {
       uint64_t L = (uint64_t)(32.0 * pow(128.0, unif(&g))); /* 32..4096, log-uniform */
-      for (int l = 0; l < LAYERS; l++) { /* prefill: activations live for one layer */
+      for (int l = 0; l < LAYERS; l++) {                    /* prefill: activations live for one layer */
         uint64_t qkv = alloc_on(&g, L * 3 * HIDDEN * 2, 1), attn = alloc_on(&g, L * HIDDEN * 2, 1);
         uint64_t mlp = alloc_on(&g, L * 4 * HIDDEN * 2, 1);
         release(&g, qkv);
@@ -157,7 +159,8 @@ static int gen_training(trace *t, double scale, uint64_t seed) {
     for (int l = 0; l < LAYERS; l++) /* optimizer step */
       if (!adam[l][0]) adam[l][0] = alloc(&g, params * 4), adam[l][1] = alloc(&g, params * 4);
   }
-  for (int l = 0; l < LAYERS; l++) release(&g, grad[l]), release(&g, adam[l][0]), release(&g, adam[l][1]), release(&g, w[l]);
+  for (int l = 0; l < LAYERS; l++)
+    release(&g, grad[l]), release(&g, adam[l][0]), release(&g, adam[l][1]), release(&g, w[l]);
   return finish(&g);
 }
 

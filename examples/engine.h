@@ -19,7 +19,8 @@ static int next_random(unsigned long long *s) { /* a small LCG: the same request
   return (int)(*s >> 33);
 }
 
-static int engine_run(ga_allocator_t *a, ga_stream_t prefill, ga_stream_t decode, engine_touch touch, int requests) {
+static int engine_run(ga_allocator_t *a, ga_stream_t prefill, ga_stream_t decode, engine_touch touch,
+                      int requests) {
   enum { SLOTS = 8 };
   void *kv[SLOTS] = {0};
   int left[SLOTS] = {0};
@@ -60,11 +61,12 @@ static int engine_run(ga_allocator_t *a, ga_stream_t prefill, ga_stream_t decode
   }
   ga_stats_t s;
   ga_stats(a, &s);
-  printf("backend %s: %d requests served; peak allocated %.1f MiB, peak reserved %.1f MiB, "
-         "%lld device allocations, %lld cross-stream frees synchronised by events; ga_check %d\n",
-         ga_backend_name(a), requests, s.allocated_bytes[GA_POOL_ALL].peak / 1048576.0,
-         s.reserved_bytes[GA_POOL_ALL].peak / 1048576.0, (long long)s.num_device_alloc,
-         (long long)s.device_calls[GA_CALL_EVENT_RECORD], ga_check(a));
+  printf(
+      "backend %s: %d requests served; peak allocated %.1f MiB, peak reserved %.1f MiB, "
+      "%lld device allocations, %lld cross-stream frees synchronised by events; ga_check %d\n",
+      ga_backend_name(a), requests, s.allocated_bytes[GA_POOL_ALL].peak / 1048576.0,
+      s.reserved_bytes[GA_POOL_ALL].peak / 1048576.0, (long long)s.num_device_alloc,
+      (long long)s.device_calls[GA_CALL_EVENT_RECORD], ga_check(a));
   return ga_check(a) != 0;
 }
 

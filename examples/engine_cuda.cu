@@ -5,7 +5,8 @@
 #include "engine.h"
 
 __global__ void fill(unsigned char *p, size_t n) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = 0x5a;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = 0x5a;
 }
 
 static void touch(void *ptr, size_t bytes, ga_stream_t stream) {
@@ -14,7 +15,7 @@ static void touch(void *ptr, size_t bytes, ga_stream_t stream) {
 
 int main(int argc, char **argv) {
   const char *conf = argc > 1 ? argv[1] : "backend:cuda,expandable_segments:True";
-  cudaFree(0);  // make the runtime use (and create) the primary context gardenalloc uses too
+  cudaFree(0); // make the runtime use (and create) the primary context gardenalloc uses too
   cudaStream_t prefill, decode;
   cudaStreamCreate(&prefill);
   cudaStreamCreate(&decode);

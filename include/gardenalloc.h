@@ -41,14 +41,14 @@ typedef void *ga_stream_t;
 /** Status codes. ga_status_str() names each one. */
 typedef enum ga_status {
   GA_OK = 0,
-  GA_ERR_INVALID = 1,       /**< bad argument (NULL allocator, NULL out-pointer, bad fraction) */
-  GA_ERR_OOM = 2,           /**< out of device memory; ga_last_error() has the report */
-  GA_ERR_CONFIG = 3,        /**< bad configuration string; the message names key, value, allowed */
-  GA_ERR_DEVICE = 4,        /**< a device (driver) call failed for a reason other than OOM */
-  GA_ERR_BAD_POINTER = 5,   /**< free/record_stream of a pointer that is not a live allocation */
-  GA_ERR_NO_BACKEND = 6,    /**< the requested backend is not available on this machine */
-  GA_ERR_UNSUPPORTED = 7,   /**< a feature this build or backend does not provide */
-  GA_ERR_HOST_MEMORY = 8,   /**< the host ran out of memory for bookkeeping */
+  GA_ERR_INVALID = 1,     /**< bad argument (NULL allocator, NULL out-pointer, bad fraction) */
+  GA_ERR_OOM = 2,         /**< out of device memory; ga_last_error() has the report */
+  GA_ERR_CONFIG = 3,      /**< bad configuration string; the message names key, value, allowed */
+  GA_ERR_DEVICE = 4,      /**< a device (driver) call failed for a reason other than OOM */
+  GA_ERR_BAD_POINTER = 5, /**< free/record_stream of a pointer that is not a live allocation */
+  GA_ERR_NO_BACKEND = 6,  /**< the requested backend is not available on this machine */
+  GA_ERR_UNSUPPORTED = 7, /**< a feature this build or backend does not provide */
+  GA_ERR_HOST_MEMORY = 8, /**< the host ran out of memory for bookkeeping */
 } ga_status_t;
 
 /** Pool index of the per-pool statistics (PyTorch's stat types). */
@@ -56,12 +56,26 @@ enum { GA_POOL_ALL = 0, GA_POOL_SMALL = 1, GA_POOL_LARGE = 2, GA_POOL_COUNT = 3 
 
 /** Device call kinds, counted in ga_stats_t.device_calls. */
 typedef enum ga_device_call {
-  GA_CALL_MALLOC, GA_CALL_FREE, GA_CALL_RESERVE, GA_CALL_UNRESERVE,
-  GA_CALL_CREATE, GA_CALL_RELEASE, GA_CALL_MAP, GA_CALL_UNMAP,
-  GA_CALL_EVENT_CREATE, GA_CALL_EVENT_RECORD, GA_CALL_EVENT_QUERY,
-  GA_CALL_EVENT_SYNCHRONIZE, GA_CALL_EVENT_DESTROY,
-  GA_CALL_STREAM_SYNCHRONIZE, GA_CALL_SYNCHRONIZE, GA_CALL_MEM_INFO,
-  GA_CALL_CAPTURE_QUERY, GA_CALL_SET_ACCESS, GA_CALL_COPY, GA_CALL_CAPTURE_MODE,
+  GA_CALL_MALLOC,
+  GA_CALL_FREE,
+  GA_CALL_RESERVE,
+  GA_CALL_UNRESERVE,
+  GA_CALL_CREATE,
+  GA_CALL_RELEASE,
+  GA_CALL_MAP,
+  GA_CALL_UNMAP,
+  GA_CALL_EVENT_CREATE,
+  GA_CALL_EVENT_RECORD,
+  GA_CALL_EVENT_QUERY,
+  GA_CALL_EVENT_SYNCHRONIZE,
+  GA_CALL_EVENT_DESTROY,
+  GA_CALL_STREAM_SYNCHRONIZE,
+  GA_CALL_SYNCHRONIZE,
+  GA_CALL_MEM_INFO,
+  GA_CALL_CAPTURE_QUERY,
+  GA_CALL_SET_ACCESS,
+  GA_CALL_COPY,
+  GA_CALL_CAPTURE_MODE,
   GA_CALL_COUNT
 } ga_device_call_t;
 
@@ -75,35 +89,35 @@ typedef struct ga_stat {
 
 /* The per-pool statistic families, in PyTorch's memory_stats() names.
  * X(name, meaning) */
-#define GA_POOL_STATS(X)                                                        \
-  X(allocation, "live allocations handed to clients")                           \
-  X(segment, "device segments (cudaMalloc calls that are still live)")          \
-  X(active, "blocks allocated or waiting on stream events")                     \
-  X(inactive_split, "free blocks inside a split segment (cannot be released)")  \
-  X(allocated_bytes, "bytes of allocated blocks (rounded sizes)")               \
-  X(reserved_bytes, "bytes obtained from the device")                           \
-  X(active_bytes, "bytes of active blocks")                                     \
-  X(inactive_split_bytes, "bytes of inactive_split blocks")                     \
+#define GA_POOL_STATS(X)                                                       \
+  X(allocation, "live allocations handed to clients")                          \
+  X(segment, "device segments (cudaMalloc calls that are still live)")         \
+  X(active, "blocks allocated or waiting on stream events")                    \
+  X(inactive_split, "free blocks inside a split segment (cannot be released)") \
+  X(allocated_bytes, "bytes of allocated blocks (rounded sizes)")              \
+  X(reserved_bytes, "bytes obtained from the device")                          \
+  X(active_bytes, "bytes of active blocks")                                    \
+  X(inactive_split_bytes, "bytes of inactive_split blocks")                    \
   X(requested_bytes, "bytes the clients asked for, of active blocks")
 
 /* Scalars, in PyTorch's names. X(name, meaning) */
-#define GA_SCALAR_STATS(X)                                                      \
-  X(num_alloc_retries, "allocations retried after flushing the whole cache")    \
-  X(num_ooms, "out-of-memory errors returned")                                  \
-  X(max_split_size, "max_split_size in bytes, -1 when unlimited")               \
-  X(num_sync_all_streams, "synchronisations of every pending stream event")     \
+#define GA_SCALAR_STATS(X)                                                         \
+  X(num_alloc_retries, "allocations retried after flushing the whole cache")       \
+  X(num_ooms, "out-of-memory errors returned")                                     \
+  X(max_split_size, "max_split_size in bytes, -1 when unlimited")                  \
+  X(num_sync_all_streams, "synchronisations of every pending stream event")        \
   X(num_device_alloc, "device allocations (cudaMalloc, or cuMemCreate of a page)") \
   X(num_device_free, "device frees (cudaFree, or cuMemRelease of a page)")
 
 /* Ours, for expandable segments. X(name, meaning) */
-#define GA_EXTRA_STATS(X)                                                       \
-  X(mapped_bytes, "bytes of physical memory mapped into expandable segments")   \
+#define GA_EXTRA_STATS(X)                                                     \
+  X(mapped_bytes, "bytes of physical memory mapped into expandable segments") \
   X(page_cache_bytes, "bytes of physical memory held but not mapped (page cache)")
 
-#define GA_EXTRA_SCALARS(X)                                                     \
-  X(mapped_pages, "2 MiB granules mapped into expandable segments")             \
-  X(cached_pages, "2 MiB granules in the page cache")                           \
-  X(num_unmap_syncs, "stream synchronisations before unmapping memory")         \
+#define GA_EXTRA_SCALARS(X)                                                       \
+  X(mapped_pages, "2 MiB granules mapped into expandable segments")               \
+  X(cached_pages, "2 MiB granules in the page cache")                             \
+  X(num_unmap_syncs, "stream synchronisations before unmapping memory")           \
   X(num_pages_moved, "granules unmapped from free memory to be mapped elsewhere") \
   X(asleep_pages, "2 MiB granules of live allocations given back by ga_sleep")
 
@@ -167,8 +181,7 @@ GA_API ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t st
 
 /** Returns the size the client asked for and the block size of a live
  *  allocation, or GA_ERR_BAD_POINTER. Either out-pointer may be NULL. */
-GA_API ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested,
-                                      size_t *block);
+GA_API ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block);
 
 /** Like ga_allocation_size, plus the stream the allocation belongs to. */
 GA_API ga_status_t ga_allocation_info(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block,
@@ -268,7 +281,7 @@ GA_API ga_status_t ga_record_history(ga_allocator_t *a, int enabled, size_t max_
 
 /** Writes a memory snapshot as JSON in the schema of
  *  torch.cuda.memory._snapshot(): "segments" (each with its "blocks"),
- *  "device_traces" (the recorded history, indexed by device), 
+ *  "device_traces" (the recorded history, indexed by device),
  *  "allocator_settings" and "external_annotations". Returns the length of the
  *  full text; writes at most cap bytes including the NUL (cap 0 sizes it). */
 GA_API size_t ga_snapshot_json(ga_allocator_t *a, char *buf, size_t cap);
@@ -305,8 +318,8 @@ GA_API ga_status_t ga_config_validate(const char *conf);
 
 /** Describes configuration key number `i` (0-based). Returns 0 past the last.
  *  Any out-pointer may be NULL. `origin` is "pytorch" or "gardenalloc". */
-GA_API int ga_config_key(int i, const char **name, const char **type, const char **dflt,
-                         const char **origin, const char **doc);
+GA_API int ga_config_key(int i, const char **name, const char **type, const char **dflt, const char **origin,
+                         const char **doc);
 
 /* ---- PyTorch's CUDAPluggableAllocator entry points ----------------------- */
 /* One allocator per device, made on first use from GARDENALLOC_CONF. The

@@ -29,7 +29,8 @@ static inline void fx_open(const char *conf, size_t capacity) {
   char err[256];
   cr_assert_eq(ga_sim_open(0, capacity, &fx_dev, err, sizeof err), 0, "sim: %s", err);
   ga_status_t st = ga_create_on_device(conf, fx_dev, &fx_a);
-  cr_assert_eq(st, GA_OK, "ga_create_on_device(\"%s\"): %s: %s", conf ? conf : "", ga_status_str(st), ga_last_error());
+  cr_assert_eq(st, GA_OK, "ga_create_on_device(\"%s\"): %s: %s", conf ? conf : "", ga_status_str(st),
+               ga_last_error());
 }
 
 static inline ga_stats_t fx_stats(void) {
@@ -58,8 +59,8 @@ static inline void fx_close(void) {
   cr_expect(u.used == 0 && u.live_mallocs == 0 && u.live_handles == 0 && u.live_reservations == 0 &&
                 u.live_mappings == 0 && u.live_events == 0,
             "device leak after ga_destroy: used %zu, mallocs %zu, handles %zu, reservations %zu, "
-            "mappings %zu, events %zu", u.used, u.live_mallocs, u.live_handles, u.live_reservations,
-            u.live_mappings, u.live_events);
+            "mappings %zu, events %zu",
+            u.used, u.live_mallocs, u.live_handles, u.live_reservations, u.live_mappings, u.live_events);
   ga_dev_destroy(fx_dev);
   fx_dev = NULL;
 }
@@ -84,26 +85,26 @@ static inline size_t fx_block_size(void *p) {
   return b;
 }
 
-#define assert_stat(field, pool, want)                                                         \
-  do {                                                                                         \
-    ga_stats_t s_ = fx_stats();                                                                \
-    long long got_ = (long long)s_.field[pool].current, want_ = (long long)(want);             \
-    cr_assert_eq(got_, want_, "%s[%d].current = %lld (%.2f MiB), expected %lld (%.2f MiB)",     \
-                 #field, pool, got_, got_ / 1048576.0, want_, want_ / 1048576.0);              \
+#define assert_stat(field, pool, want)                                                                    \
+  do {                                                                                                    \
+    ga_stats_t s_ = fx_stats();                                                                           \
+    long long got_ = (long long)s_.field[pool].current, want_ = (long long)(want);                        \
+    cr_assert_eq(got_, want_, "%s[%d].current = %lld (%.2f MiB), expected %lld (%.2f MiB)", #field, pool, \
+                 got_, got_ / 1048576.0, want_, want_ / 1048576.0);                                       \
   } while (0)
 #define assert_reserved(want) assert_stat(reserved_bytes, GA_POOL_ALL, want)
-#define assert_scalar(field, want)                                                             \
-  do {                                                                                         \
-    ga_stats_t s_ = fx_stats();                                                                \
-    cr_assert_eq((long long)s_.field, (long long)(want), "%s = %lld, expected %lld", #field,   \
-                 (long long)s_.field, (long long)(want));                                      \
+#define assert_scalar(field, want)                                                           \
+  do {                                                                                       \
+    ga_stats_t s_ = fx_stats();                                                              \
+    cr_assert_eq((long long)s_.field, (long long)(want), "%s = %lld, expected %lld", #field, \
+                 (long long)s_.field, (long long)(want));                                    \
   } while (0)
-#define assert_calls(kind, want)                                                               \
-  do {                                                                                         \
-    ga_stats_t s_ = fx_stats();                                                                \
+#define assert_calls(kind, want)                                                                    \
+  do {                                                                                              \
+    ga_stats_t s_ = fx_stats();                                                                     \
     cr_assert_eq(s_.device_calls[kind], (uint64_t)(want), "device_calls[%s] = %llu, expected %llu", \
-                 ga_device_call_name(kind), (unsigned long long)s_.device_calls[kind],         \
-                 (unsigned long long)(want));                                                  \
+                 ga_device_call_name(kind), (unsigned long long)s_.device_calls[kind],              \
+                 (unsigned long long)(want));                                                       \
   } while (0)
 
 /* Runs `scenario` once to count the calls of `kind` it makes, then once per
@@ -126,8 +127,8 @@ static inline void fx_fault_sweep(const char *conf, size_t capacity, ga_device_c
     ga_sim_usage u;
     ga_sim_usage_get(fx_dev, &u);
     cr_assert_eq(u.faults_fired, 1, "the fault at %s call %u did not fire", ga_device_call_name(kind), nth);
-    cr_assert_eq(scenario(), 0, "%s fault at call %u left the allocator unusable: %s", ga_device_call_name(kind), nth,
-                 ga_last_error());
+    cr_assert_eq(scenario(), 0, "%s fault at call %u left the allocator unusable: %s",
+                 ga_device_call_name(kind), nth, ga_last_error());
     fx_close();
   }
 }

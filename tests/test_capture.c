@@ -14,8 +14,10 @@ static uint64_t broken(void) {
 
 static void capture(int on) {
   ga_sim_set_capturing(fx_dev, S1, on);
-  if (on) cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 7, S1), GA_OK, "%s", ga_last_error());
-  else cr_assert_eq(ga_end_allocate_to_pool(fx_a, 7), GA_OK, "%s", ga_last_error());
+  if (on)
+    cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 7, S1), GA_OK, "%s", ga_last_error());
+  else
+    cr_assert_eq(ga_end_allocate_to_pool(fx_a, 7), GA_OK, "%s", ga_last_error());
 }
 
 Test(capture, the_sim_refuses_allocation_calls_during_a_capture) {
@@ -36,9 +38,9 @@ Test(capture, the_sim_refuses_allocation_calls_during_a_capture) {
 Test(capture, allocations_during_capture_come_from_the_private_pool) {
   fx_open(NULL, GiB);
   capture(1);
-  char *g = fx_alloc_on(4 * MiB, S1);   /* a new segment for the pool, made in relaxed mode */
+  char *g = fx_alloc_on(4 * MiB, S1);     /* a new segment for the pool, made in relaxed mode */
   char *other = fx_alloc_on(4 * MiB, S2); /* another stream: the general pool, also relaxed */
-  fx_free(g);                            /* back to the pool, not to general reuse */
+  fx_free(g);                             /* back to the pool, not to general reuse */
   capture(0);
   cr_assert_eq(broken(), 0, "nothing invalidated the capture");
   char *h = fx_alloc_on(4 * MiB, S1);

@@ -17,9 +17,9 @@
 
 TestSuite(chaos, .fini = fx_close);
 
-#define S3 ((ga_stream_t)(uintptr_t)0x3003)
+#define S3      ((ga_stream_t)(uintptr_t)0x3003)
 #define MAXLIVE 256
-#define STAMP 4096 /* bytes checked at each end of an allocation */
+#define STAMP   4096 /* bytes checked at each end of an allocation */
 
 typedef struct live {
   unsigned char *p;
@@ -36,7 +36,9 @@ static uint32_t next(void) {
   return (uint32_t)(rng >> 11);
 }
 
-static unsigned char byte_at(uint32_t seed, size_t i) { return (unsigned char)((seed * 2654435761u) >> 24 ^ (i * 31)); }
+static unsigned char byte_at(uint32_t seed, size_t i) {
+  return (unsigned char)((seed * 2654435761u) >> 24 ^ (i * 31));
+}
 
 static void stamp(const live *l) {
   size_t n = l->size < STAMP ? l->size : STAMP;
@@ -64,16 +66,17 @@ static int intact(const live *l) {
   if (!mapped(l)) return 0;
   size_t n = l->size < STAMP ? l->size : STAMP;
   for (size_t i = 0; i < n; i++)
-    if (l->p[i] != byte_at(l->seed, i) || l->p[l->size - n + i] != byte_at(l->seed, l->size - n + i)) return 0;
+    if (l->p[i] != byte_at(l->seed, i) || l->p[l->size - n + i] != byte_at(l->seed, l->size - n + i))
+      return 0;
   return 1;
 }
 
 static size_t pick_size(void) {
   uint32_t r = next() % 100;
   if (r < 50) return 1 + next() % (1u << 20);            /* small pool */
-  if (r < 85) return (1u << 20) + next() % (12u << 20);   /* large, under 13 MiB */
-  if (r < 97) return (13u << 20) + next() % (50u << 20);  /* large, past a 20 MiB page */
-  return (64u << 20) + next() % (200u << 20);             /* rare and big */
+  if (r < 85) return (1u << 20) + next() % (12u << 20);  /* large, under 13 MiB */
+  if (r < 97) return (13u << 20) + next() % (50u << 20); /* large, past a 20 MiB page */
+  return (64u << 20) + next() % (200u << 20);            /* rare and big */
 }
 
 /* The statuses a call may return while faults are armed. */
@@ -119,7 +122,8 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
     } else if (op < 72 && n > 0) { /* free */
       int i = (int)(next() % (unsigned)n);
       if (!(asleep && v[i].kv))
-        cr_assert(intact(&v[i]), "step %d: allocation %p lost its bytes before its free", step, (void *)v[i].p);
+        cr_assert(intact(&v[i]), "step %d: allocation %p lost its bytes before its free", step,
+                  (void *)v[i].p);
       ga_status_t st = ga_free(fx_a, v[i].p);
       if (asleep && v[i].kv && st == GA_ERR_INVALID) {
         cr_assert(strstr(ga_last_error(), "asleep"), "%s", ga_last_error());
@@ -151,7 +155,8 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
     } else if (op < 93) { /* a capture on S3 begins or ends */
       if (!routed) {
         ga_sim_set_capturing(fx_dev, S3, 1);
-        cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 100 + (uint64_t)pools_made, S3), GA_OK, "%s", ga_last_error());
+        cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 100 + (uint64_t)pools_made, S3), GA_OK, "%s",
+                     ga_last_error());
         routed = 1;
       } else {
         cr_assert_eq(ga_end_allocate_to_pool(fx_a, 100 + (uint64_t)pools_made), GA_OK, "%s", ga_last_error());
@@ -162,7 +167,8 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
         routed = 0;
       }
     } else if (op == 95) { /* a snapshot, with history recording switched at random */
-      cr_assert_eq(ga_record_history(fx_a, (int)(next() % 2), 64 + next() % 512), GA_OK, "%s", ga_last_error());
+      cr_assert_eq(ga_record_history(fx_a, (int)(next() % 2), 64 + next() % 512), GA_OK, "%s",
+                   ga_last_error());
       size_t len = ga_snapshot_json(fx_a, NULL, 0);
       char *json = malloc(len + 1);
       cr_assert(json != NULL);
@@ -182,18 +188,21 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
         asleep = st != GA_OK;
       }
     }
-    if (trace) fprintf(stderr, "step %d op %u live %d asleep %d routed %d: %s\n", step, op, n, asleep, routed, ga_last_error());
+    if (trace)
+      fprintf(stderr, "step %d op %u live %d asleep %d routed %d: %s\n", step, op, n, asleep, routed,
+              ga_last_error());
     cr_assert_eq(ga_check(fx_a), 0, "step %d (op %u) broke an invariant (see stderr)", step, op);
     for (int i = 0; i < n && (step % 16 == 0 || every); i++) {
       if (asleep && v[i].kv) continue;
       const ga_block *b = ga_blockmap_get(&fx_a->map, (uintptr_t)v[i].p);
       uint64_t m0 = 0, m1 = 0;
       int r0 = ga_sim_access(fx_dev, v[i].p, &m0), r1 = ga_sim_access(fx_dev, v[i].p + v[i].size - 1, &m1);
-      cr_assert(intact(&v[i]),
-                "step %d: allocation %p (%zu bytes, tagged %d, mapped %d, block asleep %d, tag %d; access %d/%llx "
-                "%d/%llx, want %llx) lost its bytes",
-                step, (void *)v[i].p, v[i].size, v[i].kv, mapped(&v[i]), b ? b->asleep : -1, b ? b->tag : -1, r0,
-                (unsigned long long)m0, r1, (unsigned long long)m1, (unsigned long long)want_access);
+      cr_assert(
+          intact(&v[i]),
+          "step %d: allocation %p (%zu bytes, tagged %d, mapped %d, block asleep %d, tag %d; access %d/%llx "
+          "%d/%llx, want %llx) lost its bytes",
+          step, (void *)v[i].p, v[i].size, v[i].kv, mapped(&v[i]), b ? b->asleep : -1, b ? b->tag : -1, r0,
+          (unsigned long long)m0, r1, (unsigned long long)m1, (unsigned long long)want_access);
     }
   }
   /* Wind down: no faults, streams idle, everything awake, freed and released. */
@@ -231,17 +240,25 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
 static void run(const char *conf, uint64_t seed, int steps) { run_on(conf, 2 * GiB, seed, steps); }
 
 Test(chaos, native) { run(NULL, 0x9e3779b97f4a7c15ull, 2000); }
-Test(chaos, native_max_split) { run("max_split_size_mb:40,garbage_collection_threshold:0.6", 0x1234567ull, 2000); }
+Test(chaos, native_max_split) {
+  run("max_split_size_mb:40,garbage_collection_threshold:0.6", 0x1234567ull, 2000);
+}
 Test(chaos, expandable) { run("expandable_segments:True", 0xfeedbeefull, 2000); }
 Test(chaos, expandable_2m_when_full) {
-  run("expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:when_full", 0xabcdefull, 2000);
+  run("expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:when_full", 0xabcdefull,
+      2000);
 }
 Test(chaos, expandable_knobs) {
-  run("expandable_segments:True,expandable_page_size_mb:4,expandable_cache_max_mb:8,roundup_power2_divisions:4,"
+  run("expandable_segments:True,expandable_page_size_mb:4,expandable_cache_max_mb:8,roundup_power2_divisions:"
+      "4,"
       "max_split_size_mb:64",
       0x5eed5eedull, 1200);
 }
-Test(chaos, native_rounding) { run("roundup_power2_divisions:[256:2,>:4],garbage_collection_threshold:0.5", 0x77ull, 2000); }
+Test(chaos, native_rounding) {
+  run("roundup_power2_divisions:[256:2,>:4],garbage_collection_threshold:0.5", 0x77ull, 2000);
+}
 /* A device that is nearly always full: OOM, retry and page moves all the time. */
-Test(chaos, expandable_tight) { run_on("expandable_segments:True,expandable_page_size_mb:2", 384 * MiB, 0x71647ull, 1500); }
+Test(chaos, expandable_tight) {
+  run_on("expandable_segments:True,expandable_page_size_mb:2", 384 * MiB, 0x71647ull, 1500);
+}
 Test(chaos, native_tight) { run_on(NULL, 384 * MiB, 0x7164ull, 2000); }

@@ -31,9 +31,10 @@ Test(config, defaults_match_pytorch) {
 }
 
 Test(config, pytorch_keys_and_whitespace) {
-  ga_config c = parse_ok(" max_split_size_mb : 128 , garbage_collection_threshold:0.6,"
-                         "expandable_segments:False,release_lock_on_cudamalloc:True,"
-                         "per_process_memory_fraction:0.75,pinned_num_register_threads:8");
+  ga_config c = parse_ok(
+      " max_split_size_mb : 128 , garbage_collection_threshold:0.6,"
+      "expandable_segments:False,release_lock_on_cudamalloc:True,"
+      "per_process_memory_fraction:0.75,pinned_num_register_threads:8");
   cr_assert_eq(c.max_split_size, 128 * MiB);
   cr_assert_float_eq(c.gc_threshold, 0.6, 1e-12);
   cr_assert_eq(c.release_lock_on_cudamalloc, 1);
@@ -85,7 +86,8 @@ Test(config, nothing_is_half_applied) {
   ga_config c = parse_ok("max_split_size_mb:40");
   ga_config before = c;
   char err[256];
-  cr_assert_eq(ga_config_parse("max_split_size_mb:64,garbage_collection_threshold:7", &c, err, sizeof err), -1);
+  cr_assert_eq(ga_config_parse("max_split_size_mb:64,garbage_collection_threshold:7", &c, err, sizeof err),
+               -1);
   cr_assert_eq(memcmp(&c, &before, sizeof c), 0);
   cr_assert(strstr(err, "garbage_collection_threshold") && strstr(err, "7"), "%s", err);
 }

@@ -5,16 +5,16 @@
 #include "fixture.h"
 #include "threads_work.h"
 
-#define CONTRACT(name)                                                          \
-  static void name(void);                                                       \
-  Test(contract_native, name, .fini = fx_close) {                               \
-    fx_open("expandable_segments:False", GiB);                            \
-    name();                                                                     \
-  }                                                                             \
-  Test(contract_expandable, name, .fini = fx_close) {                           \
-    fx_open("expandable_segments:True,expandable_page_size_mb:2", GiB);   \
-    name();                                                                     \
-  }                                                                             \
+#define CONTRACT(name)                                                  \
+  static void name(void);                                               \
+  Test(contract_native, name, .fini = fx_close) {                       \
+    fx_open("expandable_segments:False", GiB);                          \
+    name();                                                             \
+  }                                                                     \
+  Test(contract_expandable, name, .fini = fx_close) {                   \
+    fx_open("expandable_segments:True,expandable_page_size_mb:2", GiB); \
+    name();                                                             \
+  }                                                                     \
   static void name(void)
 
 CONTRACT(contents_survive_until_the_free) {
@@ -29,7 +29,8 @@ CONTRACT(contents_survive_until_the_free) {
   for (int i = 0; i < N; i++) {
     cr_assert(fx_verify(p[i], sizes[i], (unsigned)i), "block %d", i);
     for (int j = 0; j < N; j++)
-      if (i != j) cr_assert(p[i] + sizes[i] <= p[j] || p[j] + sizes[j] <= p[i], "blocks %d and %d overlap", i, j);
+      if (i != j)
+        cr_assert(p[i] + sizes[i] <= p[j] || p[j] + sizes[j] <= p[i], "blocks %d and %d overlap", i, j);
   }
   for (int i = 0; i < N; i++) fx_free(p[i]);
 }
@@ -87,7 +88,9 @@ CONTRACT(a_true_oom_reports_and_the_allocator_stays_usable) {
   void *a = fx_alloc(400 * MiB), *b = fx_alloc(400 * MiB), *p;
   cr_assert_eq(ga_malloc(fx_a, 400 * MiB, S1, &p), GA_ERR_OOM);
   const char *e = ga_last_error();
-  cr_assert(strstr(e, "GPU 0 has a total capacity of 1024.00 MiB") && strstr(e, "800.00 MiB is allocated by gardenalloc"), "%s", e);
+  cr_assert(strstr(e, "GPU 0 has a total capacity of 1024.00 MiB") &&
+                strstr(e, "800.00 MiB is allocated by gardenalloc"),
+            "%s", e);
   assert_scalar(num_ooms, 1);
   cr_assert_eq(ga_check(fx_a), 0);
   fx_free(b);

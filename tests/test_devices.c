@@ -36,7 +36,8 @@ static uint64_t access_of(ga_allocator_t *a, void *p) {
 
 Test(devices, peers_get_access_to_expandable_memory_now_and_later) {
   ga_allocator_t *a;
-  cr_assert_eq(ga_create(TWO ",expandable_segments:True,expandable_page_size_mb:2", 0, &a), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_create(TWO ",expandable_segments:True,expandable_page_size_mb:2", 0, &a), GA_OK, "%s",
+               ga_last_error());
   char *p;
   cr_assert_eq(ga_malloc(a, 5 * MiB, S1, (void **)&p), GA_OK);
   cr_assert_eq(access_of(a, p), 1u, "only device 0 at first");
@@ -65,7 +66,8 @@ Test(devices, peers_get_access_to_expandable_memory_now_and_later) {
  * before the next allocation. */
 Test(devices, a_failed_grant_never_hands_out_memory_peers_cannot_see) {
   ga_allocator_t *a;
-  cr_assert_eq(ga_create(TWO ",expandable_segments:True,expandable_page_size_mb:2", 0, &a), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_create(TWO ",expandable_segments:True,expandable_page_size_mb:2", 0, &a), GA_OK, "%s",
+               ga_last_error());
   ga_device *d = ga_allocator_device(a);
   cr_assert_eq(ga_enable_peer_access(a, 1), GA_OK, "%s", ga_last_error());
   char *p, *q;

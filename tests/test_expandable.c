@@ -8,7 +8,7 @@
 
 TestSuite(expandable, .fini = fx_close);
 
-#define EXP "expandable_segments:True"
+#define EXP  "expandable_segments:True"
 #define EXP2 "expandable_segments:True,expandable_page_size_mb:2"
 
 /* ---- Published cases: order no longer matters ---- */
@@ -81,7 +81,7 @@ Test(expandable, pages_move_across_streams_and_pools) {
   fx_open(EXP2, 64 * MiB);
   void *small[8];
   for (int i = 0; i < 8; i++) small[i] = fx_alloc_on(MiB, S1); /* 4 granules of the small pool */
-  void *big = fx_alloc_on(50 * MiB, S2);                         /* 25 granules on S2 */
+  void *big = fx_alloc_on(50 * MiB, S2);                       /* 25 granules on S2 */
   for (int i = 0; i < 8; i++) fx_free(small[i]);
   fx_free(big);
   /* 58 MiB are free in whole granules on two streams and two pools;
@@ -143,8 +143,8 @@ static void pytorch_cycle(const char *conf) {
   }
   ga_stats_t s = fx_stats();
   long long live = 91 * MiB + 91 * MiB / 2 + 100 * 2 * MiB;
-  cr_assert_lt(s.reserved_bytes[GA_POOL_ALL].peak, 2 * live, "%s: peak reserved %lld MiB, peak live %lld MiB", conf,
-               (long long)s.reserved_bytes[GA_POOL_ALL].peak >> 20, live >> 20);
+  cr_assert_lt(s.reserved_bytes[GA_POOL_ALL].peak, 2 * live, "%s: peak reserved %lld MiB, peak live %lld MiB",
+               conf, (long long)s.reserved_bytes[GA_POOL_ALL].peak >> 20, live >> 20);
   for (int i = 0; i < 100; i++) fx_free(keep[i]);
 }
 
@@ -160,7 +160,7 @@ Test(expandable, the_owning_stream_is_synchronised_before_its_pages_move) {
   fx_open(EXP2, 64 * MiB);
   ga_sim_hold_stream(fx_dev, S1, 1); /* S1 still has work queued */
   void *a = fx_alloc_on(40 * MiB, S1);
-  fx_free(a); /* free for S1 at once, but S1's kernels may still use it */
+  fx_free(a);                          /* free for S1 at once, but S1's kernels may still use it */
   void *b = fx_alloc_on(40 * MiB, S2); /* must take a's pages */
   ga_sim_usage u;
   ga_sim_usage_get(fx_dev, &u);
@@ -201,12 +201,16 @@ static void stamp(live_block *b, int check, int *bad) {
   size_t off = 0;
   for (; off < b->n; off += 256 * KiB) {
     size_t len = b->n - off < 64 ? b->n - off : 64;
-    if (check) *bad += !fx_verify(b->p + off, len, b->tag + (unsigned)off);
-    else fx_fill(b->p + off, len, b->tag + (unsigned)off);
+    if (check)
+      *bad += !fx_verify(b->p + off, len, b->tag + (unsigned)off);
+    else
+      fx_fill(b->p + off, len, b->tag + (unsigned)off);
   }
   if (b->n < off - 256 * KiB + 128) return; /* the last stride probe already covers the end */
-  if (check) *bad += !fx_verify(b->p + b->n - 64, 64, b->tag ^ 0x5555u);
-  else fx_fill(b->p + b->n - 64, 64, b->tag ^ 0x5555u);
+  if (check)
+    *bad += !fx_verify(b->p + b->n - 64, 64, b->tag ^ 0x5555u);
+  else
+    fx_fill(b->p + b->n - 64, 64, b->tag ^ 0x5555u);
 }
 
 Test(expandable, every_live_byte_survives_thousands_of_seeded_operations_on_two_streams) {
@@ -224,7 +228,8 @@ Test(expandable, every_live_byte_survives_thousands_of_seeded_operations_on_two_
       fx_free(live[i].p);
       live[i].p = NULL;
     } else {
-      size_t n = rand_r(&seed) % 3 ? 1 + (size_t)rand_r(&seed) % (3 * MiB) : 1 + (size_t)rand_r(&seed) % (24 * MiB);
+      size_t n =
+          rand_r(&seed) % 3 ? 1 + (size_t)rand_r(&seed) % (3 * MiB) : 1 + (size_t)rand_r(&seed) % (24 * MiB);
       void *p;
       ga_status_t st = ga_malloc(fx_a, n, rand_r(&seed) % 2 ? S1 : S2, &p);
       if (st == GA_ERR_OOM) {
@@ -258,8 +263,10 @@ static int vmm_scenario(void) {
   size_t sizes[6] = {5 * MiB, MiB / 2, 30 * MiB, 7 * MiB, 3 * MiB, 12 * MiB};
   int failures = 0;
   for (int i = 0; i < 6; i++) {
-    if (ga_malloc(fx_a, sizes[i], i % 2 ? S1 : S2, &p[i]) != GA_OK) failures++;
-    else fx_fill(p[i], 4096, (unsigned)i);
+    if (ga_malloc(fx_a, sizes[i], i % 2 ? S1 : S2, &p[i]) != GA_OK)
+      failures++;
+    else
+      fx_fill(p[i], 4096, (unsigned)i);
     cr_assert_eq(ga_check(fx_a), 0, "after malloc %d", i);
     if (i == 2 && p[0]) fx_free(p[0]), p[0] = NULL; /* a hole for later requests to take */
   }
@@ -277,7 +284,9 @@ static int vmm_scenario(void) {
   return failures;
 }
 
-static void vmm_faults(ga_device_call_t kind, int err) { fx_fault_sweep(EXP2, 128 * MiB, kind, err, vmm_scenario); }
+static void vmm_faults(ga_device_call_t kind, int err) {
+  fx_fault_sweep(EXP2, 128 * MiB, kind, err, vmm_scenario);
+}
 
 Test(expandable, failing_reserve) { vmm_faults(GA_CALL_RESERVE, GA_DEV_EDRIVER); }
 Test(expandable, failing_create_out_of_memory) { vmm_faults(GA_CALL_CREATE, GA_DEV_EOOM); }
@@ -297,7 +306,8 @@ Test(expandable, empty_cache_gives_every_free_page_back) {
   cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
   ga_stats_t s = fx_stats();
   /* b keeps 6 granules (10 MiB + 1 touches one more), c one small granule. */
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 14 * MiB, "%lld", (long long)s.reserved_bytes[GA_POOL_ALL].current >> 20);
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 14 * MiB, "%lld",
+               (long long)s.reserved_bytes[GA_POOL_ALL].current >> 20);
   cr_assert_eq(s.page_cache_bytes.current, 0);
   fx_free(b);
   fx_free(c);
@@ -310,7 +320,7 @@ Test(expandable, empty_cache_gives_every_free_page_back) {
 
 Test(expandable, the_page_cache_keeps_at_most_its_threshold) {
   fx_open(EXP ",expandable_cache_max_mb:0", GiB);
-  void *a = fx_alloc(5 * MiB);  /* a 6 MiB handle: the unused part waits in the cache... */
+  void *a = fx_alloc(5 * MiB); /* a 6 MiB handle: the unused part waits in the cache... */
   ga_stats_t s = fx_stats();
   cr_assert_eq(s.page_cache_bytes.current, 0, "...or would, but the handle is still partly mapped");
   cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 6 * MiB);
@@ -327,9 +337,9 @@ static int64_t syncs_for_two_moves(int hold) {
   fx_free(c);
   if (hold) ga_sim_hold_stream(fx_dev, s3, 1); /* s3 still runs when the fence is recorded */
   fx_free(keep);
-  void *b1 = fx_alloc_on(36 * MiB, S2);       /* S2's 20 MiB, then a's 16 (waits for S1); fences S1 and s3 */
+  void *b1 = fx_alloc_on(36 * MiB, S2); /* S2's 20 MiB, then a's 16 (waits for S1); fences S1 and s3 */
   ga_stream_t s4 = (ga_stream_t)(uintptr_t)0x4004;
-  void *b2 = fx_alloc_on(24 * MiB, s4);        /* c's pages: c was freed before s3's fence */
+  void *b2 = fx_alloc_on(24 * MiB, s4); /* c's pages: c was freed before s3's fence */
   int64_t syncs = fx_stats().num_unmap_syncs;
   cr_assert_eq(fx_stats().num_pages_moved, 20);
   ga_sim_hold_stream(fx_dev, s3, 0);
@@ -342,9 +352,7 @@ Test(expandable, a_passed_fence_spares_the_wait) {
   cr_assert_eq(syncs_for_two_moves(0), 1, "the second move needs no synchronisation");
 }
 
-Test(expandable, a_fence_not_yet_passed_still_waits) {
-  cr_assert_eq(syncs_for_two_moves(1), 2);
-}
+Test(expandable, a_fence_not_yet_passed_still_waits) { cr_assert_eq(syncs_for_two_moves(1), 2); }
 
 /* ---- expandable_move_pages:when_full ---- */
 

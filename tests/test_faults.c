@@ -40,7 +40,9 @@ static int scenario(void) {
   return failures;
 }
 
-static void fail_each_position(ga_device_call_t kind, int err) { fx_fault_sweep(NULL, 256 * MiB, kind, err, scenario); }
+static void fail_each_position(ga_device_call_t kind, int err) {
+  fx_fault_sweep(NULL, 256 * MiB, kind, err, scenario);
+}
 
 Test(faults, failing_malloc_out_of_memory) { fail_each_position(GA_CALL_MALLOC, GA_DEV_EOOM); }
 Test(faults, failing_malloc_driver_error) { fail_each_position(GA_CALL_MALLOC, GA_DEV_EDRIVER); }
@@ -77,7 +79,8 @@ Test(faults, device_oom_everywhere_is_an_oom_report) {
   ga_sim_inject(fx_dev, GA_CALL_MALLOC, 1, GA_DEV_EOOM, 1);
   void *p;
   cr_assert_eq(ga_malloc(fx_a, MiB, S1, &p), GA_ERR_OOM);
-  cr_assert(strstr(ga_last_error(), "CUDA out of memory. Tried to allocate 2.00 MiB") != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "CUDA out of memory. Tried to allocate 2.00 MiB") != NULL, "%s",
+            ga_last_error());
   assert_scalar(num_ooms, 1);
   ga_sim_clear_faults(fx_dev);
   fx_free(fx_alloc(MiB));

@@ -51,7 +51,8 @@ Test(native, two_MiB_then_two_MiB_reserves_20MiB) {
 
 Test(native, sizes_round_to_512_bytes) {
   fx_open(NULL, GiB);
-  size_t sizes[][2] = {{1, 512}, {512, 512}, {513, 1024}, {1000, 1024}, {MiB - 1, MiB}, {3 * MiB + 1, 3 * MiB + 512}};
+  size_t sizes[][2] = {{1, 512},     {512, 512},     {513, 1024},
+                       {1000, 1024}, {MiB - 1, MiB}, {3 * MiB + 1, 3 * MiB + 512}};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     void *p = fx_alloc(sizes[i][0]);
     size_t req = 0;

@@ -53,10 +53,11 @@ Test(oom, true_oom_returns_the_full_report_and_stays_usable) {
   cr_assert_eq(ga_malloc(fx_a, 70 * MiB, S1, &p), GA_ERR_OOM);
   cr_assert_null(p);
   char want[1024];
-  snprintf(want, sizeof want,
-           "CUDA out of memory. Tried to allocate 70.00 MiB. GPU 0 has a total capacity of 100.00 MiB of which "
-           "60.00 MiB is free. Of the allocated memory 40.00 MiB is allocated by gardenalloc, and 0 bytes is "
-           "reserved by gardenalloc but unallocated. The largest free block in the cache is 0 bytes.");
+  snprintf(
+      want, sizeof want,
+      "CUDA out of memory. Tried to allocate 70.00 MiB. GPU 0 has a total capacity of 100.00 MiB of which "
+      "60.00 MiB is free. Of the allocated memory 40.00 MiB is allocated by gardenalloc, and 0 bytes is "
+      "reserved by gardenalloc but unallocated. The largest free block in the cache is 0 bytes.");
   cr_assert_str_eq(ga_last_error(), want);
   assert_scalar(num_ooms, 1);
   assert_scalar(num_alloc_retries, 1);
@@ -76,12 +77,14 @@ Test(oom, report_suggests_a_fix_only_when_fragmentation_is_the_cause) {
   cr_assert_eq(ga_malloc(fx_a, 50 * MiB, S1, &p), GA_ERR_OOM);
   cr_assert(strstr(ga_last_error(), "and 40.00 MiB is reserved by gardenalloc but unallocated") != NULL, "%s",
             ga_last_error());
-  cr_assert(strstr(ga_last_error(), "largest free block in the cache is 1024.00 KiB") != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "largest free block in the cache is 1024.00 KiB") != NULL, "%s",
+            ga_last_error());
   cr_assert(strstr(ga_last_error(), "expandable_segments") == NULL, "40 MiB cached cannot hold 50 MiB: %s",
             ga_last_error());
   cr_assert_eq(ga_malloc(fx_a, 30 * MiB, S1, &p), GA_ERR_OOM); /* 40 MiB cached could have held it */
   cr_assert(strstr(ga_last_error(), "Tried to allocate 30.00 MiB") != NULL, "%s", ga_last_error());
-  cr_assert(strstr(ga_last_error(), "setting GARDENALLOC_CONF=expandable_segments:True to avoid fragmentation.") != NULL,
+  cr_assert(strstr(ga_last_error(),
+                   "setting GARDENALLOC_CONF=expandable_segments:True to avoid fragmentation.") != NULL,
             "%s", ga_last_error());
   assert_scalar(num_ooms, 2);
   for (int i = 1; i < 80; i += 2) fx_free(small[i]);

@@ -47,7 +47,8 @@ Test(replay, peaks_of_a_small_trace) {
 }
 
 Test(replay, ooms_are_counted_and_their_frees_skipped) {
-  const char *p = write_trace("1,0,allocate,0x1,83886080,0\n1,0,allocate,0x2,83886080,0\n1,0,free,0x2,83886080,0\n");
+  const char *p =
+      write_trace("1,0,allocate,0x1,83886080,0\n1,0,allocate,0x2,83886080,0\n1,0,free,0x2,83886080,0\n");
   trace t;
   replay_result r;
   char err[256];
@@ -96,7 +97,8 @@ Test(replay, inconsistent_traces_are_refused) {
 
 Test(replay, a_real_pytorch_trace_reaches_its_recorded_peak) {
   const char *csv = GA_SHARED_DIR "/traces/pytorch_snapshots/cs336_medium_ctx128_inference.csv";
-  if (access(csv, R_OK) != 0) cr_skip_test("%s is absent (the shared traces are not beside the checkout)", csv);
+  if (access(csv, R_OK) != 0)
+    cr_skip_test("%s is absent (the shared traces are not beside the checkout)", csv);
   trace t;
   replay_result r;
   char err[512];

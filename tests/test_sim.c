@@ -5,7 +5,7 @@
 #include "device/sim.h"
 
 #define MiB ((size_t)1 << 20)
-#define G (2 * MiB)
+#define G   (2 * MiB)
 
 static ga_device *d;
 
@@ -60,18 +60,18 @@ Test(sim, vmm_calls_enforce_granularity_and_ranges) {
   cr_assert_eq(ga_dev_reserve(d, 4 * G, 0, &va), 0);
   cr_assert_eq((uintptr_t)va % G, 0);
   cr_assert_eq(ga_dev_create(d, 2 * G, &h), 0);
-  cr_assert_eq(ga_dev_map(d, (char *)va + 4096, G, h, 0), GA_DEV_EINVAL);       /* misaligned */
-  cr_assert_eq(ga_dev_map(d, va, 3 * G, h, 0), GA_DEV_EINVAL);                  /* beyond handle */
-  cr_assert_eq(ga_dev_map(d, (char *)va + 3 * G, 2 * G, h, 0), GA_DEV_EINVAL);  /* beyond reservation */
-  cr_assert_eq(ga_dev_map(d, va, G, 12345, 0), GA_DEV_EINVAL);                  /* bad handle */
+  cr_assert_eq(ga_dev_map(d, (char *)va + 4096, G, h, 0), GA_DEV_EINVAL);      /* misaligned */
+  cr_assert_eq(ga_dev_map(d, va, 3 * G, h, 0), GA_DEV_EINVAL);                 /* beyond handle */
+  cr_assert_eq(ga_dev_map(d, (char *)va + 3 * G, 2 * G, h, 0), GA_DEV_EINVAL); /* beyond reservation */
+  cr_assert_eq(ga_dev_map(d, va, G, 12345, 0), GA_DEV_EINVAL);                 /* bad handle */
   cr_assert_eq(ga_dev_map(d, va, 2 * G, h, 0), 0);
-  cr_assert_eq(ga_dev_map(d, va, G, h, 0), GA_DEV_EINVAL);                      /* already mapped */
-  cr_assert_eq(ga_dev_unmap(d, va, G), GA_DEV_EINVAL);                          /* part of a mapping */
-  cr_assert_eq(ga_dev_unreserve(d, va, 4 * G), GA_DEV_EINVAL);                  /* still mapped */
+  cr_assert_eq(ga_dev_map(d, va, G, h, 0), GA_DEV_EINVAL);     /* already mapped */
+  cr_assert_eq(ga_dev_unmap(d, va, G), GA_DEV_EINVAL);         /* part of a mapping */
+  cr_assert_eq(ga_dev_unreserve(d, va, 4 * G), GA_DEV_EINVAL); /* still mapped */
   cr_assert_eq(ga_dev_unmap(d, va, 2 * G), 0);
   cr_assert_eq(ga_dev_release(d, h), 0);
-  cr_assert_eq(ga_dev_release(d, h), GA_DEV_EINVAL);                            /* twice */
-  cr_assert_eq(ga_dev_unreserve(d, va, 2 * G), GA_DEV_EINVAL);                  /* not the whole reservation */
+  cr_assert_eq(ga_dev_release(d, h), GA_DEV_EINVAL);           /* twice */
+  cr_assert_eq(ga_dev_unreserve(d, va, 2 * G), GA_DEV_EINVAL); /* not the whole reservation */
   cr_assert_eq(ga_dev_unreserve(d, va, 4 * G), 0);
 }
 

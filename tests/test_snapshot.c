@@ -35,11 +35,17 @@ Test(snapshot, segments_blocks_and_states) {
   cr_assert_eq(count(s, "\"state\":\"active_pending_free\""), 1);
   cr_assert_eq(count(s, "\"state\":\"inactive\""), 2, "the free tails of both segments");
   char want[128];
-  snprintf(want, sizeof want, "\"address\":%llu,\"size\":3145728,\"requested_size\":3145728,\"state\":\"active_allocated\"",
+  snprintf(want, sizeof want,
+           "\"address\":%llu,\"size\":3145728,\"requested_size\":3145728,\"state\":\"active_allocated\"",
            (unsigned long long)(uintptr_t)a);
   cr_assert(strstr(s, want) != NULL, "%s", s);
-  cr_assert(strstr(s, "\"total_size\":20971520,\"allocated_size\":3145728,\"active_size\":6291456,\"requested_size\":6291456") != NULL, "%s", s);
-  cr_assert(strstr(s, "\"PYTORCH_CUDA_ALLOC_CONF\":\"max_split_size_mb:64\",\"max_split_size\":67108864") != NULL, "%s", s);
+  cr_assert(strstr(s,
+                   "\"total_size\":20971520,\"allocated_size\":3145728,\"active_size\":6291456,\"requested_"
+                   "size\":6291456") != NULL,
+            "%s", s);
+  cr_assert(
+      strstr(s, "\"PYTORCH_CUDA_ALLOC_CONF\":\"max_split_size_mb:64\",\"max_split_size\":67108864") != NULL,
+      "%s", s);
   cr_assert(strstr(s, "\"device_traces\":[[]]") != NULL, "nothing recorded when recording is off");
   free(s);
   ga_sim_hold_stream(fx_dev, S2, 0);
@@ -55,7 +61,8 @@ Test(snapshot, the_history_records_every_event_in_order) {
   void *p;
   cr_assert_eq(ga_malloc(fx_a, 100 * MiB, S1, &p), GA_ERR_OOM);
   char *s = snap();
-  const char *order[] = {"segment_alloc", "\"alloc\"", "free_requested", "free_completed", "segment_free", "\"oom\""};
+  const char *order[] = {"segment_alloc",  "\"alloc\"",    "free_requested",
+                         "free_completed", "segment_free", "\"oom\""};
   const char *at = s;
   for (int i = 0; i < 6; i++) {
     const char *q = strstr(at, order[i]);

@@ -33,7 +33,8 @@ Test(stats, every_metric_follows_a_scenario) {
 
 /* inactive_split changes by the net difference of each split or merge, as
  * PyTorch counts it, so its allocated/freed totals are PyTorch's too. */
-static void assert_split(int64_t cur, int64_t alloc, int64_t freed, int64_t bcur, int64_t balloc, int64_t bfreed) {
+static void assert_split(int64_t cur, int64_t alloc, int64_t freed, int64_t bcur, int64_t balloc,
+                         int64_t bfreed) {
   ga_stats_t s = fx_stats();
   const ga_stat_t *n = &s.inactive_split[GA_POOL_LARGE], *b = &s.inactive_split_bytes[GA_POOL_LARGE];
   cr_assert_eq(n->current, cur);

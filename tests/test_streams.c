@@ -9,8 +9,8 @@ Test(streams, no_reuse_before_recorded_events_complete_and_reuse_after) {
   void *p = fx_alloc_on(8 * MiB, S1);
   cr_assert_eq(ga_record_stream(fx_a, p, S2), GA_OK);
   fx_free(p);
-  assert_stat(active, GA_POOL_ALL, 1);        /* pending: still active */
-  assert_stat(allocation, GA_POOL_ALL, 0);    /* but no longer allocated */
+  assert_stat(active, GA_POOL_ALL, 1);     /* pending: still active */
+  assert_stat(allocation, GA_POOL_ALL, 0); /* but no longer allocated */
   assert_stat(requested_bytes, GA_POOL_ALL, 8 * MiB);
   void *q = fx_alloc_on(8 * MiB, S1);
   cr_assert_neq(q, p, "reused while S2 may still read it");
@@ -104,6 +104,7 @@ Test(streams, record_stream_of_a_bad_pointer_is_refused) {
   fx_open(NULL, GiB);
   int x;
   cr_assert_eq(ga_record_stream(fx_a, &x, S2), GA_ERR_BAD_POINTER);
-  cr_assert(strstr(ga_last_error(), "ga_record_stream") && strstr(ga_last_error(), "not allocated by this allocator"),
+  cr_assert(strstr(ga_last_error(), "ga_record_stream") &&
+                strstr(ga_last_error(), "not allocated by this allocator"),
             "%s", ga_last_error());
 }

@@ -19,7 +19,8 @@ static int well_formed(const trace *t) {
   for (size_t i = 0; i < t->n; i++) {
     const trace_event *e = &t->ev[i];
     if (e->is_free) {
-      cr_assert(live[e->id], "%s: event %zu frees id %llu that is not live", t->path, i, (unsigned long long)e->id);
+      cr_assert(live[e->id], "%s: event %zu frees id %llu that is not live", t->path, i,
+                (unsigned long long)e->id);
       live[e->id] = 0;
     } else {
       cr_assert(!live[e->id], "%s: id %llu allocated twice", t->path, (unsigned long long)e->id);
@@ -75,7 +76,8 @@ Test(workloads, each_replays_in_both_modes_without_oom) {
       replay_result r;
       char err[512];
       replay_samples s = {.max = 50};
-      cr_assert_eq(trace_replay_ex(&t, confs[c], &r, &s, 0, err, sizeof err), 0, "%s: %s", ga_workloads[w].name, err);
+      cr_assert_eq(trace_replay_ex(&t, confs[c], &r, &s, 0, err, sizeof err), 0, "%s: %s",
+                   ga_workloads[w].name, err);
       cr_assert_eq(r.num_ooms, 0, "%s under %s", ga_workloads[w].name, confs[c]);
       cr_assert_geq(r.peak_reserved, r.peak_allocated);
       cr_assert_geq(r.peak_allocated, r.peak_requested);

@@ -21,14 +21,18 @@ static ga_device *tw_dev;
 static inline void tw_pattern(unsigned char *c, size_t n, unsigned seed, int check, int *bad) {
   for (size_t i = 0; i < n; i++) {
     unsigned char v = (unsigned char)((i * 131u + seed * 7u) ^ (i >> 8));
-    if (!check) c[i] = v;
-    else if (c[i] != v) { (*bad)++; return; }
+    if (!check)
+      c[i] = v;
+    else if (c[i] != v) {
+      (*bad)++;
+      return;
+    }
   }
 }
 
 #define THREADS 8
-#define STEPS 20000
-#define SLOTS 24
+#define STEPS   20000
+#define SLOTS   24
 
 typedef struct worker {
   int id;
@@ -91,7 +95,6 @@ static inline void *work(void *arg) {
     if (ptr[i] && ga_free(tw_a, ptr[i]) != GA_OK) w->errors++;
   return NULL;
 }
-
 
 static inline void *tw_hold_and_release(void *arg) {
   (void)arg;

@@ -27,8 +27,9 @@ static int run(const char *conf, int with_controls) {
   int ok = errors == 0 && ga_check(tw_a) == 0 && s.allocation[GA_POOL_ALL].current == 0;
   ga_destroy(tw_a);
   ga_dev_destroy(tw_dev);
-  printf("%s [%s]: %s (%d errors)\n", with_controls ? "threads_with_stream_controls" : "threads_allocate_and_free",
-         conf, ok ? "ok" : "FAILED", errors);
+  printf("%s [%s]: %s (%d errors)\n",
+         with_controls ? "threads_with_stream_controls" : "threads_allocate_and_free", conf,
+         ok ? "ok" : "FAILED", errors);
   return ok;
 }
 

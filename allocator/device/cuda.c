@@ -32,40 +32,39 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
 
 /* ---- The driver entry points, resolved once ---- */
 
-#define GA_CU_FUNCS(X)                                                                            \
-  X(cuInit, "cuInit", (unsigned))                                                                 \
-  X(cuGetErrorName, "cuGetErrorName", (CUresult, const char **))                                  \
-  X(cuDeviceGetCount, "cuDeviceGetCount", (int *))                                                \
-  X(cuDeviceGet, "cuDeviceGet", (CUdevice *, int))                                                \
-  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))                \
-  X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))                        \
-  X(cuCtxGetCurrent, "cuCtxGetCurrent", (CUcontext *))                                            \
-  X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                              \
-  X(cuCtxSynchronize, "cuCtxSynchronize", (void))                                                 \
-  X(cuMemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                                        \
-  X(cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                         \
-  X(cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                                     \
-  X(cuMemAddressReserve, "cuMemAddressReserve",                                                   \
-    (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))                             \
-  X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))                                  \
-  X(cuMemCreate, "cuMemCreate",                                                                   \
-    (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))    \
-  X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))                                 \
-  X(cuMemMap, "cuMemMap",                                                                         \
-    (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))              \
-  X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                              \
-  X(cuMemSetAccess, "cuMemSetAccess", (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))     \
-  X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity",                               \
-    (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))                    \
-  X(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                        \
-  X(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                          \
-  X(cuEventQuery, "cuEventQuery", (CUevent))                                                      \
-  X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                                          \
-  X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                               \
-  X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                       \
-  X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                \
-  X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr, const void *, size_t))                          \
-  X(cuStreamIsCapturing, "cuStreamIsCapturing", (CUstream, CUstreamCaptureStatus *))               \
+#define GA_CU_FUNCS(X)                                                                                     \
+  X(cuInit, "cuInit", (unsigned))                                                                          \
+  X(cuGetErrorName, "cuGetErrorName", (CUresult, const char **))                                           \
+  X(cuDeviceGetCount, "cuDeviceGetCount", (int *))                                                         \
+  X(cuDeviceGet, "cuDeviceGet", (CUdevice *, int))                                                         \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))                         \
+  X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))                                 \
+  X(cuCtxGetCurrent, "cuCtxGetCurrent", (CUcontext *))                                                     \
+  X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                                       \
+  X(cuCtxSynchronize, "cuCtxSynchronize", (void))                                                          \
+  X(cuMemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                                                 \
+  X(cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                                  \
+  X(cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                                              \
+  X(cuMemAddressReserve, "cuMemAddressReserve",                                                            \
+    (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))                                      \
+  X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))                                           \
+  X(cuMemCreate, "cuMemCreate",                                                                            \
+    (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))             \
+  X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))                                          \
+  X(cuMemMap, "cuMemMap", (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
+  X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                                       \
+  X(cuMemSetAccess, "cuMemSetAccess", (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))              \
+  X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity",                                        \
+    (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))                             \
+  X(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                                 \
+  X(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                                   \
+  X(cuEventQuery, "cuEventQuery", (CUevent))                                                               \
+  X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                                                   \
+  X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                                        \
+  X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                                \
+  X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                        \
+  X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr, const void *, size_t))                                  \
+  X(cuStreamIsCapturing, "cuStreamIsCapturing", (CUstream, CUstreamCaptureStatus *))                       \
   X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", (CUstreamCaptureMode *))
 
 static struct {
@@ -84,14 +83,14 @@ static void cu_load(void) {
     snprintf(cu_load_error, sizeof cu_load_error, "cannot load libcuda.so.1 (%s)", dlerror());
     return;
   }
-#define GA_X(field, sym, args)                                                                     \
-  {                                                                                                \
-    void *sym_ = dlsym(lib, sym);                                                                  \
-    memcpy(&cu.field, &sym_, sizeof sym_);                                                         \
-  }                                                                                                \
-  if (!cu.field) {                                                                                 \
+#define GA_X(field, sym, args)                                                                      \
+  {                                                                                                 \
+    void *sym_ = dlsym(lib, sym);                                                                   \
+    memcpy(&cu.field, &sym_, sizeof sym_);                                                          \
+  }                                                                                                 \
+  if (!cu.field) {                                                                                  \
     snprintf(cu_load_error, sizeof cu_load_error, "libcuda.so.1 has no %s (driver too old?)", sym); \
-    return;                                                                                        \
+    return;                                                                                         \
   }
   GA_CU_FUNCS(GA_X)
 #undef GA_X
@@ -146,14 +145,18 @@ static int cuda_granularity(ga_device *d, size_t *g) {
   return CALL(d, cu.cuMemGetAllocationGranularity(g, &cd(d)->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
               "cuMemGetAllocationGranularity");
 }
-static int cuda_mem_info(ga_device *d, size_t *f, size_t *t) { return CALL(d, cu.cuMemGetInfo(f, t), "cuMemGetInfo"); }
+static int cuda_mem_info(ga_device *d, size_t *f, size_t *t) {
+  return CALL(d, cu.cuMemGetInfo(f, t), "cuMemGetInfo");
+}
 static int cuda_malloc(ga_device *d, size_t size, void **ptr) {
   CUdeviceptr p = 0;
   int rc = CALL(d, cu.cuMemAlloc(&p, size), "cuMemAlloc");
   if (!rc) *ptr = (void *)(uintptr_t)p;
   return rc;
 }
-static int cuda_free(ga_device *d, void *ptr) { return CALL(d, cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr), "cuMemFree"); }
+static int cuda_free(ga_device *d, void *ptr) {
+  return CALL(d, cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr), "cuMemFree");
+}
 static int cuda_reserve(ga_device *d, size_t size, size_t align, void **va) {
   CUdeviceptr p = 0;
   int rc = CALL(d, cu.cuMemAddressReserve(&p, size, align, 0, 0), "cuMemAddressReserve");
@@ -169,7 +172,9 @@ static int cuda_create(ga_device *d, size_t size, ga_mem_handle *h) {
   if (!rc) *h = (ga_mem_handle)x;
   return rc;
 }
-static int cuda_release(ga_device *d, ga_mem_handle h) { return CALL(d, cu.cuMemRelease((CUmemGenericAllocationHandle)h), "cuMemRelease"); }
+static int cuda_release(ga_device *d, ga_mem_handle h) {
+  return CALL(d, cu.cuMemRelease((CUmemGenericAllocationHandle)h), "cuMemRelease");
+}
 static int cuda_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t offset) {
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)va;
   int rc = CALL(d, cu.cuMemMap(p, size, offset, (CUmemGenericAllocationHandle)h, 0), "cuMemMap");
@@ -192,7 +197,8 @@ static int cuda_set_access(ga_device *d, void *va, size_t size, const int *devic
 }
 static int cuda_copy(ga_device *d, void *host, void *dev, size_t size, int to_host) {
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)dev;
-  return to_host ? CALL(d, cu.cuMemcpyDtoH(host, p, size), "cuMemcpyDtoH") : CALL(d, cu.cuMemcpyHtoD(p, host, size), "cuMemcpyHtoD");
+  return to_host ? CALL(d, cu.cuMemcpyDtoH(host, p, size), "cuMemcpyDtoH")
+                 : CALL(d, cu.cuMemcpyHtoD(p, host, size), "cuMemcpyHtoD");
 }
 static int cuda_unmap(ga_device *d, void *va, size_t size) {
   return CALL(d, cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, size), "cuMemUnmap");
@@ -206,11 +212,15 @@ static int cuda_event_create(ga_device *d, ga_event *e) {
 static int cuda_event_record(ga_device *d, ga_event e, ga_stream_t s) {
   return CALL(d, cu.cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord");
 }
-static int cuda_event_query(ga_device *d, ga_event e) { return CALL(d, cu.cuEventQuery((CUevent)e), "cuEventQuery"); }
+static int cuda_event_query(ga_device *d, ga_event e) {
+  return CALL(d, cu.cuEventQuery((CUevent)e), "cuEventQuery");
+}
 static int cuda_event_synchronize(ga_device *d, ga_event e) {
   return CALL(d, cu.cuEventSynchronize((CUevent)e), "cuEventSynchronize");
 }
-static int cuda_event_destroy(ga_device *d, ga_event e) { return CALL(d, cu.cuEventDestroy((CUevent)e), "cuEventDestroy"); }
+static int cuda_event_destroy(ga_device *d, ga_event e) {
+  return CALL(d, cu.cuEventDestroy((CUevent)e), "cuEventDestroy");
+}
 static int cuda_stream_synchronize(ga_device *d, ga_stream_t s) {
   return CALL(d, cu.cuStreamSynchronize((CUstream)s), "cuStreamSynchronize");
 }

@@ -23,12 +23,12 @@
 /* ---- Error codes ---- */
 enum {
   GA_DEV_OK = 0,
-  GA_DEV_EOOM = 1,         /* not enough device memory */
-  GA_DEV_EINVAL = 2,       /* an argument broke the call's rules (alignment, range, handle) */
-  GA_DEV_ENOTREADY = 3,    /* event_query: the event has not completed (not a failure) */
-  GA_DEV_EDRIVER = 4,      /* any other driver failure */
-  GA_DEV_ENODEV = 5,       /* no driver or no such device */
-  GA_DEV_ECAPTURE = 6,     /* the call is not permitted while the stream is capturing */
+  GA_DEV_EOOM = 1,      /* not enough device memory */
+  GA_DEV_EINVAL = 2,    /* an argument broke the call's rules (alignment, range, handle) */
+  GA_DEV_ENOTREADY = 3, /* event_query: the event has not completed (not a failure) */
+  GA_DEV_EDRIVER = 4,   /* any other driver failure */
+  GA_DEV_ENODEV = 5,    /* no driver or no such device */
+  GA_DEV_ECAPTURE = 6,  /* the call is not permitted while the stream is capturing */
 };
 
 typedef struct ga_device ga_device;
@@ -113,10 +113,10 @@ typedef struct ga_device_ops {
 
 struct ga_device {
   const ga_device_ops *ops;
-  int ordinal;                           /* device number on the backend */
-  uint64_t calls[GA_CALL_COUNT];         /* calls made, by kind */
-  uint64_t failures[GA_CALL_COUNT];      /* calls that failed (ENOTREADY excluded) */
-  char error[512];                       /* text of the last failure */
+  int ordinal;                      /* device number on the backend */
+  uint64_t calls[GA_CALL_COUNT];    /* calls made, by kind */
+  uint64_t failures[GA_CALL_COUNT]; /* calls that failed (ENOTREADY excluded) */
+  char error[512];                  /* text of the last failure */
 };
 
 /* Opens a backend. `backend` is "auto", "cuda" or "sim". For "auto" a missing

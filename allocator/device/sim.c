@@ -30,27 +30,30 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define SIM_GRAN ((size_t)2 << 20)
+#define SIM_GRAN  ((size_t)2 << 20)
 #define SIM_MAGIC 0x5157u
 
 /* ---- Types ---- */
 
 typedef struct sim_handle {
-  size_t ngran;      /* 0 = free slot */
-  uint32_t *gran;    /* granule indices, ngran of them */
-  size_t maps;       /* mappings that use it */
-  int released;      /* release() called; freed when maps reaches 0 */
+  size_t ngran;   /* 0 = free slot */
+  uint32_t *gran; /* granule indices, ngran of them */
+  size_t maps;    /* mappings that use it */
+  int released;   /* release() called; freed when maps reaches 0 */
 } sim_handle;
 
 typedef struct sim_range {
   uintptr_t va;
   size_t size;
-  ga_mem_handle h;   /* mappings and mallocs: the handle */
-  size_t offset;     /* mappings: offset in the handle */
-  uint64_t access;   /* mappings: devices that may read and write it (bit = ordinal) */
+  ga_mem_handle h; /* mappings and mallocs: the handle */
+  size_t offset;   /* mappings: offset in the handle */
+  uint64_t access; /* mappings: devices that may read and write it (bit = ordinal) */
 } sim_range;
 
-typedef struct sim_ranges { sim_range *v; size_t n, cap; } sim_ranges;
+typedef struct sim_ranges {
+  sim_range *v;
+  size_t n, cap;
+} sim_ranges;
 
 typedef struct sim_event {
   unsigned magic;
@@ -58,18 +61,27 @@ typedef struct sim_event {
   int pending;
 } sim_event;
 
-typedef struct sim_stream { ga_stream_t s; int held; int capturing; } sim_stream;
+typedef struct sim_stream {
+  ga_stream_t s;
+  int held;
+  int capturing;
+} sim_stream;
 
-typedef struct sim_fault { unsigned countdown; int err; int repeat; int armed; } sim_fault;
+typedef struct sim_fault {
+  unsigned countdown;
+  int err;
+  int repeat;
+  int armed;
+} sim_fault;
 
 typedef struct sim_device {
   ga_device base;
   pthread_mutex_t mu;
   int fd;
-  size_t ngran, used;      /* granules in all, granules in use */
-  uint64_t *bitmap;        /* 1 = granule in use */
-  size_t hint;             /* first word that may have a free granule */
-  sim_handle *handles;     /* index = handle id - 1 */
+  size_t ngran, used;  /* granules in all, granules in use */
+  uint64_t *bitmap;    /* 1 = granule in use */
+  size_t hint;         /* first word that may have a free granule */
+  sim_handle *handles; /* index = handle id - 1 */
   size_t nhandles, live_handles;
   sim_ranges resv, maps, mallocs;
   sim_event **events;
@@ -79,8 +91,8 @@ typedef struct sim_device {
   sim_fault faults[GA_CALL_COUNT];
   uint64_t waits;
   uint64_t faults_fired;
-  int ndevices;            /* devices of the simulated machine */
-  int capturing;           /* streams capturing a graph now */
+  int ndevices;             /* devices of the simulated machine */
+  int capturing;            /* streams capturing a graph now */
   uint64_t captures_broken; /* calls that would have invalidated a capture */
 } sim_device;
 
@@ -99,8 +111,10 @@ static sim_device *sim_of(const ga_device *d) {
 static int capture_breaks(sim_device *s, const char *call) {
   if (!s->capturing || thread_relaxed) return 0;
   s->captures_broken++;
-  ga_dev_set_error(&s->base, "%s: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (a stream is capturing and this thread is "
-                   "in the global capture mode)", call);
+  ga_dev_set_error(&s->base,
+                   "%s: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (a stream is capturing and this thread is "
+                   "in the global capture mode)",
+                   call);
   return GA_DEV_ECAPTURE;
 }
 
@@ -109,7 +123,10 @@ static int capture_breaks(sim_device *s, const char *call) {
 static int fault_hit(sim_device *s, ga_device_call_t k, const char *call) {
   sim_fault *f = &s->faults[k];
   if (!f->armed) return 0;
-  if (f->countdown > 1) { f->countdown--; return 0; }
+  if (f->countdown > 1) {
+    f->countdown--;
+    return 0;
+  }
   if (!f->repeat) f->armed = 0;
   s->faults_fired++;
   ga_dev_set_error(&s->base, "%s: %s (injected fault)", call,
@@ -124,7 +141,10 @@ static size_t ranges_lower(const sim_ranges *r, uintptr_t key) {
   size_t lo = 0, hi = r->n;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (r->v[mid].va < key) lo = mid + 1; else hi = mid;
+    if (r->v[mid].va < key)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -168,8 +188,10 @@ static int ranges_overlap(const sim_ranges *r, uintptr_t va, size_t size) {
 
 static int gran_used(const sim_device *s, size_t g) { return (s->bitmap[g / 64] >> (g % 64)) & 1; }
 static void gran_set(sim_device *s, size_t g, int on) {
-  if (on) s->bitmap[g / 64] |= (uint64_t)1 << (g % 64);
-  else s->bitmap[g / 64] &= ~((uint64_t)1 << (g % 64));
+  if (on)
+    s->bitmap[g / 64] |= (uint64_t)1 << (g % 64);
+  else
+    s->bitmap[g / 64] &= ~((uint64_t)1 << (g % 64));
 }
 
 /* Picks n free granules: the first contiguous run if there is one, else the
@@ -177,8 +199,15 @@ static void gran_set(sim_device *s, size_t g, int on) {
 static void gran_pick(sim_device *s, size_t n, uint32_t *out) {
   size_t run = 0, start = 0;
   for (size_t g = s->hint * 64; g < s->ngran; g++) {
-    if (g % 64 == 0 && s->bitmap[g / 64] == ~(uint64_t)0) { g += 63; run = 0; continue; }
-    if (gran_used(s, g)) { run = 0; continue; }
+    if (g % 64 == 0 && s->bitmap[g / 64] == ~(uint64_t)0) {
+      g += 63;
+      run = 0;
+      continue;
+    }
+    if (gran_used(s, g)) {
+      run = 0;
+      continue;
+    }
     if (run++ == 0) start = g;
     if (run == n) {
       for (size_t i = 0; i < n; i++) out[i] = (uint32_t)(start + i);
@@ -289,8 +318,7 @@ static void do_release(sim_device *s, sim_handle *x) {
 }
 
 static void protnone(uintptr_t va, size_t size) {
-  (void)mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
-             0);
+  (void)mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
 static int do_map(sim_device *s, uintptr_t va, size_t size, ga_mem_handle h, size_t offset) {
@@ -308,8 +336,11 @@ static int do_map(sim_device *s, uintptr_t va, size_t size, ga_mem_handle h, siz
     }
     i += run;
   }
-  if (ranges_insert(&s->maps, (sim_range){.va = va, .size = size, .h = h, .offset = offset,
-                                          .access = (uint64_t)1 << s->base.ordinal}) != 0) {
+  if (ranges_insert(
+          &s->maps,
+          (sim_range){
+              .va = va, .size = size, .h = h, .offset = offset, .access = (uint64_t)1 << s->base.ordinal}) !=
+      0) {
     protnone(va, size);
     ga_dev_set_error(&s->base, "map: host out of memory");
     return GA_DEV_EDRIVER;
@@ -356,7 +387,10 @@ static int sim_malloc(ga_device *d, size_t size, void **ptr) {
   void *va = NULL;
   ga_mem_handle h = 0;
   if (rc) goto out;
-  if (size == 0) { *ptr = NULL; goto out; }
+  if (size == 0) {
+    *ptr = NULL;
+    goto out;
+  }
   if (rsize < size || rsize / SIM_GRAN > s->ngran - s->used) {
     ga_dev_set_error(d, "malloc: CUDA_ERROR_OUT_OF_MEMORY (%zu bytes asked, %zu free)", size,
                      (s->ngran - s->used) * SIM_GRAN);
@@ -413,7 +447,9 @@ static int sim_reserve(ga_device *d, size_t size, size_t align, void **va) {
   if (!rc) rc = capture_breaks(s, "reserve");
   if (rc) goto out;
   if (size == 0 || size % SIM_GRAN || (align && (align % SIM_GRAN || (align & (align - 1))))) {
-    ga_dev_set_error(d, "reserve: CUDA_ERROR_INVALID_VALUE (size %zu and alignment %zu must be multiples of the %zu-byte granularity)",
+    ga_dev_set_error(d,
+                     "reserve: CUDA_ERROR_INVALID_VALUE (size %zu and alignment %zu must be multiples of the "
+                     "%zu-byte granularity)",
                      size, align, SIM_GRAN);
     rc = GA_DEV_EINVAL;
     goto out;
@@ -452,8 +488,9 @@ static int sim_create(ga_device *d, size_t size, ga_mem_handle *h) {
   if (!rc) rc = capture_breaks(s, "create");
   if (rc) goto out;
   if (size == 0 || size % SIM_GRAN) {
-    ga_dev_set_error(d, "create: CUDA_ERROR_INVALID_VALUE (size %zu is not a multiple of the %zu-byte granularity)",
-                     size, SIM_GRAN);
+    ga_dev_set_error(
+        d, "create: CUDA_ERROR_INVALID_VALUE (size %zu is not a multiple of the %zu-byte granularity)", size,
+        SIM_GRAN);
     rc = GA_DEV_EINVAL;
     goto out;
   }
@@ -491,7 +528,8 @@ static int sim_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t 
   sim_handle *x = handle_get(s, h);
   long r = ranges_find(&s->resv, v);
   const char *why = NULL;
-  if (!x) why = "the handle is not live";
+  if (!x)
+    why = "the handle is not live";
   else if (size == 0 || v % SIM_GRAN || size % SIM_GRAN || offset % SIM_GRAN)
     why = "address, size and offset must be multiples of the granularity";
   else if (offset > x->ngran * SIM_GRAN || size > x->ngran * SIM_GRAN - offset)
@@ -523,7 +561,8 @@ static int sim_unmap(ga_device *d, void *va, size_t size) {
   uintptr_t at = v;
   while (j < s->maps.n && s->maps.v[j].va == at && at < v + size) at += s->maps.v[j++].size;
   if (size == 0 || at != v + size || ranges_find(&s->mallocs, v) >= 0) {
-    ga_dev_set_error(d, "unmap: CUDA_ERROR_INVALID_VALUE (%p+%zu is not a union of whole mappings)", va, size);
+    ga_dev_set_error(d, "unmap: CUDA_ERROR_INVALID_VALUE (%p+%zu is not a union of whole mappings)", va,
+                     size);
     rc = GA_DEV_EINVAL;
     goto out;
   }
@@ -541,10 +580,11 @@ static int sim_set_access(ga_device *d, void *va, size_t size, const int *device
   uint64_t mask = 0;
   for (int i = 0; !rc && i < n; i++) {
     if (devices[i] < 0 || devices[i] >= s->ndevices) {
-      ga_dev_set_error(d, "set_access: CUDA_ERROR_INVALID_DEVICE (device %d; the machine has %d)", devices[i], s->ndevices);
+      ga_dev_set_error(d, "set_access: CUDA_ERROR_INVALID_DEVICE (device %d; the machine has %d)", devices[i],
+                       s->ndevices);
       rc = GA_DEV_EINVAL;
-    }
-    else mask |= (uint64_t)1 << devices[i];
+    } else
+      mask |= (uint64_t)1 << devices[i];
   }
   /* The range must be mapped from end to end. */
   long first = ranges_find(&s->maps, v);
@@ -553,7 +593,8 @@ static int sim_set_access(ga_device *d, void *va, size_t size, const int *device
   while (!rc && first >= 0 && j < s->maps.n && s->maps.v[j].va <= at && at < v + size)
     at = s->maps.v[j].va + s->maps.v[j].size, j++;
   if (!rc && (size == 0 || first < 0 || at < v + size)) {
-    ga_dev_set_error(d, "set_access: CUDA_ERROR_INVALID_VALUE (%p+%zu is not mapped from end to end)", va, size);
+    ga_dev_set_error(d, "set_access: CUDA_ERROR_INVALID_VALUE (%p+%zu is not mapped from end to end)", va,
+                     size);
     rc = GA_DEV_EINVAL;
   }
   for (size_t k = i; !rc && k < j; k++) s->maps.v[k].access = mask;
@@ -689,7 +730,10 @@ static int sim_event_destroy(ga_device *d, ga_event e) {
   }
   if (!rc) {
     for (size_t i = 0; i < s->nevents; i++)
-      if (s->events[i] == ev) { s->events[i] = s->events[--s->nevents]; break; }
+      if (s->events[i] == ev) {
+        s->events[i] = s->events[--s->nevents];
+        break;
+      }
     ev->magic = 0;
     free(ev);
   }
@@ -800,8 +844,8 @@ int ga_sim_open(int ordinal, size_t capacity, ga_device **out, char *err, size_t
 
 int ga_sim_open_of(int ordinal, int ndevices, size_t capacity, ga_device **out, char *err, size_t errlen) {
   if (ordinal < 0 || ordinal >= ndevices || ndevices > 64) {
-    snprintf(err, errlen, "sim: device %d does not exist (the simulated machine has %d; set sim_devices)", ordinal,
-             ndevices);
+    snprintf(err, errlen, "sim: device %d does not exist (the simulated machine has %d; set sim_devices)",
+             ordinal, ndevices);
     return GA_DEV_ENODEV;
   }
   size_t ngran = capacity / SIM_GRAN;

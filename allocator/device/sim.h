@@ -13,16 +13,16 @@
 
 /* What the simulated device holds right now. */
 typedef struct ga_sim_usage {
-  size_t capacity;        /* bytes of simulated device memory */
-  size_t used;            /* bytes of physical memory allocated (malloc + create) */
-  size_t live_mallocs;    /* malloc'd ranges not yet freed */
-  size_t live_handles;    /* create'd handles not yet released (or still mapped) */
+  size_t capacity;     /* bytes of simulated device memory */
+  size_t used;         /* bytes of physical memory allocated (malloc + create) */
+  size_t live_mallocs; /* malloc'd ranges not yet freed */
+  size_t live_handles; /* create'd handles not yet released (or still mapped) */
   size_t live_reservations;
   size_t live_mappings;
   size_t live_events;
-  size_t pending_events;  /* recorded on a held stream, not yet complete */
-  uint64_t waits;         /* synchronisations that had to wait for held work */
-  uint64_t faults_fired;  /* injected faults that made a call fail */
+  size_t pending_events;    /* recorded on a held stream, not yet complete */
+  uint64_t waits;           /* synchronisations that had to wait for held work */
+  uint64_t faults_fired;    /* injected faults that made a call fail */
   uint64_t captures_broken; /* calls refused because they would invalidate a capture */
 } ga_sim_usage;
 

@@ -35,7 +35,8 @@ static ga_private *routed(ga_allocator_t *a, ga_stream_t stream) {
 
 /* Best fit on (stream, size, address) with the oversize rules; the block
  * found stays in its tree. */
-static ga_block *get_free_block(ga_allocator_t *a, ga_pool *trees, int pool, ga_stream_t stream, size_t size) {
+static ga_block *get_free_block(ga_allocator_t *a, ga_pool *trees, int pool, ga_stream_t stream,
+                                size_t size) {
   ga_pool *p = &trees[pool];
   if (a->allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
   ga_block *b = ga_pool_lower_bound(p, stream, size, 0);
@@ -70,7 +71,8 @@ static int relax_capture(ga_allocator_t *a, int *prev) {
 static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream_t stream, int retry,
                        int *fraction_refused, ga_block **out) {
   if (retry) a->stats.num_alloc_retries++;
-  if (a->allowed_max != SIZE_MAX && (a->reserved > a->allowed_max || alloc_size > a->allowed_max - a->reserved)) {
+  if (a->allowed_max != SIZE_MAX &&
+      (a->reserved > a->allowed_max || alloc_size > a->allowed_max - a->reserved)) {
     *fraction_refused = 1;
     return GA_DEV_EOOM;
   }
@@ -125,7 +127,8 @@ static int grow_expandable(ga_allocator_t *a, ga_private *priv, int pool, ga_str
 
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {
   if (size > GA_MAX_REQUEST) {
-    ga_error_set("CUDA out of memory. Tried to allocate more than 1EB memory. (ga_malloc of %zu bytes)", size);
+    ga_error_set("CUDA out of memory. Tried to allocate more than 1EB memory. (ga_malloc of %zu bytes)",
+                 size);
     return GA_ERR_OOM;
   }
   if (a->npending && !a->routing) ga_stream_process_events_locked(a); /* not during a capture */
@@ -167,8 +170,10 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   ga_block *got = ga_block_hand_out_locked(a, b, size, rounded, in_tree);
   if (!got) {
     /* Host OOM for bookkeeping: put the block back where it came from. */
-    if (fresh) (void)ga_native_segment_release_locked(a, b);
-    else if (!in_tree) ga_block_to_free_tree_locked(a, b);
+    if (fresh)
+      (void)ga_native_segment_release_locked(a, b);
+    else if (!in_tree)
+      ga_block_to_free_tree_locked(a, b);
     ga_error_set("ga_malloc: host out of memory for bookkeeping (%zu bytes asked)", size);
     return GA_ERR_HOST_MEMORY;
   }
@@ -184,13 +189,18 @@ static void diagnose_bad_free(ga_allocator_t *a, const char *fn, void *ptr) {
     for (ga_block *b = s->head; b; b = b->next) {
       if (p < b->ptr || p - b->ptr >= b->size) continue;
       if (b->ptr != p && b->state != GA_BLOCK_FREE)
-        ga_error_set("%s: %p points %zu bytes inside the allocation at %p (%zu bytes); pass the pointer "
-                     "ga_malloc returned", fn, ptr, (size_t)(p - b->ptr), (void *)b->ptr, b->size);
+        ga_error_set(
+            "%s: %p points %zu bytes inside the allocation at %p (%zu bytes); pass the pointer "
+            "ga_malloc returned",
+            fn, ptr, (size_t)(p - b->ptr), (void *)b->ptr, b->size);
       else if (b->state == GA_BLOCK_PENDING)
-        ga_error_set("%s: %p was already freed (double free; its block still waits on stream events)", fn, ptr);
+        ga_error_set("%s: %p was already freed (double free; its block still waits on stream events)", fn,
+                     ptr);
       else
-        ga_error_set("%s: %p is not a live allocation: it lies in cached free memory of this allocator "
-                     "(already freed: double free?)", fn, ptr);
+        ga_error_set(
+            "%s: %p is not a live allocation: it lies in cached free memory of this allocator "
+            "(already freed: double free?)",
+            fn, ptr);
       return;
     }
   }

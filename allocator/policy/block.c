@@ -54,8 +54,10 @@ static int should_split(const ga_allocator_t *a, const ga_block *b, size_t size)
 
 ga_block *ga_block_new_locked(ga_allocator_t *a) {
   ga_block *b = a->block_cache;
-  if (b) a->block_cache = b->next;
-  else if (!(b = malloc(sizeof *b))) return NULL;
+  if (b)
+    a->block_cache = b->next;
+  else if (!(b = malloc(sizeof *b)))
+    return NULL;
   *b = (ga_block){0};
   return b;
 }
@@ -112,10 +114,14 @@ static void retree(ga_allocator_t *a, ga_block *x, size_t xsize, uintptr_t xptr,
   int counted = becomes_free(p, y);
   int64_t n = counted - was - gone;
   int64_t bytes = (counted ? (int64_t)y->size : 0) - (was ? (int64_t)xsize : 0) - (int64_t)gone_bytes;
-  if (n > 0) ga_pstat_inc(a->stats.inactive_split, y->pool, (uint64_t)n);
-  else if (n < 0) ga_pstat_dec(a->stats.inactive_split, y->pool, (uint64_t)-n);
-  if (bytes > 0) ga_pstat_inc(a->stats.inactive_split_bytes, y->pool, (uint64_t)bytes);
-  else if (bytes < 0) ga_pstat_dec(a->stats.inactive_split_bytes, y->pool, (uint64_t)-bytes);
+  if (n > 0)
+    ga_pstat_inc(a->stats.inactive_split, y->pool, (uint64_t)n);
+  else if (n < 0)
+    ga_pstat_dec(a->stats.inactive_split, y->pool, (uint64_t)-n);
+  if (bytes > 0)
+    ga_pstat_inc(a->stats.inactive_split_bytes, y->pool, (uint64_t)bytes);
+  else if (bytes < 0)
+    ga_pstat_dec(a->stats.inactive_split_bytes, y->pool, (uint64_t)-bytes);
   ga_pool_rekey(p, x, xsize, xptr, y);
 }
 
@@ -147,14 +153,16 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
       rest = front;
     }
     /* The remainder takes the whole block's place in the tree. */
-    if (in_tree) retree(a, back ? rest : b, bsize, back ? rest->ptr : b->ptr, rest, 0, 0);
-    else ga_block_to_free_tree_locked(a, rest);
+    if (in_tree)
+      retree(a, back ? rest : b, bsize, back ? rest->ptr : b->ptr, rest, 0, 0);
+    else
+      ga_block_to_free_tree_locked(a, rest);
   } else if (in_tree) {
     ga_block_from_free_tree_locked(a, b);
   }
   b->state = GA_BLOCK_ALLOCATED;
   b->requested = size;
-  b->tag = 0; /* the struct may have served a tagged allocation before */
+  b->tag = 0;                        /* the struct may have served a tagged allocation before */
   (void)ga_blockmap_put(&a->map, b); /* cannot fail: room reserved above */
   ga_stats_t *s = &a->stats;
   ga_pstat_inc(s->allocation, b->pool, 1);

@@ -64,8 +64,10 @@ static ga_block *merge(ga_block *l, ga_block *r) {
 static ga_block *remove_node(ga_block *t, ga_block *b) {
   if (!t) return NULL;
   if (t == b) return merge(t->left, t->right);
-  if (cmp(t, b->stream, b->size, b->ptr) > 0) t->left = remove_node(t->left, b);
-  else t->right = remove_node(t->right, b);
+  if (cmp(t, b->stream, b->size, b->ptr) > 0)
+    t->left = remove_node(t->left, b);
+  else
+    t->right = remove_node(t->right, b);
   return t;
 }
 
@@ -106,7 +108,8 @@ void ga_pool_rekey(ga_pool *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_blo
     for (pred = x->left; pred->right;) pred = pred->right;
   if (x->right)
     for (succ = x->right; succ->left;) succ = succ->left;
-  if ((!pred || cmp(pred, y->stream, y->size, y->ptr) < 0) && (!succ || cmp(succ, y->stream, y->size, y->ptr) > 0)) {
+  if ((!pred || cmp(pred, y->stream, y->size, y->ptr) < 0) &&
+      (!succ || cmp(succ, y->stream, y->size, y->ptr) > 0)) {
     if (y != x) {
       y->left = x->left;
       y->right = x->right;

@@ -40,7 +40,8 @@ static int release_free_segments(ga_allocator_t *a, ga_private *v) {
     for (;;) {
       ga_block *b = NULL;
       /* Take any unsplit free block (the tree changes after each release). */
-      for (ga_block *x = ga_pool_lower_bound(&v->pools[p], NULL, 0, 0); x; x = ga_pool_lower_bound(&v->pools[p], x->stream, x->size, x->ptr + 1))
+      for (ga_block *x = ga_pool_lower_bound(&v->pools[p], NULL, 0, 0); x;
+           x = ga_pool_lower_bound(&v->pools[p], x->stream, x->size, x->ptr + 1))
         if (!ga_block_is_split(x) && !x->seg->expandable) {
           b = x;
           break;
@@ -152,7 +153,8 @@ ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {
     v->released = 1;
     size_t native = native_segments(a, v);
     int rc = 0;
-    if (v->nsegs == 0) unlink_private(a, v);
+    if (v->nsegs == 0)
+      unlink_private(a, v);
     else {
       /* Expandable memory goes back now unless another capture is underway
        * (that waits for its streams); else at the next empty_cache. Either

@@ -85,8 +85,10 @@ static void retire(ga_allocator_t *a, size_t i) {
 
 void ga_stream_process_events_locked(ga_allocator_t *a) {
   for (size_t i = 0; i < a->npending;) {
-    if (ga_dev_event_query(a->dev, a->pending[i].ev) == 0) retire(a, i);
-    else i++;
+    if (ga_dev_event_query(a->dev, a->pending[i].ev) == 0)
+      retire(a, i);
+    else
+      i++;
   }
 }
 
@@ -95,8 +97,10 @@ int ga_stream_sync_all_locked(ga_allocator_t *a) {
   int rc = 0;
   for (size_t i = 0; i < a->npending;) {
     int r = ga_dev_event_synchronize(a->dev, a->pending[i].ev);
-    if (r == 0) retire(a, i);
-    else rc = r, i++;
+    if (r == 0)
+      retire(a, i);
+    else
+      rc = r, i++;
   }
   return rc;
 }
@@ -143,8 +147,10 @@ void ga_stream_fences_refresh_locked(ga_allocator_t *a) {
     struct ga_fence *f = &a->fences[i];
     if (f->ev && f->ev_seq == a->free_clock) continue; /* nothing freed since */
     if (!f->ev && event_get(a, &f->ev)) continue;
-    if (ga_dev_event_record(a->dev, f->ev, f->stream) == 0) f->ev_seq = a->free_clock;
-    else f->ev_seq = 0;
+    if (ga_dev_event_record(a->dev, f->ev, f->stream) == 0)
+      f->ev_seq = a->free_clock;
+    else
+      f->ev_seq = 0;
   }
 }
 

@@ -54,8 +54,13 @@ static int segment_new(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_
   int rc = -1;
   if (!s || !b) goto fail;
   if ((rc = ga_dev_reserve(a->dev, size, a->gran, &va))) goto fail;
-  *s = (ga_segment){.base = (uintptr_t)va, .size = size, .pool = (uint8_t)pool, .expandable = 1,
-                    .stream = stream, .head = b, .priv = priv};
+  *s = (ga_segment){.base = (uintptr_t)va,
+                    .size = size,
+                    .pool = (uint8_t)pool,
+                    .expandable = 1,
+                    .stream = stream,
+                    .head = b,
+                    .priv = priv};
   if (priv) priv->nsegs++;
   b->ptr = s->base;
   b->size = size;
@@ -79,8 +84,10 @@ static int segment_delete(ga_allocator_t *a, ga_segment *s) {
   int rc = ga_dev_unreserve(a->dev, (void *)s->base, s->size);
   if (rc) return rc;
   ga_private *priv = s->priv;
-  if (s->prev) s->prev->next = s->next;
-  else a->segs = s->next;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    a->segs = s->next;
   if (s->next) s->next->prev = s->prev;
   a->nsegs--;
   ga_block_delete_locked(a, s->head);
@@ -112,7 +119,8 @@ static ga_block *find_run(ga_allocator_t *a, ga_private *priv, int pool, ga_stre
       unmapped |= b->state == GA_BLOCK_UNMAPPED;
       if (total >= size && unmapped) {
         ga_block *e = b;
-        while (e->next && (e->next->state == GA_BLOCK_FREE || e->next->state == GA_BLOCK_UNMAPPED)) e = e->next;
+        while (e->next && (e->next->state == GA_BLOCK_FREE || e->next->state == GA_BLOCK_UNMAPPED))
+          e = e->next;
         *run_end = e->ptr + e->size;
         return start;
       }
@@ -177,7 +185,8 @@ int ga_expandable_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_
   uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, a->gran);
   size_t n = 0;
   for (ga_block *b = run; b && b->ptr < hi; b = b->next)
-    if (b->state == GA_BLOCK_UNMAPPED) n += ((b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g) - b->ptr) / a->gran;
+    if (b->state == GA_BLOCK_UNMAPPED)
+      n += ((b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g) - b->ptr) / a->gran;
   size_t page = pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->large_page;
   /* Free memory outside the range may move here; `run` survives any merge
    * (the earlier block of a merge is the one kept). */

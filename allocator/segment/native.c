@@ -31,7 +31,8 @@ int ga_native_segment_new_locked(ga_allocator_t *a, size_t size, int pool, ga_st
   int rc = -1;
   if (!seg || !b) goto fail;
   if ((rc = ga_dev_malloc(a->dev, size, &ptr))) goto fail;
-  *seg = (ga_segment){.base = (uintptr_t)ptr, .size = size, .pool = (uint8_t)pool, .stream = stream, .head = b};
+  *seg =
+      (ga_segment){.base = (uintptr_t)ptr, .size = size, .pool = (uint8_t)pool, .stream = stream, .head = b};
   b->ptr = seg->base;
   b->size = size;
   b->stream = stream;
@@ -58,8 +59,10 @@ int ga_native_segment_release_locked(ga_allocator_t *a, ga_block *b) {
   account(a, seg, -1);
   if (seg->priv) ga_private_segment_gone_locked(a, seg->priv);
   if (ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_FREE, seg->base, seg->size, seg->stream);
-  if (seg->prev) seg->prev->next = seg->next;
-  else a->segs = seg->next;
+  if (seg->prev)
+    seg->prev->next = seg->next;
+  else
+    a->segs = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
   a->nsegs--;
   free(seg);

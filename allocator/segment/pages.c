@@ -21,7 +21,9 @@
 
 /* ---- The cache ---- */
 
-int ga_pages_room_locked(ga_allocator_t *a, size_t n) { return GA_VEC_ROOM(a->cache, a->cap_cache, a->ncache + n); }
+int ga_pages_room_locked(ga_allocator_t *a, size_t n) {
+  return GA_VEC_ROOM(a->cache, a->cap_cache, a->ncache + n);
+}
 
 int ga_pages_put_locked(ga_allocator_t *a, ga_piece p) {
   if (ga_pages_room_locked(a, 1)) return -1;
@@ -35,12 +37,13 @@ ga_piece ga_pages_take_locked(ga_allocator_t *a) {
   return a->cache[--a->ncache];
 }
 
-
 /* ---- Handles ---- */
 
 static void phys_unlink(ga_allocator_t *a, ga_phys *ph) {
-  if (ph->prev) ph->prev->next = ph->next;
-  else a->phys = ph->next;
+  if (ph->prev)
+    ph->prev->next = ph->next;
+  else
+    a->phys = ph->next;
   if (ph->next) ph->next->prev = ph->prev;
   a->nphys--;
 }
@@ -104,7 +107,7 @@ typedef struct cand {
   struct one {
     ga_block *b;
     size_t g0, g1; /* whole free granules of b that may move */
-  } *v;
+  } * v;
   size_t n, cap;
   size_t klo, khi; /* granules that must stay: the range being mapped */
   size_t gran;
@@ -122,9 +125,12 @@ static int collect(ga_block *b, void *arg) {
   size_t g0, g1;
   if (!b->seg->expandable || !whole_granules(b, c->gran, &g0, &g1)) return 0;
   if (g0 < c->khi && g1 > c->klo) { /* overlaps the range: only the part outside may move */
-    if (g1 > c->khi) g0 = c->khi;
-    else if (g0 < c->klo) g1 = c->klo;
-    else return 0;
+    if (g1 > c->khi)
+      g0 = c->khi;
+    else if (g0 < c->klo)
+      g1 = c->klo;
+    else
+      return 0;
   }
   if (GA_VEC_ROOM(c->v, c->cap, c->n + 1)) return c->oom = 1;
   c->v[c->n++] = (struct one){b, g0, g1};

@@ -34,9 +34,11 @@ ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag) {
   ga_status_t st = GA_OK;
   ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
   int idx = b && tag && *tag ? tag_index(a, tag, strlen(tag), 1) : -1;
-  if (!b) st = ga_bad_pointer_locked(a, "ga_tag", ptr);
+  if (!b)
+    st = ga_bad_pointer_locked(a, "ga_tag", ptr);
   else if (tag && *tag && idx < 0) {
-    ga_error_set("ga_tag: '%s' is refused (tags have at most 31 characters, and 32 distinct tags at most)", tag);
+    ga_error_set("ga_tag: '%s' is refused (tags have at most 31 characters, and 32 distinct tags at most)",
+                 tag);
     st = GA_ERR_INVALID;
   } else {
     b->tag = (uint8_t)(idx + 1);
@@ -154,8 +156,9 @@ ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags) {
   int rc = 0;
   uint32_t mask = tag_mask(a, tags);
   if (tags && *tags && !a->cfg.expandable_segments) {
-    ga_error_set("ga_sleep: releasing live allocations needs expandable_segments:True (native segments cannot "
-                 "keep their addresses without their memory)");
+    ga_error_set(
+        "ga_sleep: releasing live allocations needs expandable_segments:True (native segments cannot "
+        "keep their addresses without their memory)");
     st = GA_ERR_UNSUPPORTED;
   } else if ((rc = restore_pending(a))) {
     ga_error_set("ga_sleep: a previous ga_wake left contents to restore, and that failed: %s", a->dev->error);
@@ -167,8 +170,8 @@ ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags) {
     for (ga_segment *s = a->segs; s && !rc; s = s->next)
       if (s->expandable) rc = sleep_segment(a, s, mask, flags & GA_SLEEP_OFFLOAD);
     if (rc) {
-      ga_error_set("ga_sleep: %s; %zu pages sleep, the rest stays mapped", rc < 0 ? "host out of memory" : a->dev->error,
-                   a->nsleepers);
+      ga_error_set("ga_sleep: %s; %zu pages sleep, the rest stays mapped",
+                   rc < 0 ? "host out of memory" : a->dev->error, a->nsleepers);
       st = rc < 0 ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
     }
     (void)ga_pages_trim_locked(a, 0); /* pages with nothing mapped go back */
@@ -186,7 +189,8 @@ ga_status_t ga_wake(ga_allocator_t *a) {
   }
   ga_lock_acquire(&a->mu);
   int refused = 0, rc = restore_pending(a), restore_failed = rc != 0;
-  if (a->nsleepers && !rc) rc = ga_pages_obtain_locked(a, a->nsleepers, GA_P_LARGE, a->large_page, 0, 0, &refused);
+  if (a->nsleepers && !rc)
+    rc = ga_pages_obtain_locked(a, a->nsleepers, GA_P_LARGE, a->large_page, 0, 0, &refused);
   /* Map what the cache holds now, even if not everything could be had. */
   while (!restore_failed && a->nsleepers && a->ncache && (rc == 0 || rc == GA_DEV_EOOM)) {
     ga_sleeper *z = &a->sleepers[a->nsleepers - 1];
