@@ -2,88 +2,326 @@
 
     python -m gardenalloc.trace SNAPSHOT.pickle OUT.csv [--device N]
 
+The snapshot is untrusted input: it is read with an unpickler that refuses
+every global (a snapshot holds only dicts, lists, tuples, strings, numbers,
+bools and None), so nothing in it can run. JSON snapshots (gardenalloc's
+ga_snapshot_json, or a json.dump of torch.cuda.memory._snapshot()) work too.
+
 alloc events become `allocate` rows and free_requested events `free` rows,
-keeping sizes (the requested bytes) and streams; other events are dropped.
+keeping sizes (the requested bytes) and streams; an oom event becomes an
+allocate of the request that failed, freed at once (a probe: could another
+allocator have served it at that moment?); other events are dropped.
 Allocations already live when recording started come first, as allocate rows
 at the first event's time: those freed in the window without being allocated
-in it, and the active blocks of the snapshot that the window never allocated.
-Pointers become ids, one per allocation.
+in it, and the active blocks of the device's segments that the window never
+allocated. Pointers become ids, one per allocation.
+
+Only the chosen device's trace and segments are used. Without --device, the
+one device that has a trace is taken (several: choose one).
 """
 import argparse
 import datetime
+import io
+import json
+import os
 import pickle
 import sys
+import tempfile
+
+HEADER = ["Thread", "Time", "Action", "Pointer", "Size", "Stream"]
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be converted; the message says why."""
+
+
+# ---- Reading ----
+
+
+class _Refusing(pickle.Unpickler):
+    """Builds only the plain types; any global (a class, a function) is refused."""
+
+    def find_class(self, module, name):
+        raise SnapshotError(
+            "refuses to load the global %s.%s: a memory snapshot holds only dicts, lists, strings and "
+            "numbers, so this pickle is not one (or was made to run code when loaded)" % (module, name))
+
+    def persistent_load(self, pid):
+        raise SnapshotError("refuses a persistent id: a memory snapshot has none")
+
+
+def loads(data, name="snapshot"):
+    """The snapshot in `data` (pickle or JSON bytes), or SnapshotError."""
+    head = data[:64].lstrip()
+    if head.startswith(b"Thread,"):
+        raise SnapshotError("%s is an RMM CSV trace already, not a snapshot: replay it with "
+                            "`ga-bench replay %s` (or give it to `gardenalloc doctor`)" % (name, name))
+    if head[:1] in (b"{", b"["):
+        try:
+            return json.loads(data.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise SnapshotError("%s looks like JSON but does not parse: %s" % (name, e))
+    if not data:
+        raise SnapshotError("%s is empty" % name)
+    try:
+        return _Refusing(io.BytesIO(data)).load()
+    except SnapshotError as e:
+        raise SnapshotError("%s: %s" % (name, e))
+    except RecursionError:
+        raise SnapshotError("%s nests deeper than any snapshot does" % name)
+    except Exception as e:  # a truncated or corrupt pickle raises many kinds
+        if data[:1] != b"\x80":
+            raise SnapshotError("%s is neither a pickle nor JSON (it starts with %r): save the snapshot with "
+                                "torch.cuda.memory._dump_snapshot(path)" % (name, data[:16]))
+        raise SnapshotError("%s is not a readable pickle (%s: %s)" % (name, type(e).__name__, e))
+
+
+def load(path):
+    """Reads a snapshot file (pickle or JSON). SnapshotError on any problem."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SnapshotError("cannot read %s: %s" % (path, e.strerror or e))
+    return loads(data, path)
+
+
+# ---- Checking the shape ----
+
+
+def _kind(v):
+    return "%r (%s)" % (v, type(v).__name__) if not isinstance(v, (dict, list)) else type(v).__name__
+
+
+def _int(v, where, minimum=0):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise SnapshotError("%s: expected a whole number, got %s" % (where, _kind(v)))
+    if v < minimum:
+        raise SnapshotError("%s: %d is negative" % (where, v))
+    return v
+
+
+def _get(d, key, where, default=KeyError):
+    if not isinstance(d, dict):
+        raise SnapshotError("%s: expected a dict, got %s" % (where, _kind(d)))
+    if key not in d:
+        if default is KeyError:
+            raise SnapshotError("%s: no '%s' key" % (where, key))
+        return default
+    return d[key]
+
+
+def _list(v, where):
+    if not isinstance(v, (list, tuple)):
+        raise SnapshotError("%s: expected a list, got %s" % (where, _kind(v)))
+    return v
+
+
+def traces_of(snap):
+    """device_traces, checked to be a list of lists."""
+    if not isinstance(snap, dict):
+        raise SnapshotError("expected a dict with 'segments' and 'device_traces' (a memory snapshot), got %s"
+                            % _kind(snap))
+    if "device_traces" not in snap and "segments" not in snap:
+        raise SnapshotError("not a memory snapshot (no 'device_traces' and no 'segments'); record one with "
+                            "torch.cuda.memory._record_memory_history() and _dump_snapshot()")
+    traces = _list(snap.get("device_traces", []), "device_traces")
+    for d, t in enumerate(traces):
+        _list(t, "device_traces[%d]" % d)
+    return traces
+
+
+def segments_of(snap, device):
+    """The segments of `device` (a segment without 'device' counts as device 0)."""
+    out = []
+    for i, seg in enumerate(_list(snap.get("segments", []), "segments")):
+        where = "segments[%d]" % i
+        if _int(_get(seg, "device", where, 0), where + "['device']") == device:
+            out.append((where, seg))
+    return out
+
+
+def choose_device(snap, device=None):
+    """The device to convert: `device` if it has a trace, else the only one
+    that has one. SnapshotError naming what is there otherwise."""
+    traces = traces_of(snap)
+    with_trace = [d for d, t in enumerate(traces) if len(t)]
+    if device is not None:
+        if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+            raise SnapshotError("--device %s: a device is a number from 0" % (device,))
+        if device in with_trace:
+            return device
+    elif len(with_trace) == 1:
+        return with_trace[0]
+    elif len(with_trace) > 1:
+        raise SnapshotError("devices %s have a trace: choose one with --device N"
+                            % ", ".join(str(d) for d in with_trace))
+    d = 0 if device is None else device
+    nsegs = len(segments_of(snap, d))
+    if not with_trace and nsegs:
+        raise SnapshotError(
+            "device %d has %d segments but the snapshot has no trace history: it shows the memory at one moment "
+            "(a packing problem), not a sequence of allocations to replay. Record the history with "
+            "torch.cuda.memory._record_memory_history(max_entries=1000000) before the work, then "
+            "_dump_snapshot()" % (d, nsegs))
+    if not with_trace:
+        raise SnapshotError("the snapshot has no trace history on any device (and no segments)")
+    if nsegs:
+        what = "device %d has %d segments but no trace" % (d, nsegs)
+    elif d >= len(traces):
+        what = "there is no device %d in this snapshot" % d
+    else:
+        what = "device %d has no trace" % d
+    raise SnapshotError("%s; devices with a trace: %s" % (what, ", ".join(str(x) for x in with_trace)))
+
+
+# ---- Converting ----
 
 
 def _time(us):
-    t = datetime.datetime.fromtimestamp(us / 1e6, datetime.timezone.utc)
+    try:
+        t = datetime.datetime.fromtimestamp(us / 1e6, datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return "00:00:00.000000"
     return t.strftime("%H:%M:%S.%f")
 
 
+def _events(snap, device):
+    """(action, addr, size, stream, time_us) of the device's trace, checked."""
+    out = []
+    for i, e in enumerate(traces_of(snap)[device]):
+        where = "device_traces[%d][%d]" % (device, i)
+        action = _get(e, "action", where)
+        if not isinstance(action, str):
+            raise SnapshotError("%s['action']: expected a string, got %s" % (where, _kind(action)))
+        if action not in ("alloc", "free_requested", "oom"):
+            continue
+        size = _int(_get(e, "size", where), where + "['size']")
+        stream = _int(_get(e, "stream", where, 0), where + "['stream']")
+        tm = e.get("time_us")
+        tm = _int(tm, where + "['time_us']") if tm is not None else None
+        addr = None if action == "oom" else _int(_get(e, "addr", where), where + "['addr']")
+        out.append((action, addr, size, stream, tm))
+    return out
+
+
+def _live_blocks(snap, device):
+    """(address, requested bytes, stream) of the active blocks of the device."""
+    out = []
+    for where, seg in segments_of(snap, device):
+        addr = _int(_get(seg, "address", where), where + "['address']")
+        stream = _int(_get(seg, "stream", where, 0), where + "['stream']")
+        for j, b in enumerate(_list(_get(seg, "blocks", where, []), where + "['blocks']")):
+            bw = "%s['blocks'][%d]" % (where, j)
+            size = _int(_get(b, "size", bw), bw + "['size']")
+            state = _get(b, "state", bw)
+            baddr = _int(_get(b, "address", bw, addr), bw + "['address']")  # older snapshots: implied
+            if state in ("active_allocated", "active_pending_free"):
+                req = _get(b, "requested_size", bw, size)
+                out.append((baddr, _int(req, bw + "['requested_size']"), stream))
+            addr = baddr + size
+    return out
+
+
 def convert(snap, device=0):
-    """Returns the CSV rows (lists of strings, header first)."""
-    traces = snap.get("device_traces", [])
-    events = traces[device] if device < len(traces) else []
-    events = [e for e in events if e.get("action") in ("alloc", "free_requested")]
-    t0 = _time(events[0]["time_us"]) if events and "time_us" in events[0] else "00:00:00.000000"
+    """Returns the CSV rows (lists of strings, header first). SnapshotError
+    for a snapshot of the wrong shape."""
+    device = choose_device(snap, device)
+    events = _events(snap, device)
+    times = [e[4] for e in events if e[4] is not None]
+    t0 = _time(times[0]) if times else "00:00:00.000000"
     ids = {}
     next_id = [0]
 
     def new_id(addr):
         next_id[0] += 1
-        ids[addr] = next_id[0]
+        if addr is not None:
+            ids[addr] = next_id[0]
         return next_id[0]
 
     pre = []
     seen = set()
-    for e in events:  # freed in the window without an alloc in it
-        if e["action"] == "alloc":
-            seen.add(e["addr"])
-        elif e["addr"] not in seen:
-            pre.append((e["addr"], e["size"], e.get("stream", 0)))
-            seen.add(e["addr"])
-    allocated_in_window = {e["addr"] for e in events if e["action"] == "alloc"}
-    freed_in_window = {e["addr"] for e in events if e["action"] == "free_requested"}
-    for seg in snap.get("segments", []):  # live at the end, never allocated in the window
-        for b in seg.get("blocks", []):
-            if b.get("state") in ("active_allocated", "active_pending_free") and b["address"] not in allocated_in_window \
-                    and b["address"] not in freed_in_window:
-                pre.append((b["address"], b.get("requested_size", b["size"]), seg.get("stream", 0)))
-    rows = [["Thread", "Time", "Action", "Pointer", "Size", "Stream"]]
+    for action, addr, size, stream, _ in events:  # freed in the window without an alloc in it
+        if action == "alloc":
+            seen.add(addr)
+        elif action == "free_requested" and addr not in seen:
+            pre.append((addr, size, stream))
+            seen.add(addr)
+    in_window = {e[1] for e in events if e[0] != "oom"}
+    for addr, size, stream in _live_blocks(snap, device):  # live at the end, never seen in the window
+        if addr not in in_window:
+            pre.append((addr, size, stream))
+    rows = [list(HEADER)]
     for addr, size, stream in pre:
         rows.append(["1", t0, "allocate", hex(new_id(addr)), str(size), str(stream)])
-    for e in events:
-        tm = _time(e["time_us"]) if "time_us" in e else t0
-        if e["action"] == "alloc":
-            rows.append(["1", tm, "allocate", hex(new_id(e["addr"])), str(e["size"]), str(e.get("stream", 0))])
+    for action, addr, size, stream, tm in events:
+        tm = _time(tm) if tm is not None else t0
+        if action == "alloc":
+            rows.append(["1", tm, "allocate", hex(new_id(addr)), str(size), str(stream)])
+        elif action == "oom":
+            probe = hex(new_id(None))
+            rows.append(["1", tm, "allocate", probe, str(size), str(stream)])
+            rows.append(["1", tm, "free", probe, str(size), str(stream)])
         else:
-            ident = ids.pop(e["addr"], None)
+            ident = ids.pop(addr, None)
             if ident is not None:
-                rows.append(["1", tm, "free", hex(ident), str(e["size"]), str(e.get("stream", 0))])
+                rows.append(["1", tm, "free", hex(ident), str(size), str(stream)])
     return rows
 
 
+def summary(snap, device):
+    """A few facts of the device's trace: events, OOMs, devices with traces."""
+    traces = traces_of(snap)
+    ooms = [e for e in traces[device] if isinstance(e, dict) and e.get("action") == "oom"]
+    return {
+        "device": device,
+        "devices_with_trace": [d for d, t in enumerate(traces) if len(t)],
+        "ooms": len(ooms),
+        "oom_device_free": [e.get("device_free") for e in ooms],
+        "oom_sizes": [e.get("size") for e in ooms],
+        "settings": snap.get("allocator_settings") if isinstance(snap.get("allocator_settings"), dict) else {},
+    }
+
+
+def write_csv(rows, path):
+    """Writes the rows to a temporary file beside `path`, then renames it, so
+    a failure never leaves a half-written trace."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=d)
+    try:
+        with os.fdopen(fd, "w") as f:
+            for r in rows:
+                f.write(",".join(r) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m gardenalloc.trace", description=__doc__.splitlines()[0])
-    p.add_argument("snapshot")
-    p.add_argument("out")
-    p.add_argument("--device", type=int, default=0)
+    p = argparse.ArgumentParser(prog="python -m gardenalloc.trace", description=__doc__.split("\n\n")[0],
+                                epilog="See the module's documentation for the conversion rules.")
+    p.add_argument("snapshot", help="a pickle from torch.cuda.memory._dump_snapshot (or its JSON)")
+    p.add_argument("out", help="the RMM CSV to write")
+    p.add_argument("--device", type=int, default=None, help="the device whose trace to convert")
     args = p.parse_args(argv)
     try:
-        with open(args.snapshot, "rb") as f:
-            snap = pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError) as e:
-        print("gardenalloc.trace: cannot read %s: %s" % (args.snapshot, e), file=sys.stderr)
+        snap = load(args.snapshot)
+        device = choose_device(snap, args.device)
+        rows = convert(snap, device)
+        write_csv(rows, args.out)
+    except SnapshotError as e:
+        print("gardenalloc.trace: %s" % e, file=sys.stderr)
         return 2
-    if not isinstance(snap, dict) or "device_traces" not in snap:
-        print("gardenalloc.trace: %s is not a memory snapshot (no device_traces); record one with "
-              "torch.cuda.memory._record_memory_history()" % args.snapshot, file=sys.stderr)
+    except OSError as e:
+        print("gardenalloc.trace: cannot write %s: %s" % (args.out, e.strerror or e), file=sys.stderr)
         return 2
-    rows = convert(snap, args.device)
-    with open(args.out, "w") as f:
-        for r in rows:
-            f.write(",".join(r) + "\n")
-    print("%s: %d events" % (args.out, len(rows) - 1))
+    n_alloc = sum(1 for r in rows[1:] if r[2] == "allocate")
+    facts = summary(snap, device)
+    print("%s: %d events from device %d (%d allocations, %d frees%s)" % (
+        args.out, len(rows) - 1, device, n_alloc, len(rows) - 1 - n_alloc,
+        ", %d failed requests replayed as probes" % facts["ooms"] if facts["ooms"] else ""))
     return 0
 
 

@@ -243,11 +243,11 @@ class Converter(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             bad = os.path.join(d, "bad.pickle")
             with open(bad, "wb") as f:
-                pickle.dump({"segments": []}, f)
+                pickle.dump({"stats": []}, f)
             r = subprocess.run([sys.executable, "-m", "gardenalloc.trace", bad, os.path.join(d, "o.csv")],
                                capture_output=True, text=True, cwd=os.path.join(REPO, "python_shim"))
             self.assertEqual(r.returncode, 2)
-            self.assertIn("is not a memory snapshot", r.stderr)
+            self.assertIn("not a memory snapshot", r.stderr)
 
 
 class Package(unittest.TestCase):
