@@ -1,20 +1,54 @@
-/* api.c — the public C API: validate arguments, take the allocator's lock,
- * dispatch to the policy. No policy lives here.
+/* api.c — every public function of gardenalloc.h (the PyTorch entry points
+ * in torch_abi.c are a client of these): check the arguments, take the
+ * allocator's lock, dispatch to the policy, and turn internal codes into a
+ * ga_status_t with the error text set. No policy lives here.
  */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "inspect.h"
 #include "internal.h"
 
-#define CHECK_ALLOCATOR(fn)                          \
-  do {                                               \
-    if (!a) {                                        \
-      ga_error_set("%s: the allocator is NULL", fn); \
-      return GA_ERR_INVALID;                         \
-    }                                                \
+/* ---- The prologue every entry point shares ---- */
+
+/* A NULL allocator is refused by name (GA_ERR_INVALID); otherwise the lock is
+ * taken and GA_OK returned. ENTER returns from the caller on refusal. */
+static inline ga_status_t enter(ga_allocator_t *a, const char *fn) {
+  if (!a) {
+    ga_error_set("%s: the allocator is NULL", fn);
+    return GA_ERR_INVALID;
+  }
+  ga_lock_acquire(&a->mu);
+  return GA_OK;
+}
+#define ENTER(fn)                           \
+  do {                                      \
+    ga_status_t enter_st_ = enter(a, (fn)); \
+    if (enter_st_) return enter_st_;        \
   } while (0)
+
+/* Releases the lock taken by ENTER and returns st. */
+static inline ga_status_t leave(ga_allocator_t *a, ga_status_t st) {
+  ga_lock_release(&a->mu);
+  return st;
+}
+
+static ga_status_t invalid(const char *fn, const char *what) {
+  ga_error_set("%s: %s", fn, what);
+  return GA_ERR_INVALID;
+}
+
+/* An internal code (errors.h) as a status, with the device's error text. */
+static ga_status_t failed(ga_allocator_t *a, const char *fn, int rc) {
+  if (rc == GA_DEV_ENOMEM) {
+    ga_error_set("%s: host out of memory", fn);
+    return GA_ERR_HOST_MEMORY;
+  }
+  ga_error_set("%s: %s", fn, a->dev->error);
+  return GA_ERR_DEVICE;
+}
 
 /* ---- Lifetime ---- */
 
@@ -60,10 +94,15 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
   return GA_OK;
 }
 
+/* Parses conf; a bad string is GA_ERR_CONFIG with the parser's message
+ * (after "fn: " when fn is given). */
 static ga_status_t parse(const char *fn, const char *conf, ga_config *cfg) {
   char err[512];
   if (ga_config_parse(conf, cfg, err, sizeof err)) {
-    ga_error_set("%s: %s", fn, err);
+    if (fn)
+      ga_error_set("%s: %s", fn, err);
+    else
+      ga_error_set("%s", err);
     return GA_ERR_CONFIG;
   }
   return GA_OK;
@@ -134,7 +173,7 @@ void ga_destroy(ga_allocator_t *a) {
     free(b);
   }
   ga_blockmap_destroy(&a->map);
-  free(a->history.v);
+  ga_history_free(&a->history);
   if (a->owns_dev) ga_dev_destroy(a->dev);
   ga_lock_release(&a->mu);
   free(a);
@@ -143,58 +182,42 @@ void ga_destroy(ga_allocator_t *a) {
 /* ---- Allocation ---- */
 
 ga_status_t ga_malloc(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {
-  CHECK_ALLOCATOR("ga_malloc");
-  if (!out) {
-    ga_error_set("ga_malloc: out is NULL");
-    return GA_ERR_INVALID;
-  }
+  ENTER("ga_malloc");
+  if (!out) return leave(a, invalid("ga_malloc", "out is NULL"));
   *out = NULL;
-  if (size == 0) return GA_OK;
-  ga_lock_acquire(&a->mu);
-  ga_status_t st = ga_alloc_locked(a, size, stream, out);
-  ga_lock_release(&a->mu);
-  return st;
+  if (size == 0) return leave(a, GA_OK);
+  return leave(a, ga_alloc_locked(a, size, stream, out));
 }
 
 ga_status_t ga_free(ga_allocator_t *a, void *ptr) {
-  CHECK_ALLOCATOR("ga_free");
-  if (!ptr) return GA_OK;
-  ga_lock_acquire(&a->mu);
-  ga_status_t st = ga_free_locked(a, ptr);
-  ga_lock_release(&a->mu);
-  return st;
+  ENTER("ga_free");
+  return leave(a, ptr ? ga_free_locked(a, ptr) : GA_OK);
+}
+
+/* The live allocation at ptr, or NULL with the error text naming what ptr is. */
+static ga_block *live(ga_allocator_t *a, const char *fn, void *ptr) {
+  ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
+  if (!b) (void)ga_bad_pointer_locked(a, fn, ptr);
+  return b;
 }
 
 ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t stream) {
-  CHECK_ALLOCATOR("ga_record_stream");
-  ga_lock_acquire(&a->mu);
-  ga_status_t st = GA_OK;
-  ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
-  if (!b)
-    st = ga_bad_pointer_locked(a, "ga_record_stream", ptr);
-  else if (ga_stream_record_locked(a, b, stream)) {
-    ga_error_set("ga_record_stream: host out of memory");
-    st = GA_ERR_HOST_MEMORY;
-  }
-  ga_lock_release(&a->mu);
-  return st;
+  ENTER("ga_record_stream");
+  ga_block *b = live(a, "ga_record_stream", ptr);
+  if (!b) return leave(a, GA_ERR_BAD_POINTER);
+  int rc = ga_stream_record_locked(a, b, stream);
+  return leave(a, rc ? failed(a, "ga_record_stream", rc) : GA_OK);
 }
 
 ga_status_t ga_allocation_info(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block,
                                ga_stream_t *stream) {
-  CHECK_ALLOCATOR("ga_allocation_info");
-  ga_lock_acquire(&a->mu);
-  ga_status_t st = GA_OK;
-  ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
-  if (!b)
-    st = ga_bad_pointer_locked(a, "ga_allocation_info", ptr);
-  else {
-    if (requested) *requested = b->requested;
-    if (block) *block = b->size;
-    if (stream) *stream = b->stream;
-  }
-  ga_lock_release(&a->mu);
-  return st;
+  ENTER("ga_allocation_info");
+  ga_block *b = live(a, "ga_allocation_info", ptr);
+  if (!b) return leave(a, GA_ERR_BAD_POINTER);
+  if (requested) *requested = b->requested;
+  if (block) *block = b->size;
+  if (stream) *stream = b->stream;
+  return leave(a, GA_OK);
 }
 
 ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested, size_t *block) {
@@ -202,74 +225,76 @@ ga_status_t ga_allocation_size(ga_allocator_t *a, void *ptr, size_t *requested, 
 }
 
 ga_status_t ga_allocation_base(ga_allocator_t *a, void *ptr, void **base, size_t *size) {
-  CHECK_ALLOCATOR("ga_allocation_base");
-  uintptr_t p = (uintptr_t)ptr;
-  ga_status_t st = GA_ERR_BAD_POINTER;
-  ga_lock_acquire(&a->mu);
-  for (ga_segment *s = a->segs; s && st; s = s->next) {
-    if (p < s->base || p - s->base >= s->size) continue;
-    for (ga_block *b = s->head; b; b = b->next)
-      if (p >= b->ptr && p - b->ptr < b->size && b->state == GA_BLOCK_ALLOCATED) {
-        if (base) *base = (void *)b->ptr;
-        if (size) *size = b->size;
-        st = GA_OK;
-        break;
-      }
+  ENTER("ga_allocation_base");
+  const ga_block *b = ga_alloc_containing_locked(a, (uintptr_t)ptr);
+  if (!b) {
+    ga_error_set("ga_allocation_base: %p is not inside a live allocation", ptr);
+    return leave(a, GA_ERR_BAD_POINTER);
   }
-  if (st) ga_error_set("ga_allocation_base: %p is not inside a live allocation", ptr);
-  ga_lock_release(&a->mu);
-  return st;
+  if (base) *base = (void *)b->ptr;
+  if (size) *size = b->size;
+  return leave(a, GA_OK);
 }
 
-/* ---- Cache ---- */
+/* ---- Cache and limits ---- */
 
 ga_status_t ga_empty_cache(ga_allocator_t *a) {
-  CHECK_ALLOCATOR("ga_empty_cache");
-  ga_lock_acquire(&a->mu);
+  ENTER("ga_empty_cache");
   int rc = ga_reclaim_all_locked(a);
-  if (rc) ga_error_set("ga_empty_cache: %s", a->dev->error);
-  ga_lock_release(&a->mu);
-  return rc ? GA_ERR_DEVICE : GA_OK;
+  return leave(a, rc ? failed(a, "ga_empty_cache", rc) : GA_OK);
 }
 
 ga_status_t ga_set_memory_fraction(ga_allocator_t *a, double fraction) {
-  CHECK_ALLOCATOR("ga_set_memory_fraction");
+  ENTER("ga_set_memory_fraction");
   if (!(fraction >= 0.0 && fraction <= 1.0)) {
     ga_error_set("ga_set_memory_fraction: invalid fraction %g; allowed: a number in [0, 1]", fraction);
-    return GA_ERR_INVALID;
+    return leave(a, GA_ERR_INVALID);
   }
-  ga_lock_acquire(&a->mu);
   a->fraction = fraction;
   a->allowed_max = fraction < 1.0 ? (size_t)(fraction * (double)a->device_total) : SIZE_MAX;
-  ga_lock_release(&a->mu);
-  return GA_OK;
+  return leave(a, GA_OK);
 }
 
 double ga_get_memory_fraction(ga_allocator_t *a) {
-  if (!a) return 1.0;
-  ga_lock_acquire(&a->mu);
+  if (enter(a, "ga_get_memory_fraction")) return 1.0;
   double f = a->fraction;
-  ga_lock_release(&a->mu);
+  (void)leave(a, GA_OK);
   return f;
+}
+
+ga_status_t ga_mem_get_info(ga_allocator_t *a, size_t *free_bytes, size_t *total_bytes) {
+  ENTER("ga_mem_get_info");
+  size_t f = 0, t = 0;
+  int rc = ga_dev_mem_info(a->dev, &f, &t);
+  if (rc) return leave(a, failed(a, "ga_mem_get_info", rc));
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+  return leave(a, GA_OK);
 }
 
 /* ---- Statistics ---- */
 
 ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
-  CHECK_ALLOCATOR("ga_stats");
-  if (!out) {
-    ga_error_set("ga_stats: out is NULL");
-    return GA_ERR_INVALID;
-  }
-  ga_lock_acquire(&a->mu);
+  ENTER("ga_stats");
+  if (!out) return leave(a, invalid("ga_stats", "out is NULL"));
   *out = a->stats;
   out->mapped_pages = a->stats.mapped_bytes.current / (int64_t)a->gran;
   out->cached_pages = a->stats.page_cache_bytes.current / (int64_t)a->gran;
   out->asleep_pages = (int64_t)a->nsleepers;
   memcpy(out->device_calls, a->dev->calls, sizeof out->device_calls);
   memcpy(out->device_failures, a->dev->failures, sizeof out->device_failures);
-  ga_lock_release(&a->mu);
-  return GA_OK;
+  return leave(a, GA_OK);
+}
+
+size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap) {
+  ga_stats_t s;
+  ga_text j = {buf, cap, 0};
+  if (ga_stats(a, &s) != GA_OK) {
+    if (cap) buf[0] = 0;
+    return 0;
+  }
+  ga_stats_write_json(&s, &j);
+  return ga_text_end(&j);
 }
 
 static void each_stat(ga_stats_t *s, void (*fn)(ga_stat_t *)) {
@@ -288,32 +313,100 @@ static void peak_to_current(ga_stat_t *s) { s->peak = s->current; }
 static void zero_accumulated(ga_stat_t *s) { s->allocated = s->freed = 0; }
 
 ga_status_t ga_reset_peak_stats(ga_allocator_t *a) {
-  CHECK_ALLOCATOR("ga_reset_peak_stats");
-  ga_lock_acquire(&a->mu);
+  ENTER("ga_reset_peak_stats");
   each_stat(&a->stats, peak_to_current);
-  ga_lock_release(&a->mu);
-  return GA_OK;
+  return leave(a, GA_OK);
 }
 
 ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a) {
-  CHECK_ALLOCATOR("ga_reset_accumulated_stats");
-  ga_lock_acquire(&a->mu);
+  ENTER("ga_reset_accumulated_stats");
   each_stat(&a->stats, zero_accumulated);
   ga_stats_t *s = &a->stats;
   s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
   s->num_device_alloc = s->num_device_free = 0;
   s->num_unmap_syncs = s->num_pages_moved = 0;
-  ga_lock_release(&a->mu);
+  return leave(a, GA_OK);
+}
+
+const char *ga_device_call_name(ga_device_call_t kind) { return ga_dev_call_name(kind); }
+
+/* ---- Private pools (CUDA-graph capture) ---- */
+
+ga_status_t ga_begin_allocate_to_pool(ga_allocator_t *a, uint64_t pool, ga_stream_t stream) {
+  ENTER("ga_begin_allocate_to_pool");
+  return leave(a, ga_private_begin_locked(a, pool, stream));
+}
+
+ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool) {
+  ENTER("ga_end_allocate_to_pool");
+  return leave(a, ga_private_end_locked(a, pool));
+}
+
+ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {
+  ENTER("ga_release_pool");
+  return leave(a, ga_private_release_locked(a, pool));
+}
+
+/* ---- Tags, sleep and wake ---- */
+
+ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag) {
+  ENTER("ga_tag");
+  return leave(a, ga_tag_locked(a, ptr, tag));
+}
+
+ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags) {
+  ENTER("ga_sleep");
+  return leave(a, ga_sleep_locked(a, tags, flags));
+}
+
+ga_status_t ga_wake(ga_allocator_t *a) {
+  ENTER("ga_wake");
+  return leave(a, ga_wake_locked(a));
+}
+
+/* ---- History and snapshots ---- */
+
+ga_status_t ga_record_history(ga_allocator_t *a, int enabled, size_t max_entries) {
+  if (!a) return enter(a, "ga_record_history"); /* refuses it by name */
+  ga_history h, old;
+  if (ga_history_init(&h, enabled, max_entries)) {
+    ga_error_set("ga_record_history: host out of memory for %zu entries", max_entries);
+    return GA_ERR_HOST_MEMORY;
+  }
+  ENTER("ga_record_history");
+  old = a->history;
+  a->history = h;
+  (void)leave(a, GA_OK);
+  ga_history_free(&old);
   return GA_OK;
 }
 
-/* ---- Checking and errors ---- */
+size_t ga_snapshot_json(ga_allocator_t *a, char *buf, size_t cap) {
+  ga_text o = {buf, cap, 0};
+  if (enter(a, "ga_snapshot_json")) {
+    if (cap) buf[0] = 0;
+    return 0;
+  }
+  ga_snapshot_write_locked(a, &o);
+  (void)leave(a, GA_OK);
+  return ga_text_end(&o);
+}
+
+/* ---- Devices ---- */
+
+const char *ga_backend_name(ga_allocator_t *a) { return a ? a->dev->ops->name : "none"; }
+
+ga_status_t ga_enable_peer_access(ga_allocator_t *a, int peer) {
+  ENTER("ga_enable_peer_access");
+  return leave(a, ga_peers_enable_locked(a, peer));
+}
+
+/* ---- Checking, errors, configuration ---- */
 
 int ga_check(ga_allocator_t *a) {
-  if (!a) return 1;
-  ga_lock_acquire(&a->mu);
+  if (enter(a, "ga_check")) return 1;
   int broken = ga_check_locked(a);
-  ga_lock_release(&a->mu);
+  (void)leave(a, GA_OK);
   return broken;
 }
 
@@ -332,43 +425,14 @@ const char *ga_status_str(ga_status_t status) {
   return "GA_ERR_UNKNOWN";
 }
 
-const char *ga_backend_name(ga_allocator_t *a) { return a ? a->dev->ops->name : "none"; }
+const char *ga_last_error(void) { return ga_error_text(); }
 
-ga_status_t ga_enable_peer_access(ga_allocator_t *a, int peer) {
-  CHECK_ALLOCATOR("ga_enable_peer_access");
-  if (peer < 0 || peer >= 64 || peer == a->dev->ordinal) {
-    ga_error_set("ga_enable_peer_access: %d is not a peer of device %d (allowed: another device, 0 to 63)",
-                 peer, a->dev->ordinal);
-    return GA_ERR_INVALID;
-  }
-  ga_lock_acquire(&a->mu);
-  ga_status_t st = GA_OK;
-  int known = 0;
-  for (int i = 0; i < a->naccess; i++) known |= a->access[i] == peer;
-  if (!known) {
-    a->access[a->naccess] = peer;
-    int rc = ga_expandable_grant_locked(a, a->access, a->naccess + 1);
-    if (rc) {
-      ga_error_set("ga_enable_peer_access: %s", a->dev->error);
-      (void)ga_expandable_grant_locked(a, a->access, a->naccess); /* back to what it was */
-      st = GA_ERR_DEVICE;
-    } else {
-      a->naccess++;
-    }
-  }
-  ga_lock_release(&a->mu);
-  return st;
+ga_status_t ga_config_validate(const char *conf) {
+  ga_config c;
+  return parse(NULL, conf, &c);
 }
 
-ga_status_t ga_mem_get_info(ga_allocator_t *a, size_t *free_bytes, size_t *total_bytes) {
-  CHECK_ALLOCATOR("ga_mem_get_info");
-  size_t f = 0, t = 0;
-  ga_lock_acquire(&a->mu);
-  int rc = ga_dev_mem_info(a->dev, &f, &t);
-  if (rc) ga_error_set("ga_mem_get_info: %s", a->dev->error);
-  ga_lock_release(&a->mu);
-  if (rc) return GA_ERR_DEVICE;
-  if (free_bytes) *free_bytes = f;
-  if (total_bytes) *total_bytes = t;
-  return GA_OK;
+int ga_config_key(int i, const char **name, const char **type, const char **dflt, const char **origin,
+                  const char **doc) {
+  return ga_config_option(i, name, type, dflt, origin, doc);
 }

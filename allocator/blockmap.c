@@ -1,4 +1,4 @@
-/* blockmap.c — pointer -> allocated block, an open-addressing hash table.
+/* blockmap.c — address -> record, an open-addressing hash table.
  *
  * Linear probing with backward-shift deletion (no tombstones), load factor at
  * most 1/2, so a free finds its block in O(1) without scanning segments.
@@ -6,7 +6,9 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "blockmap.h"
+
+#include "errors.h"
 
 static size_t slot_of(const ga_blockmap *m, uintptr_t key) {
   uint64_t h = (uint64_t)key;
@@ -18,11 +20,11 @@ static size_t slot_of(const ga_blockmap *m, uintptr_t key) {
 
 static int grow(ga_blockmap *m, size_t cap) {
   uintptr_t *keys = calloc(cap, sizeof *keys);
-  ga_block **vals = calloc(cap, sizeof *vals);
+  void **vals = calloc(cap, sizeof *vals);
   if (!keys || !vals) {
     free(keys);
     free(vals);
-    return -1;
+    return GA_DEV_ENOMEM;
   }
   ga_blockmap n = {keys, vals, cap, 0};
   for (size_t i = 0; i < m->cap; i++) {
@@ -52,12 +54,13 @@ void ga_blockmap_destroy(ga_blockmap *m) {
 
 int ga_blockmap_reserve(ga_blockmap *m) { return (m->count + 1) * 2 > m->cap ? grow(m, m->cap * 2) : 0; }
 
-int ga_blockmap_put(ga_blockmap *m, ga_block *b) {
-  if (ga_blockmap_reserve(m)) return -1;
-  size_t s = slot_of(m, b->ptr);
+int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val) {
+  int rc = ga_blockmap_reserve(m);
+  if (rc) return rc;
+  size_t s = slot_of(m, key);
   while (m->keys[s]) s = (s + 1) & (m->cap - 1);
-  m->keys[s] = b->ptr;
-  m->vals[s] = b;
+  m->keys[s] = key;
+  m->vals[s] = val;
   m->count++;
   return 0;
 }
@@ -69,16 +72,16 @@ static long find(const ga_blockmap *m, uintptr_t ptr) {
   return -1;
 }
 
-ga_block *ga_blockmap_get(const ga_blockmap *m, uintptr_t ptr) {
+void *ga_blockmap_get(const ga_blockmap *m, uintptr_t ptr) {
   long s = find(m, ptr);
   return s < 0 ? NULL : m->vals[s];
 }
 
-ga_block *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr) {
+void *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr) {
   long found = find(m, ptr);
   if (found < 0) return NULL;
   size_t hole = (size_t)found, mask = m->cap - 1;
-  ga_block *b = m->vals[hole];
+  void *b = m->vals[hole];
   /* Backward shift: move later entries of the cluster into the hole when
    * their home slot does not lie cyclically in (hole, j]. */
   for (size_t j = (hole + 1) & mask; m->keys[j]; j = (j + 1) & mask) {

@@ -4,8 +4,7 @@
  */
 #include <stdio.h>
 
-#include "device/sim.h"
-#include "internal.h"
+#include "inspect.h"
 
 typedef struct totals {
   int64_t allocation[3], allocated_bytes[3], active[3], active_bytes[3], requested[3];
@@ -231,9 +230,9 @@ int ga_check_locked(ga_allocator_t *a) {
            (long long)active, (long long)res, (long long)asleep);
   if (st->requested_bytes[0].current > active)
     BROKEN("requested %lld > active %lld", (long long)st->requested_bytes[0].current, (long long)active);
-  /* The simulated device agrees on what we hold. */
-  ga_sim_usage u;
-  if (ga_sim_usage_get(a->dev, &u) == 0) {
+  /* The device agrees on what we hold (when it can tell: the simulated device). */
+  ga_device_usage u;
+  if (ga_dev_usage(a->dev, &u) == 0) {
     size_t native = a->nsegs - t.expandable_segs;
     if (u.live_mallocs != native)
       BROKEN("the device has %zu live mallocs, the allocator %zu native segments", u.live_mallocs, native);

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "errors.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -44,7 +44,7 @@ static int lex(const char *s, lexer *lx, char *err, size_t errlen) {
     }
     if (lx->n == sizeof lx->t / sizeof lx->t[0]) {
       snprintf(err, errlen, "configuration string too long (more than %zu tokens)", lx->n);
-      return -1;
+      return GA_DEV_EINVAL;
     }
     const char *b = p;
     if (is_sep(*p))
@@ -84,7 +84,7 @@ static int fail(ctx *x, const char *fmt, ...) {
   va_start(ap, fmt);
   if (n >= 0 && (size_t)n < x->errlen) vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
   va_end(ap);
-  return -1;
+  return GA_DEV_EINVAL;
 }
 
 /* The value token; refuses a missing value or a separator. */
@@ -98,11 +98,11 @@ static int value(ctx *x, const tok **out, const char *allowed) {
 static int parse_u64(const tok *v, uint64_t *out) {
   char buf[64];
   tok_str(v, buf);
-  if (!isdigit((unsigned char)buf[0]) || v->n > 63) return -1;
+  if (!isdigit((unsigned char)buf[0]) || v->n > 63) return GA_DEV_EINVAL;
   errno = 0;
   char *end;
   unsigned long long x = strtoull(buf, &end, 10);
-  if (*end || errno) return -1;
+  if (*end || errno) return GA_DEV_EINVAL;
   *out = x;
   return 0;
 }
@@ -112,7 +112,7 @@ static int value_mib(ctx *x, size_t *bytes, const char *allowed) {
   const tok *v = NULL;
   uint64_t mb;
   char buf[64];
-  if (value(x, &v, allowed)) return -1;
+  if (value(x, &v, allowed)) return GA_DEV_EINVAL;
   if (parse_u64(v, &mb))
     return fail(x, "'%s' is not a whole number of MiB (allowed: %s)", tok_str(v, buf), allowed);
   *bytes = mb > SIZE_MAX / MiB ? SIZE_MAX : (size_t)mb * MiB;
@@ -122,7 +122,7 @@ static int value_mib(ctx *x, size_t *bytes, const char *allowed) {
 static int value_bool(ctx *x, int *out) {
   const tok *v = NULL;
   char buf[64];
-  if (value(x, &v, "True or False")) return -1;
+  if (value(x, &v, "True or False")) return GA_DEV_EINVAL;
   if (tok_is(v, "True"))
     *out = 1;
   else if (tok_is(v, "False"))
@@ -135,7 +135,7 @@ static int value_bool(ctx *x, int *out) {
 static int value_double(ctx *x, double *out, const char *allowed) {
   const tok *v = NULL;
   char buf[64], *end;
-  if (value(x, &v, allowed)) return -1;
+  if (value(x, &v, allowed)) return GA_DEV_EINVAL;
   tok_str(v, buf);
   errno = 0;
   double d = strtod(buf, &end);
@@ -158,7 +158,7 @@ static int opt_backend(ctx *x) {
   const tok *v = NULL;
   char buf[64];
   const char *allowed = "auto, cuda, sim, native";
-  if (value(x, &v, allowed)) return -1;
+  if (value(x, &v, allowed)) return GA_DEV_EINVAL;
   tok_str(v, buf);
   if (tok_is(v, "native")) strcpy(buf, "auto");
   if (strcmp(buf, "auto") && strcmp(buf, "cuda") && strcmp(buf, "sim")) {
@@ -172,7 +172,7 @@ static int opt_backend(ctx *x) {
 }
 
 static int opt_sim_capacity_mb(ctx *x) {
-  if (value_mib(x, &x->c->sim_capacity, "an integer >= 2")) return -1;
+  if (value_mib(x, &x->c->sim_capacity, "an integer >= 2")) return GA_DEV_EINVAL;
   if (x->c->sim_capacity < 2 * MiB)
     return fail(x, "%zu MiB is too small (allowed: an integer >= 2)", x->c->sim_capacity / MiB);
   return 0;
@@ -182,7 +182,7 @@ static int opt_sim_devices(ctx *x) {
   const tok *v = NULL;
   uint64_t n;
   char buf[64];
-  if (value(x, &v, "an integer from 1 to 64")) return -1;
+  if (value(x, &v, "an integer from 1 to 64")) return GA_DEV_EINVAL;
   if (parse_u64(v, &n) || n < 1 || n > 64)
     return fail(x, "'%s' is not an integer from 1 to 64", tok_str(v, buf));
   x->c->sim_devices = (int)n;
@@ -197,23 +197,23 @@ static int opt_max_non_split_rounding_mb(ctx *x) {
 }
 
 static int opt_large_segment_size_mb(ctx *x) {
-  if (value_mib(x, &x->c->large_segment_size, "an integer > 10")) return -1;
+  if (value_mib(x, &x->c->large_segment_size, "an integer > 10")) return GA_DEV_EINVAL;
   if (x->c->large_segment_size <= 10 * MiB)
     return fail(x, "%zu MiB is too small (allowed: an integer > 10)", x->c->large_segment_size / MiB);
   return 0;
 }
 
 static int opt_garbage_collection_threshold(ctx *x) {
-  double d;
-  if (value_double(x, &d, "a number in (0.0, 1.0)")) return -1;
+  double d = 0.0;
+  if (value_double(x, &d, "a number in (0.0, 1.0)")) return GA_DEV_EINVAL;
   if (!(d > 0.0 && d < 1.0)) return fail(x, "%g is out of range (allowed: a number in (0.0, 1.0))", d);
   x->c->gc_threshold = d;
   return 0;
 }
 
 static int opt_per_process_memory_fraction(ctx *x) {
-  double d;
-  if (value_double(x, &d, "a number in [0.0, 1.0]")) return -1;
+  double d = 0.0;
+  if (value_double(x, &d, "a number in [0.0, 1.0]")) return GA_DEV_EINVAL;
   if (!(d >= 0.0 && d <= 1.0)) return fail(x, "%g is out of range (allowed: a number in [0.0, 1.0])", d);
   x->c->memory_fraction = d;
   return 0;
@@ -268,7 +268,7 @@ static int opt_roundup_power2_divisions(ctx *x) {
 static int opt_expandable_segments(ctx *x) { return value_bool(x, &x->c->expandable_segments); }
 
 static int opt_expandable_page_size_mb(ctx *x) {
-  if (value_mib(x, &x->c->expandable_page_size, "a positive even integer")) return -1;
+  if (value_mib(x, &x->c->expandable_page_size, "a positive even integer")) return GA_DEV_EINVAL;
   if (x->c->expandable_page_size == 0 || x->c->expandable_page_size % (2 * MiB) ||
       x->c->expandable_page_size == SIZE_MAX)
     return fail(
@@ -280,7 +280,7 @@ static int opt_expandable_page_size_mb(ctx *x) {
 static int opt_expandable_move_pages(ctx *x) {
   const tok *v = NULL;
   char buf[64];
-  if (value(x, &v, "always or when_full")) return -1;
+  if (value(x, &v, "always or when_full")) return GA_DEV_EINVAL;
   if (tok_is(v, "always"))
     x->c->expandable_move_when_full = 0;
   else if (tok_is(v, "when_full"))
@@ -311,7 +311,7 @@ static int opt_pinned_num_register_threads(ctx *x) {
   const tok *v = NULL;
   uint64_t n;
   char buf[64];
-  if (value(x, &v, "a power of 2 <= 128")) return -1;
+  if (value(x, &v, "a power of 2 <= 128")) return GA_DEV_EINVAL;
   if (parse_u64(v, &n) || !is_pow2(n) || n > 128)
     return fail(x, "'%s': the number of register threads has to be a power of 2 <= 128", tok_str(v, buf));
   x->c->pinned_num_register_threads = (int)n;
@@ -322,7 +322,7 @@ static int opt_pinned_reserve_segment_size_mb(ctx *x) {
   const tok *v = NULL;
   uint64_t n;
   char buf[64];
-  if (value(x, &v, "an integer > 0")) return -1;
+  if (value(x, &v, "an integer > 0")) return GA_DEV_EINVAL;
   if (parse_u64(v, &n) || n == 0)
     return fail(x, "'%s': the pinned reserve segment size has to be greater than 0", tok_str(v, buf));
   x->c->pinned_reserve_segment_size_mb = (size_t)n;
@@ -359,7 +359,7 @@ int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {
   lexer lx;
   ga_config c;
   ga_config_defaults(&c);
-  if (s && lex(s, &lx, err, errlen)) return -1;
+  if (s && lex(s, &lx, err, errlen)) return GA_DEV_EINVAL;
   ctx x = {.lx = &lx, .c = &c, .err = err, .errlen = errlen};
   while (s && lx.i < lx.n) {
     const tok *k = next(&lx), *colon = next(&lx);
@@ -371,10 +371,10 @@ int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {
       int n = snprintf(err, errlen, "unrecognized GARDENALLOC_CONF key '%s' (allowed:", x.key);
       for (size_t i = 0; i < NOPTIONS && n > 0 && (size_t)n < errlen; i++)
         n += snprintf(err + n, errlen - (size_t)n, " %s%s", options[i].name, i + 1 < NOPTIONS ? "," : ")");
-      return -1;
+      return GA_DEV_EINVAL;
     }
     if (!colon || !tok_is(colon, ":")) return fail(&x, "expected ':' after the key");
-    if (o->parse(&x)) return -1;
+    if (o->parse(&x)) return GA_DEV_EINVAL;
     const tok *sep = next(&lx);
     if (sep && !tok_is(sep, ",")) {
       char buf[64];
@@ -392,14 +392,14 @@ int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {
                "invalid GARDENALLOC_CONF option %s: %zu MiB is too small (allowed: an integer >= "
                "large_segment_size_mb, here %zu)",
                lo_keys[i], lo_vals[i] / MiB, c.large_segment_size / MiB);
-      return -1;
+      return GA_DEV_EINVAL;
     }
   *out = c;
   return 0;
 }
 
-int ga_config_key(int i, const char **name, const char **type, const char **dflt, const char **origin,
-                  const char **doc) {
+int ga_config_option(int i, const char **name, const char **type, const char **dflt, const char **origin,
+                     const char **doc) {
   if (i < 0 || (size_t)i >= NOPTIONS) return 0;
   if (name) *name = options[i].name;
   if (type) *type = options[i].type;
@@ -407,14 +407,4 @@ int ga_config_key(int i, const char **name, const char **type, const char **dflt
   if (origin) *origin = options[i].origin;
   if (doc) *doc = options[i].doc;
   return 1;
-}
-
-ga_status_t ga_config_validate(const char *conf) {
-  ga_config c;
-  char err[512];
-  if (ga_config_parse(conf, &c, err, sizeof err)) {
-    ga_error_set("%s", err);
-    return GA_ERR_CONFIG;
-  }
-  return GA_OK;
 }

@@ -84,10 +84,15 @@ typedef struct ga_config {
 /* Fills *c with the defaults. */
 void ga_config_defaults(ga_config *c);
 
-/* Parses `s` (NULL or "" = defaults) into *out. On error returns -1, writes a
- * message naming the key, the value and what is allowed into err, and leaves
- * *out untouched. */
+/* Parses `s` (NULL or "" = defaults) into *out. Returns 0, or GA_DEV_EINVAL
+ * with a message naming the key, the value and what is allowed in err (and
+ * *out untouched). */
 int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen);
+
+/* Option i of the table (0 <= i): fills what is asked for and returns 1, or
+ * returns 0 past the last option. */
+int ga_config_option(int i, const char **name, const char **type, const char **dflt, const char **origin,
+                     const char **doc);
 
 /* The large-pool segment size for requests below 10 MiB. */
 static inline size_t ga_config_large_buffer(const ga_config *c) { return c->large_segment_size; }

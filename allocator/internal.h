@@ -24,10 +24,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blockmap.h"
 #include "config.h"
 #include "device/device.h"
+#include "errors.h"
 #include "gardenalloc.h"
+#include "history.h"
 #include "lock.h"
+#include "report.h"
+#include "stats.h"
+#include "text.h"
 
 /* ---- Constants (PyTorch's) ---- */
 #define GA_MIN_BLOCK       ((size_t)512)      /* kMinBlockSize */
@@ -38,7 +44,6 @@
 #define GA_MAX_REQUEST     ((size_t)1 << 60)  /* 1 EiB: larger requests fail early */
 
 enum { GA_BLOCK_FREE = 0, GA_BLOCK_ALLOCATED = 1, GA_BLOCK_PENDING = 2, GA_BLOCK_UNMAPPED = 3 };
-enum { GA_P_SMALL = 0, GA_P_LARGE = 1 }; /* index of a pool in a->pools */
 
 typedef struct ga_segment ga_segment;
 typedef struct ga_block ga_block;
@@ -117,12 +122,6 @@ typedef struct ga_private {
   struct ga_private *next;
 } ga_private;
 
-typedef struct ga_blockmap {
-  uintptr_t *keys; /* 0 = empty */
-  ga_block **vals;
-  size_t cap, count; /* cap is a power of two */
-} ga_blockmap;
-
 typedef struct ga_pending {
   ga_event ev;
   ga_block *block;
@@ -135,31 +134,6 @@ typedef struct ga_sleeper {
   void *host;     /* offloaded contents, or NULL (discarded) */
   int restore;    /* mapped again, but the contents are not back yet */
 } ga_sleeper;
-
-/* ---- History (history.c) ---- */
-enum {
-  GA_H_ALLOC,
-  GA_H_FREE_REQUESTED,
-  GA_H_FREE_COMPLETED,
-  GA_H_SEGMENT_ALLOC,
-  GA_H_SEGMENT_FREE,
-  GA_H_SEGMENT_MAP,
-  GA_H_SEGMENT_UNMAP,
-  GA_H_OOM
-};
-
-typedef struct ga_history_entry {
-  int action;
-  uintptr_t addr; /* device_free for GA_H_OOM */
-  size_t size;
-  uintptr_t stream;
-  int64_t time_us;
-} ga_history_entry;
-
-typedef struct ga_history {
-  ga_history_entry *v; /* ring buffer; cap 0 = not recording */
-  size_t cap, n, next;
-} ga_history;
 
 struct ga_allocator {
   /* Held by every public call. On a line of its own (two, for the adjacent-
@@ -232,77 +206,6 @@ static inline int ga_vec_set(void *slot, void *nv) {
 #define GA_VEC_ROOM(v, cap, n) \
   ((n) <= (cap) ? 0 : ga_vec_set(&(v), ga_vec_grow((v), &(cap), (n), sizeof *(v))))
 
-/* ---- Text (report.c) ---- */
-/* Appends to a caller's buffer of `cap` bytes, counting the full length even
- * past the end (so callers can size the buffer with cap 0). */
-typedef struct ga_text {
-  char *buf;
-  size_t cap, len;
-} ga_text;
-void ga_text_put(ga_text *t, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-/* Terminates a truncated text; returns the full length. */
-size_t ga_text_end(ga_text *t);
-
-/* ---- Errors (report.c) ---- */
-void ga_error_set(const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
-/* PyTorch's format_size: "N bytes", "x.xx KiB", "x.xx MiB", "x.xx GiB". */
-void ga_format_size(size_t bytes, char *buf, size_t len);
-/* Builds the OOM report into the thread's error text. */
-void ga_report_oom_locked(ga_allocator_t *a, size_t alloc_size, int fraction_refused);
-
-/* ---- Stats (stats.c) ---- */
-static inline void ga_stat_add(ga_stat_t *s, int64_t delta) {
-  s->current += delta;
-  if (delta > 0) {
-    s->allocated += delta;
-    if (s->current > s->peak) s->peak = s->current;
-  } else {
-    s->freed -= delta;
-  }
-}
-/* Known-sign variants, for the hot path. */
-static inline void ga_stat_inc(ga_stat_t *s, uint64_t d) {
-  s->current += (int64_t)d;
-  s->allocated += (int64_t)d;
-  if (s->current > s->peak) s->peak = s->current;
-}
-static inline void ga_stat_dec(ga_stat_t *s, uint64_t d) {
-  s->current -= (int64_t)d;
-  s->freed += (int64_t)d;
-}
-_Static_assert(GA_POOL_SMALL + GA_P_SMALL == 1 && GA_POOL_SMALL + GA_P_LARGE == GA_POOL_LARGE,
-               "pool indices");
-static inline ga_stat_t *ga_pool_stat(ga_stat_t *st, int pool) { return &st[GA_POOL_SMALL + pool]; }
-static inline void ga_pstat_inc(ga_stat_t *st, int pool, uint64_t d) {
-  ga_stat_inc(&st[GA_POOL_ALL], d);
-  ga_stat_inc(ga_pool_stat(st, pool), d);
-}
-static inline void ga_pstat_dec(ga_stat_t *st, int pool, uint64_t d) {
-  ga_stat_dec(&st[GA_POOL_ALL], d);
-  ga_stat_dec(ga_pool_stat(st, pool), d);
-}
-/* Adds delta to the [all] and [pool] entries of a per-pool stat array. */
-static inline void ga_pstat_add(ga_stat_t *st, int pool, int64_t delta) {
-  ga_stat_add(&st[GA_POOL_ALL], delta);
-  ga_stat_add(ga_pool_stat(st, pool), delta);
-}
-
-/* ---- Block map (blockmap.c): pointer -> allocated block ---- */
-int ga_blockmap_init(ga_blockmap *m);
-void ga_blockmap_destroy(ga_blockmap *m);
-int ga_blockmap_put(ga_blockmap *m, ga_block *b); /* -1 on host OOM */
-ga_block *ga_blockmap_get(const ga_blockmap *m, uintptr_t ptr);
-ga_block *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr); /* removes */
-int ga_blockmap_reserve(ga_blockmap *m);                   /* room for one more; -1 on host OOM */
-
 /* ---- Free trees (policy/pool.c) ---- */
 void ga_pool_insert(ga_pool *p, ga_block *b);
 void ga_pool_remove(ga_pool *p, ga_block *b);
@@ -348,6 +251,11 @@ void ga_stream_free_locked(ga_allocator_t *a, ga_block *b);
 void ga_stream_process_events_locked(ga_allocator_t *a);
 /* Waits for every pending event and frees the blocks. 0 or a device code. */
 int ga_stream_sync_all_locked(ga_allocator_t *a);
+/* ga_begin_allocate_to_pool, ga_end_allocate_to_pool, ga_release_pool
+ * (policy/private.c). */
+ga_status_t ga_private_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t stream);
+ga_status_t ga_private_end_locked(ga_allocator_t *a, uint64_t id);
+ga_status_t ga_private_release_locked(ga_allocator_t *a, uint64_t id);
 /* empty_cache: the free segments of released private pools go back. */
 int ga_private_release_all_locked(ga_allocator_t *a);
 void ga_private_teardown_locked(ga_allocator_t *a);
@@ -420,9 +328,11 @@ int ga_expandable_release_all_locked(ga_allocator_t *a);
 int ga_expandable_release_locked(ga_allocator_t *a, ga_private *only);
 /* Sets access for `devices` on every mapped range. 0 or a GA_DEV_* code. */
 int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n);
-/* Grants a->access again everywhere (after a->regrant was set); clears it. */
-int ga_expandable_regrant_locked(ga_allocator_t *a);
-/* Frees what ga_sleep kept on the host (segment/sleep.c). */
+/* ga_tag, ga_sleep, ga_wake (segment/sleep.c). */
+ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag);
+ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags);
+ga_status_t ga_wake_locked(ga_allocator_t *a);
+/* Frees what ga_sleep kept on the host. */
 void ga_sleep_teardown_locked(ga_allocator_t *a);
 /* Teardown: unmaps and unreserves every expandable segment. */
 void ga_expandable_teardown_locked(ga_allocator_t *a);
@@ -440,13 +350,24 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
 ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr);
 /* Sets the error text for a pointer that is not a live allocation. */
 ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr);
+/* The live allocation whose bytes include p, or NULL. */
+const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p);
+/* Writes the OOM report for a request of `size` bytes into the thread's
+ * error text and records the OOM in the history. */
+void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t size, int fraction_refused);
 
 /* Records one history entry when recording is on. */
-void ga_history_add_locked(ga_allocator_t *a, int action, uintptr_t addr, size_t size, ga_stream_t stream);
-static inline int ga_history_on(const ga_allocator_t *a) { return a->history.cap != 0; }
+static inline void ga_history_add_locked(ga_allocator_t *a, int action, uintptr_t addr, size_t size,
+                                         ga_stream_t stream) {
+  if (ga_history_on(&a->history)) ga_history_add(&a->history, action, addr, size, (uintptr_t)stream);
+}
 
-/* ---- Checking (check.c) ---- */
-int ga_check_locked(ga_allocator_t *a);
+/* ---- Peer devices (policy/peers.c) ---- */
+/* ga_enable_peer_access. */
+ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer);
+/* Grants a->access again everywhere (after a->regrant was set); clears it.
+ * 0 or a GA_DEV_* code. */
+int ga_peers_regrant_locked(ga_allocator_t *a);
 
 /* ---- For tests: an allocator on a device the caller owns ---- */
 GA_API ga_status_t ga_create_on_device(const char *conf, ga_device *dev, ga_allocator_t **out);

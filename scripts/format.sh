@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Formats every C, C++ and CUDA file git tracks with the root .clang-format.
+# Formats every C, C++ and CUDA file of the tree (tracked, or new and not ignored) with the root .clang-format.
 # --check: change nothing, list the files that differ and exit 1 if any do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/need.sh
 need_packages clang-format:clang-format
-mapfile -t files < <(git ls-files '*.c' '*.h' '*.cpp' '*.cu')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cpp' '*.cu')
 if [ "${1:-}" = --check ]; then
   bad=()
   for f in "${files[@]}"; do

@@ -124,7 +124,8 @@ Test(capture, private_pools_use_expandable_segments) {
   char *h = fx_alloc_on(7 * MiB, S1);
   const ga_block *b = ga_blockmap_get(&fx_a->map, (uintptr_t)g);
   cr_assert(b->seg->expandable && b->seg->priv != NULL, "an expandable segment of the pool");
-  cr_assert_eq(ga_blockmap_get(&fx_a->map, (uintptr_t)h)->seg, b->seg, "the pool's segment grows");
+  cr_assert_eq(((const ga_block *)ga_blockmap_get(&fx_a->map, (uintptr_t)h))->seg, b->seg,
+               "the pool's segment grows");
   fx_free(g);
   capture(0);
   cr_assert_eq(broken(), 0, "nothing invalidated the capture");

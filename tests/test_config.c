@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "errors.h"
 #include "gardenalloc.h"
 
 #define MiB ((size_t)1 << 20)
@@ -46,7 +47,7 @@ Test(config, max_split_size_boundary_is_large_segment_size) {
   ga_config c = parse_ok("max_split_size_mb:20");
   cr_assert_eq(c.max_split_size, 20 * MiB);
   char err[256];
-  cr_assert_eq(ga_config_parse("max_split_size_mb:19", &c, err, sizeof err), -1);
+  cr_assert_eq(ga_config_parse("max_split_size_mb:19", &c, err, sizeof err), GA_DEV_EINVAL);
   c = parse_ok("max_split_size_mb:99999999999999999");
   cr_assert_eq(c.max_split_size, SIZE_MAX, "huge values clamp to unlimited");
   /* large_segment_size_mb is applied before the check, wherever it appears. */
@@ -87,7 +88,7 @@ Test(config, nothing_is_half_applied) {
   ga_config before = c;
   char err[256];
   cr_assert_eq(ga_config_parse("max_split_size_mb:64,garbage_collection_threshold:7", &c, err, sizeof err),
-               -1);
+               GA_DEV_EINVAL);
   cr_assert_eq(memcmp(&c, &before, sizeof c), 0);
   cr_assert(strstr(err, "garbage_collection_threshold") && strstr(err, "7"), "%s", err);
 }
@@ -101,12 +102,12 @@ Test(config, expandable_segment_keys) {
   cr_assert_eq(c.expandable_page_size, 0, "0 = large_segment_size");
   cr_assert_eq(c.expandable_cache_max, 256 * MiB);
   char err[256];
-  cr_assert_eq(ga_config_parse("expandable_page_size_mb:3", &c, err, sizeof err), -1);
+  cr_assert_eq(ga_config_parse("expandable_page_size_mb:3", &c, err, sizeof err), GA_DEV_EINVAL);
   cr_assert(strstr(err, "expandable_page_size_mb") && strstr(err, "3 MiB"), "%s", err);
-  cr_assert_eq(ga_config_parse("expandable_page_size_mb:0", &c, err, sizeof err), -1);
+  cr_assert_eq(ga_config_parse("expandable_page_size_mb:0", &c, err, sizeof err), GA_DEV_EINVAL);
   c = parse_ok("expandable_move_pages:when_full");
   cr_assert_eq(c.expandable_move_when_full, 1);
-  cr_assert_eq(ga_config_parse("expandable_move_pages:sometimes", &c, err, sizeof err), -1);
+  cr_assert_eq(ga_config_parse("expandable_move_pages:sometimes", &c, err, sizeof err), GA_DEV_EINVAL);
   cr_assert(strstr(err, "expandable_move_pages") && strstr(err, "always or when_full"), "%s", err);
 }
 

@@ -27,7 +27,7 @@ int ga_device_open(const char *backend, int ordinal, size_t sim_capacity, int si
   return ga_sim_open_of(ordinal, sim_devices, sim_capacity, out, err, errlen);
 }
 
-const char *ga_device_call_name(ga_device_call_t kind) {
+const char *ga_dev_call_name(ga_device_call_t kind) {
   static const char *const names[GA_CALL_COUNT] = {
       "malloc",        "free",
       "reserve",       "unreserve",

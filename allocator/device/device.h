@@ -18,22 +18,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../errors.h"
 #include "gardenalloc.h"
 
-/* ---- Error codes ---- */
-enum {
-  GA_DEV_OK = 0,
-  GA_DEV_EOOM = 1,      /* not enough device memory */
-  GA_DEV_EINVAL = 2,    /* an argument broke the call's rules (alignment, range, handle) */
-  GA_DEV_ENOTREADY = 3, /* event_query: the event has not completed (not a failure) */
-  GA_DEV_EDRIVER = 4,   /* any other driver failure */
-  GA_DEV_ENODEV = 5,    /* no driver or no such device */
-  GA_DEV_ECAPTURE = 6,  /* the call is not permitted while the stream is capturing */
-};
+/* ---- Error codes: errors.h (0 or GA_DEV_*) ---- */
 
 typedef struct ga_device ga_device;
 typedef uint64_t ga_mem_handle; /* a physical allocation (CUmemGenericAllocationHandle) */
 typedef void *ga_event;         /* an event (CUevent) */
+
+/* What a device holds for its allocator (the optional usage query). */
+typedef struct ga_device_usage {
+  size_t live_mallocs;      /* malloc'd ranges not yet freed */
+  size_t live_handles;      /* created handles not yet released (or still mapped) */
+  size_t live_reservations; /* reserved ranges not yet unreserved */
+  size_t live_mappings;     /* mapped granules */
+  size_t live_events;       /* events not yet destroyed */
+} ga_device_usage;
 
 typedef struct ga_device_ops {
   const char *name; /* "cuda" or "sim" */
@@ -106,6 +107,10 @@ typedef struct ga_device_ops {
    * around cudaMalloc); *previous gets the mode to restore. */
   int (*capture_mode)(ga_device *d, int relaxed, int *previous);
 
+  /* Optional (NULL when the backend cannot tell, as the CUDA driver cannot):
+   * the objects the device holds now, for ga_check's cross-check. */
+  int (*usage)(ga_device *d, ga_device_usage *u);
+
   /* Frees the backend's own state. Live device objects are the caller's
    * responsibility (the allocator gives everything back first). */
   void (*destroy)(ga_device *d);
@@ -132,6 +137,9 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen);
 /* A simulated device `ordinal` of a machine with `ndevices` of them. */
 int ga_sim_open(int ordinal, size_t capacity, ga_device **out, char *err, size_t errlen);
 int ga_sim_open_of(int ordinal, int ndevices, size_t capacity, ga_device **out, char *err, size_t errlen);
+
+/* The name of a call kind ("map", "stream_synchronize", ...). */
+const char *ga_dev_call_name(ga_device_call_t kind);
 
 /* Records a failure message in d->error. */
 void ga_dev_set_error(ga_device *d, const char *fmt, ...)
@@ -207,6 +215,10 @@ static inline int ga_dev_stream_capturing(ga_device *d, ga_stream_t s, int *c) {
 }
 static inline int ga_dev_capture_mode(ga_device *d, int relaxed, int *previous) {
   return ga_dev_count(d, GA_CALL_CAPTURE_MODE, d->ops->capture_mode(d, relaxed, previous));
+}
+/* Not counted (introspection). GA_DEV_ENOTSUP when the backend has no answer. */
+static inline int ga_dev_usage(ga_device *d, ga_device_usage *u) {
+  return d->ops->usage ? d->ops->usage(d, u) : GA_DEV_ENOTSUP;
 }
 static inline void ga_dev_destroy(ga_device *d) {
   if (d) d->ops->destroy(d);

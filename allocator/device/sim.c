@@ -810,6 +810,18 @@ static void sim_destroy(ga_device *d) {
   free(s);
 }
 
+static int sim_usage(ga_device *d, ga_device_usage *u) {
+  ga_sim_usage x;
+  int rc = ga_sim_usage_get(d, &x);
+  if (rc) return rc;
+  *u = (ga_device_usage){.live_mallocs = x.live_mallocs,
+                         .live_handles = x.live_handles,
+                         .live_reservations = x.live_reservations,
+                         .live_mappings = x.live_mappings,
+                         .live_events = x.live_events};
+  return 0;
+}
+
 static const ga_device_ops sim_ops = {
     .name = "sim",
     .granularity = sim_granularity,
@@ -828,6 +840,7 @@ static const ga_device_ops sim_ops = {
     .event_record = sim_event_record,
     .event_query = sim_event_query,
     .event_synchronize = sim_event_synchronize,
+    .usage = sim_usage,
     .event_destroy = sim_event_destroy,
     .stream_synchronize = sim_stream_synchronize,
     .synchronize = sim_synchronize,

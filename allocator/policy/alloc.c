@@ -135,7 +135,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   /* A page mapped earlier without its peers' access is fixed before anything
    * is handed out. */
   if (a->regrant) {
-    int prev = 0, relax = relax_capture(a, &prev), rc = ga_expandable_regrant_locked(a);
+    int prev = 0, relax = relax_capture(a, &prev), rc = ga_peers_regrant_locked(a);
     if (relax) (void)ga_dev_capture_mode(a->dev, prev, NULL);
     if (rc) {
       ga_error_set("ga_malloc: cannot give peer devices access to expandable memory: %s", a->dev->error);
@@ -162,7 +162,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
     if (relax) (void)ga_dev_capture_mode(a->dev, prev_mode, NULL);
     if (rc == GA_DEV_EOOM) {
       a->stats.num_ooms++;
-      ga_report_oom_locked(a, expandable ? rounded : alloc_size, refused);
+      ga_alloc_report_oom_locked(a, expandable ? rounded : alloc_size, refused);
       return GA_ERR_OOM;
     }
     if (rc) return device_error(a, "obtaining device memory", rc);
@@ -214,12 +214,12 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
     return GA_ERR_BAD_POINTER;
   }
   if (b->asleep) {
-    (void)ga_blockmap_put(&a->map, b); /* cannot grow: it was just taken out */
+    (void)ga_blockmap_put(&a->map, b->ptr, b); /* cannot grow: it was just taken out */
     ga_error_set("ga_free: %p is asleep (ga_sleep); call ga_wake before freeing it", ptr);
     return GA_ERR_INVALID;
   }
   ga_stats_t *s = &a->stats;
-  if (ga_history_on(a)) ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
+  ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
   ga_pstat_dec(s->allocation, b->pool, 1);
   ga_pstat_dec(s->allocated_bytes, b->pool, b->size);
   if (b->size >= a->cfg.max_split_size) ga_stat_dec(&s->oversize_allocations, 1);
@@ -230,4 +230,37 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
 ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr) {
   diagnose_bad_free(a, fn, ptr);
   return GA_ERR_BAD_POINTER;
+}
+
+const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p) {
+  for (ga_segment *s = a->segs; s; s = s->next) {
+    if (p < s->base || p - s->base >= s->size) continue;
+    for (ga_block *b = s->head; b; b = b->next)
+      if (p >= b->ptr && p - b->ptr < b->size) return b->state == GA_BLOCK_ALLOCATED ? b : NULL;
+  }
+  return NULL;
+}
+
+/* ---- The OOM report's facts ---- */
+
+static int largest(ga_block *b, void *arg) {
+  size_t *max = arg;
+  if (b->size > *max) *max = b->size;
+  return 0;
+}
+
+void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t size, int fraction_refused) {
+  ga_oom_facts f = {.device = a->dev->ordinal,
+                    .tried = size,
+                    .total = a->device_total,
+                    .allowed = a->allowed_max,
+                    .allocated = (size_t)a->stats.allocated_bytes[GA_POOL_ALL].current,
+                    .reserved = a->reserved,
+                    .expandable = a->cfg.expandable_segments,
+                    .fraction_refused = fraction_refused};
+  f.have_free = ga_dev_mem_info(a->dev, &f.free, &f.total) == 0;
+  ga_history_add_locked(a, GA_H_OOM, f.free, size, NULL);
+  for (int p = 0; p < 2; p++) ga_pool_walk(&a->pools[p], largest, &f.largest_free);
+  if (f.expandable) f.stranded = ga_pages_partial_free_locked(a);
+  ga_report_oom(&f);
 }

@@ -162,8 +162,8 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   }
   b->state = GA_BLOCK_ALLOCATED;
   b->requested = size;
-  b->tag = 0;                        /* the struct may have served a tagged allocation before */
-  (void)ga_blockmap_put(&a->map, b); /* cannot fail: room reserved above */
+  b->tag = 0;                                /* the struct may have served a tagged allocation before */
+  (void)ga_blockmap_put(&a->map, b->ptr, b); /* cannot fail: room reserved above */
   ga_stats_t *s = &a->stats;
   ga_pstat_inc(s->allocation, b->pool, 1);
   ga_pstat_inc(s->allocated_bytes, b->pool, b->size);
@@ -171,7 +171,7 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   ga_pstat_inc(s->active_bytes, b->pool, b->size);
   ga_pstat_inc(s->requested_bytes, b->pool, size);
   if (b->size >= a->cfg.max_split_size) ga_stat_inc(&s->oversize_allocations, 1);
-  if (ga_history_on(a)) ga_history_add_locked(a, GA_H_ALLOC, b->ptr, size, b->stream);
+  ga_history_add_locked(a, GA_H_ALLOC, b->ptr, size, b->stream);
   return b;
 }
 
@@ -258,7 +258,7 @@ void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
   size_t size = b->size, requested = b->requested;
   int pool = b->pool;
   b->free_seq = ++a->free_clock;
-  if (ga_history_on(a)) ga_history_add_locked(a, GA_H_FREE_COMPLETED, b->ptr, requested, b->stream);
+  ga_history_add_locked(a, GA_H_FREE_COMPLETED, b->ptr, requested, b->stream);
   ga_block_merge_insert_locked(a, b); /* b may be merged into its predecessor */
   ga_stats_t *s = &a->stats;
   ga_pstat_dec(s->active, pool, 1);

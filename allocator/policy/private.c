@@ -77,12 +77,7 @@ int ga_private_release_all_locked(ga_allocator_t *a) {
   return 0;
 }
 
-ga_status_t ga_begin_allocate_to_pool(ga_allocator_t *a, uint64_t pool, ga_stream_t stream) {
-  if (!a) {
-    ga_error_set("ga_begin_allocate_to_pool: the allocator is NULL");
-    return GA_ERR_INVALID;
-  }
-  ga_lock_acquire(&a->mu);
+ga_status_t ga_private_begin_locked(ga_allocator_t *a, uint64_t pool, ga_stream_t stream) {
   ga_status_t st = GA_OK;
   ga_private *v = find(a, pool);
   if (v && v->released) {
@@ -107,7 +102,6 @@ ga_status_t ga_begin_allocate_to_pool(ga_allocator_t *a, uint64_t pool, ga_strea
       a->routing++;
     }
   }
-  ga_lock_release(&a->mu);
   return st;
 }
 
@@ -119,12 +113,7 @@ static void stop_routing(ga_allocator_t *a, ga_private *v) {
   if (!a->routing) ga_stream_capture_ended_locked(a);
 }
 
-ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool) {
-  if (!a) {
-    ga_error_set("ga_end_allocate_to_pool: the allocator is NULL");
-    return GA_ERR_INVALID;
-  }
-  ga_lock_acquire(&a->mu);
+ga_status_t ga_private_end_locked(ga_allocator_t *a, uint64_t pool) {
   ga_status_t st = GA_OK;
   ga_private *v = find(a, pool);
   if (!v) {
@@ -133,16 +122,10 @@ ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool) {
   } else {
     stop_routing(a, v);
   }
-  ga_lock_release(&a->mu);
   return st;
 }
 
-ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {
-  if (!a) {
-    ga_error_set("ga_release_pool: the allocator is NULL");
-    return GA_ERR_INVALID;
-  }
-  ga_lock_acquire(&a->mu);
+ga_status_t ga_private_release_locked(ga_allocator_t *a, uint64_t pool) {
   ga_status_t st = GA_OK;
   ga_private *v = find(a, pool);
   if (!v) {
@@ -167,7 +150,6 @@ ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {
       st = GA_ERR_DEVICE;
     }
   }
-  ga_lock_release(&a->mu);
   return st;
 }
 

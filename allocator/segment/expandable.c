@@ -165,7 +165,7 @@ static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, ga_block **
     if (rc) break;
   }
   ga_stat_add(&a->stats.mapped_bytes, (int64_t)(done * a->gran));
-  if (done && ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_MAP, u->ptr, done * a->gran, s->stream);
+  if (done) ga_history_add_locked(a, GA_H_SEGMENT_MAP, u->ptr, done * a->gran, s->stream);
   *merged = done ? mapped_prefix(a, u, done * a->gran) : NULL;
   return rc;
 }
@@ -229,7 +229,7 @@ int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t
     (void)ga_pages_put_locked(a, p);
   }
   ga_stat_add(&a->stats.mapped_bytes, -(int64_t)(k * a->gran));
-  if (ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_UNMAP, g0 * a->gran, k * a->gran, s->stream);
+  ga_history_add_locked(a, GA_H_SEGMENT_UNMAP, g0 * a->gran, k * a->gran, s->stream);
   /* b = [FREE front][UNMAPPED middle][FREE back] */
   ga_block_from_free_tree_locked(a, b);
   ga_block *mid = b;
@@ -249,12 +249,6 @@ typedef struct frees {
   ga_block **v;
   size_t n, cap;
 } frees;
-
-int ga_expandable_regrant_locked(ga_allocator_t *a) {
-  int rc = ga_expandable_grant_locked(a, a->access, a->naccess);
-  if (!rc) a->regrant = 0;
-  return rc;
-}
 
 int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n) {
   for (ga_segment *s = a->segs; s; s = s->next) {

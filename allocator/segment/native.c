@@ -43,7 +43,7 @@ int ga_native_segment_new_locked(ga_allocator_t *a, size_t size, int pool, ga_st
   a->segs = seg;
   a->nsegs++;
   account(a, seg, +1);
-  if (ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_ALLOC, seg->base, size, stream);
+  ga_history_add_locked(a, GA_H_SEGMENT_ALLOC, seg->base, size, stream);
   *out = b;
   return 0;
 fail:
@@ -58,7 +58,7 @@ int ga_native_segment_release_locked(ga_allocator_t *a, ga_block *b) {
   if (rc) return rc;
   account(a, seg, -1);
   if (seg->priv) ga_private_segment_gone_locked(a, seg->priv);
-  if (ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_FREE, seg->base, seg->size, seg->stream);
+  ga_history_add_locked(a, GA_H_SEGMENT_FREE, seg->base, seg->size, seg->stream);
   if (seg->prev)
     seg->prev->next = seg->next;
   else

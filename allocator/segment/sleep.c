@@ -25,12 +25,7 @@ static int tag_index(ga_allocator_t *a, const char *tag, size_t len, int create)
   return a->ntags++;
 }
 
-ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag) {
-  if (!a) {
-    ga_error_set("ga_tag: the allocator is NULL");
-    return GA_ERR_INVALID;
-  }
-  ga_lock_acquire(&a->mu);
+ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag) {
   ga_status_t st = GA_OK;
   ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
   int idx = b && tag && *tag ? tag_index(a, tag, strlen(tag), 1) : -1;
@@ -43,7 +38,6 @@ ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag) {
   } else {
     b->tag = (uint8_t)(idx + 1);
   }
-  ga_lock_release(&a->mu);
   return st;
 }
 
@@ -98,7 +92,7 @@ static int sleep_granule(ga_allocator_t *a, ga_segment *s, size_t g, int offload
   s->backing[i] = (ga_piece){.ph = NULL, .idx = GA_PIECE_ASLEEP};
   a->sleepers[a->nsleepers++] = (ga_sleeper){s, i, host, 0};
   ga_stat_dec(&a->stats.mapped_bytes, a->gran);
-  if (ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_UNMAP, (uintptr_t)va, a->gran, s->stream);
+  ga_history_add_locked(a, GA_H_SEGMENT_UNMAP, (uintptr_t)va, a->gran, s->stream);
   return 0;
 }
 
@@ -146,12 +140,7 @@ static int restore_pending(ga_allocator_t *a) {
   return 0;
 }
 
-ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags) {
-  if (!a) {
-    ga_error_set("ga_sleep: the allocator is NULL");
-    return GA_ERR_INVALID;
-  }
-  ga_lock_acquire(&a->mu);
+ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags) {
   ga_status_t st = GA_OK;
   int rc = 0;
   uint32_t mask = tag_mask(a, tags);
@@ -176,18 +165,12 @@ ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags) {
     }
     (void)ga_pages_trim_locked(a, 0); /* pages with nothing mapped go back */
   }
-  ga_lock_release(&a->mu);
   return st;
 }
 
 /* ---- Wake ---- */
 
-ga_status_t ga_wake(ga_allocator_t *a) {
-  if (!a) {
-    ga_error_set("ga_wake: the allocator is NULL");
-    return GA_ERR_INVALID;
-  }
-  ga_lock_acquire(&a->mu);
+ga_status_t ga_wake_locked(ga_allocator_t *a) {
   int refused = 0, rc = restore_pending(a), restore_failed = rc != 0;
   if (a->nsleepers && !rc)
     rc = ga_pages_obtain_locked(a, a->nsleepers, GA_P_LARGE, a->large_page, 0, 0, &refused);
@@ -216,7 +199,7 @@ ga_status_t ga_wake(ga_allocator_t *a) {
     z->seg->backing[z->granule] = p;
     p.ph->nmapped++;
     ga_stat_inc(&a->stats.mapped_bytes, a->gran);
-    if (ga_history_on(a)) ga_history_add_locked(a, GA_H_SEGMENT_MAP, (uintptr_t)va, a->gran, z->seg->stream);
+    ga_history_add_locked(a, GA_H_SEGMENT_MAP, (uintptr_t)va, a->gran, z->seg->stream);
     free(z->host);
     a->nsleepers--;
   }
@@ -225,7 +208,7 @@ ga_status_t ga_wake(ga_allocator_t *a) {
     char left[32];
     ga_format_size(a->nsleepers * a->gran, left, sizeof left);
     if (rc == GA_DEV_EOOM && !restore_failed) {
-      ga_report_oom_locked(a, a->nsleepers * a->gran, refused);
+      ga_alloc_report_oom_locked(a, a->nsleepers * a->gran, refused);
       char report[1800];
       snprintf(report, sizeof report, "%s", ga_last_error());
       ga_error_set("ga_wake: %s still asleep. %s", left, report);
@@ -237,7 +220,6 @@ ga_status_t ga_wake(ga_allocator_t *a) {
   } else {
     all_awake(a);
   }
-  ga_lock_release(&a->mu);
   return st;
 }
 

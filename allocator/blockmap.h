@@ -1,0 +1,28 @@
+/* blockmap.h — address -> record, an open-addressing hash table (the block
+ * map: pointer handed out -> its block). A leaf: keys are non-zero addresses,
+ * values opaque.
+ */
+#ifndef GA_BLOCKMAP_H
+#define GA_BLOCKMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ga_blockmap {
+  uintptr_t *keys; /* 0 = empty */
+  void **vals;
+  size_t cap, count; /* cap is a power of two */
+} ga_blockmap;
+
+/* 0, or GA_DEV_ENOMEM (host memory) for init, put and reserve. */
+int ga_blockmap_init(ga_blockmap *m);
+void ga_blockmap_destroy(ga_blockmap *m);
+/* Room for one more entry, so that the next put cannot fail. */
+int ga_blockmap_reserve(ga_blockmap *m);
+/* pre: key != 0 and not in the map. */
+int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val);
+void *ga_blockmap_get(const ga_blockmap *m, uintptr_t key);
+/* Removes the entry; returns its value, or NULL when there was none. */
+void *ga_blockmap_take(ga_blockmap *m, uintptr_t key);
+
+#endif /* GA_BLOCKMAP_H */

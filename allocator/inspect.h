@@ -1,0 +1,17 @@
+/* inspect.h — read-only views of a whole allocator, called by api.c only:
+ * ga_check's walk of every invariant (check.c) and the memory snapshot
+ * (snapshot.c). They read every layer and change none.
+ */
+#ifndef GA_INSPECT_H
+#define GA_INSPECT_H
+
+#include "internal.h"
+
+/* The number of broken invariants, each described on stderr. Caller holds
+ * the lock. */
+int ga_check_locked(ga_allocator_t *a);
+
+/* Appends the snapshot JSON of `a` to *o. Caller holds the lock. */
+void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o);
+
+#endif /* GA_INSPECT_H */

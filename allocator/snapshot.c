@@ -1,0 +1,103 @@
+/* snapshot.c — the memory snapshot as JSON in the schema of
+ * torch.cuda.memory._snapshot(): segments (each mapped range of an expandable
+ * segment as its own segment, as PyTorch does) with their blocks, the
+ * history as the device trace, and the allocator settings. Python turns it
+ * into the pickle that PyTorch's memory viewer opens. Read-only.
+ */
+#include <stdlib.h>
+
+#include "inspect.h"
+
+static const char *block_state(const ga_block *b) {
+  return b->state == GA_BLOCK_ALLOCATED ? "active_allocated"
+         : b->state == GA_BLOCK_PENDING ? "active_pending_free"
+                                        : "inactive";
+}
+
+/* One snapshot segment: the blocks [first, last] (none UNMAPPED). */
+static void segment(ga_text *o, const ga_allocator_t *a, const ga_segment *s, const ga_block *first,
+                    const ga_block *last, int *comma) {
+  size_t total = 0, allocated = 0, active = 0, requested = 0;
+  for (const ga_block *b = first;; b = b->next) {
+    total += b->size;
+    if (b->state == GA_BLOCK_ALLOCATED) allocated += b->size;
+    if (b->state != GA_BLOCK_FREE) active += b->size, requested += b->requested;
+    if (b == last) break;
+  }
+  ga_text_put(
+      o,
+      "%s{\"device\":%d,\"address\":%llu,\"total_size\":%zu,\"allocated_size\":%zu,\"active_size\":%zu,"
+      "\"requested_size\":%zu,\"stream\":%llu,\"segment_type\":\"%s\",\"segment_pool_id\":[0,0],"
+      "\"is_expandable\":%s,\"frames\":[],\"blocks\":[",
+      *comma ? "," : "", a->dev->ordinal, (unsigned long long)first->ptr, total, allocated, active, requested,
+      (unsigned long long)(uintptr_t)s->stream, s->pool == GA_P_SMALL ? "small" : "large",
+      s->expandable ? "true" : "false");
+  *comma = 1;
+  for (const ga_block *b = first;; b = b->next) {
+    ga_text_put(o, "%s{\"address\":%llu,\"size\":%zu,\"requested_size\":%zu,\"state\":\"%s\",\"frames\":[]}",
+                b == first ? "" : ",", (unsigned long long)b->ptr, b->size,
+                b->state == GA_BLOCK_FREE ? (size_t)0 : b->requested, block_state(b));
+    if (b == last) break;
+  }
+  ga_text_put(o, "]}");
+}
+
+static int by_address(const void *x, const void *y) {
+  const ga_segment *a = *(ga_segment *const *)x, *b = *(ga_segment *const *)y;
+  return a->base < b->base ? -1 : a->base > b->base;
+}
+
+void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
+  ga_segment **segs = malloc((a->nsegs + 1) * sizeof *segs);
+  size_t n = 0;
+  for (ga_segment *s = a->segs; s && segs; s = s->next) segs[n++] = s;
+  if (segs) qsort(segs, n, sizeof *segs, by_address);
+  ga_text_put(o, "{\"segments\":[");
+  int comma = 0;
+  for (size_t i = 0; i < n; i++) {
+    const ga_block *first = NULL;
+    for (const ga_block *b = segs[i]->head; b; b = b->next) {
+      if (b->state != GA_BLOCK_UNMAPPED && !first) first = b;
+      int ends = !b->next || b->next->state == GA_BLOCK_UNMAPPED;
+      if (first && b->state != GA_BLOCK_UNMAPPED && ends) {
+        segment(o, a, segs[i], first, b, &comma);
+        first = NULL;
+      }
+    }
+  }
+  free(segs);
+  ga_text_put(o, "],\"device_traces\":[");
+  for (int d = 0; d <= a->dev->ordinal; d++) {
+    ga_text_put(o, "%s[", d ? "," : "");
+    const ga_history *h = &a->history;
+    for (size_t k = 0; d == a->dev->ordinal && k < h->n; k++) {
+      const ga_history_entry *e = ga_history_at(h, k);
+      ga_text_put(o, "%s{\"action\":\"%s\",", k ? "," : "", ga_history_action_name(e->action));
+      if (e->action == GA_H_OOM)
+        ga_text_put(o, "\"device_free\":%llu,", (unsigned long long)e->addr);
+      else
+        ga_text_put(o, "\"addr\":%llu,", (unsigned long long)e->addr);
+      ga_text_put(
+          o,
+          "\"size\":%zu,\"stream\":%llu,\"time_us\":%lld,\"compile_context\":\"N/A\",\"user_metadata\":\"\"}",
+          e->size, (unsigned long long)e->stream, (long long)e->time_us);
+    }
+    ga_text_put(o, "]");
+  }
+  const ga_config *c = &a->cfg;
+  ga_text_put(o, "],\"allocator_settings\":{\"PYTORCH_CUDA_ALLOC_CONF\":\"");
+  for (const char *p = a->conf_text; *p; p++) ga_text_put(o, (*p == '"' || *p == '\\') ? "\\%c" : "%c", *p);
+  ga_text_put(o,
+              "\",\"max_split_size\":%lld,\"garbage_collection_threshold\":%g,\"expandable_segments\":%s,"
+              "\"pinned_num_register_threads\":%d,\"release_lock_on_cudamalloc\":%s,"
+              "\"pinned_use_cuda_host_register\":%s,"
+              "\"graph_capture_record_stream_reuse\":%s,\"roundup_power2_divisions\":{",
+              c->max_split_size == SIZE_MAX ? -1LL : (long long)c->max_split_size, c->gc_threshold,
+              c->expandable_segments ? "true" : "false", c->pinned_num_register_threads,
+              c->release_lock_on_cudamalloc ? "true" : "false",
+              c->pinned_use_host_register ? "true" : "false",
+              c->graph_capture_record_stream_reuse ? "true" : "false");
+  for (int i = 0; i < GA_ROUNDUP_INTERVALS; i++)
+    ga_text_put(o, "%s\"%d\":%zu", i ? "," : "", 1 << i, c->roundup_divisions[i]);
+  ga_text_put(o, "}},\"external_annotations\":[]}");
+}

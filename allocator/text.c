@@ -1,0 +1,44 @@
+/* text.c — the calling thread's error text, text buffers, size format.
+ * A leaf: includes nothing of the allocator but its own header.
+ */
+#include "text.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char tls_error[2048];
+
+void ga_error_set(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  va_end(ap);
+}
+
+const char *ga_error_text(void) { return tls_error; }
+
+void ga_text_put(ga_text *t, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = t->len < t->cap ? t->cap - t->len : 0;
+  int n = vsnprintf(room ? t->buf + t->len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) t->len += (size_t)n;
+}
+
+size_t ga_text_end(ga_text *t) {
+  if (t->cap && t->len >= t->cap) t->buf[t->cap - 1] = 0;
+  return t->len;
+}
+
+void ga_format_size(size_t bytes, char *buf, size_t len) {
+  const double KiB = 1024.0, MiB = KiB * 1024.0, GiB = MiB * 1024.0;
+  if (bytes <= 1024)
+    snprintf(buf, len, "%zu bytes", bytes);
+  else if (bytes <= (size_t)1 << 20)
+    snprintf(buf, len, "%.2f KiB", (double)bytes / KiB);
+  else if (bytes <= (size_t)1 << 30)
+    snprintf(buf, len, "%.2f MiB", (double)bytes / MiB);
+  else
+    snprintf(buf, len, "%.2f GiB", (double)bytes / GiB);
+}

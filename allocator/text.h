@@ -1,0 +1,35 @@
+/* text.h — leaf utilities for words: the calling thread's error text, text
+ * buffers that count what did not fit, and PyTorch's size format.
+ *
+ * Depends on nothing else of the allocator; every layer may use it.
+ */
+#ifndef GA_TEXT_H
+#define GA_TEXT_H
+
+#include <stddef.h>
+
+#if defined(__GNUC__)
+#define GA_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define GA_PRINTF(fmt, args)
+#endif
+
+/* Sets the calling thread's error text (what ga_last_error() returns). */
+void ga_error_set(const char *fmt, ...) GA_PRINTF(1, 2);
+/* The calling thread's error text ("" when none was set). */
+const char *ga_error_text(void);
+
+/* Appends to a caller's buffer of `cap` bytes, counting the full length even
+ * past the end (so callers can size the buffer with cap 0). */
+typedef struct ga_text {
+  char *buf;
+  size_t cap, len;
+} ga_text;
+void ga_text_put(ga_text *t, const char *fmt, ...) GA_PRINTF(2, 3);
+/* Terminates a truncated text; returns the full length. */
+size_t ga_text_end(ga_text *t);
+
+/* PyTorch's format_size: "N bytes", "x.xx KiB", "x.xx MiB", "x.xx GiB". */
+void ga_format_size(size_t bytes, char *buf, size_t len);
+
+#endif /* GA_TEXT_H */
