@@ -4,7 +4,7 @@
 #  1. the built-in workloads under native, native + max_split_size_mb:128,
 #     expandable and expandable with 2 MiB pages, side by side
 #     (bench/results/run.csv and one SVG plot per workload);
-#  2. the real PyTorch traces in ../shared/traces/pytorch_snapshots/ in native
+#  2. the real PyTorch traces in traces/pytorch_snapshots/ in native
 #     and expandable mode next to PyTorch's own reserved memory, and the
 #     MiniMalloc problems (sizes x64), as JSON lines in bench/results/;
 #  3. the hot path: allocate+free pairs from the cache next to libc malloc,
@@ -18,10 +18,12 @@ cd "$(dirname "$0")/.."
 . scripts/need.sh
 need_packages cmake:cmake cc:gcc make:make
 
-shared=${GA_SHARED_DIR:-../shared}
+# The traces are in the repository (traces/); GA_SHARED_DIR names another
+# folder holding a traces/ of the same layout.
+shared=${GA_SHARED_DIR:-.}
 traces="$shared/traces/pytorch_snapshots"
 if [ ! -d "$traces" ]; then
-  echo "bench/run.sh: no traces at $traces (set GA_SHARED_DIR to the folder holding traces/)" >&2
+  echo "bench/run.sh: no traces at $traces (GA_SHARED_DIR must name a folder holding traces/)" >&2
   exit 1
 fi
 
@@ -49,10 +51,8 @@ run pytorch_native "$traces" --conf ""
 run pytorch_native_max_split_128 "$traces" --conf "max_split_size_mb:128"
 run pytorch_expandable "$traces" --conf "expandable_segments:True"
 minimalloc="$shared/traces/minimalloc"
-if [ -d "$minimalloc" ]; then
-  run minimalloc_x64_native "$minimalloc" --size-scale 64 --conf ""
-  run minimalloc_x64_expandable "$minimalloc" --size-scale 64 --conf "expandable_segments:True"
-fi
+run minimalloc_x64_native "$minimalloc" --size-scale 64 --conf ""
+run minimalloc_x64_expandable "$minimalloc" --size-scale 64 --conf "expandable_segments:True"
 echo "== hot path"
 build/bench/ga-bench hotpath | tee bench/results/hotpath.txt
 if command -v valgrind >/dev/null; then

@@ -27,7 +27,7 @@ say "== engine example with a real kernel"
 if [ -x build/examples/engine_cuda ]; then timeout 60 build/examples/engine_cuda 2>&1 | tee -a "$log"; else say "engine_cuda not built"; fi
 
 say "== gardenalloc on the CUDA backend: replay of the PyTorch traces"
-shared=${GA_SHARED_DIR:-../shared}
+shared=${GA_SHARED_DIR:-.}
 for conf in "backend:cuda" "backend:cuda,expandable_segments:True"; do
   timeout 120 build/bench/ga-bench replay "$shared/traces/pytorch_snapshots" --conf "$conf" 2>&1 | tee -a "$log"
 done

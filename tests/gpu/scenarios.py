@@ -86,7 +86,7 @@ def record_stream():
 
 
 def trace():
-    shared = os.environ.get("GA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
+    shared = os.environ.get("GA_SHARED_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     path = os.path.join(shared, "traces", "pytorch_snapshots", "cs336_medium_ctx512_training.csv")
     rows = [line.rstrip("\n").split(",") for line in open(path)][1:]
     live = {}
