@@ -21,14 +21,63 @@ extern char cost_source[256];
  * the medians in the table (drivercost.c). -1 with a message on error. */
 int cost_measure(const char *backend, int reps, char *err, size_t errlen);
 
+/* ---- Output (output.c) ---- */
+typedef struct ga_strbuf {
+  char *s;
+  size_t len, cap;
+} ga_strbuf;
+void strbuf_put(ga_strbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void strbuf_free(ga_strbuf *b);
+/* argv[0] of ga-bench, for the recorded command. */
+extern const char *bench_argv0;
+/* "cd DIR && ga-bench SUB ARGS...", each word quoted for a POSIX shell. */
+void bench_command(ga_strbuf *b, const char *sub, int argc, char **argv);
+/* Writes s as a JSON string (quotes included). */
+void json_string(FILE *f, const char *s);
+/* Makes a folder and its parents. -1 with a message. */
+int mkdir_p(const char *path, char *err, size_t errlen);
+/* A result file written under a temporary name beside `path` and renamed
+ * over it only by staged_commit: a failed run leaves the old file. */
+typedef struct staged {
+  char path[4096], tmp[4200];
+  FILE *f;
+} staged;
+FILE *staged_open(staged *s, const char *path);
+int staged_close(staged *s);
+int staged_commit(staged *s); /* closes if open; -1 when close or rename fails */
+void staged_discard(staged *s);
+
+/* One replay as one line of JSON: every counter the tables show, the first
+ * OOM's report, the curve when sampled, and the command that made it. */
+typedef struct json_fields {
+  const char *trace, *config, *conf, *command; /* command may be NULL */
+  uint64_t size_scale;
+  size_t skipped_failures;
+  uint64_t pytorch_reserved; /* 0 = no baseline */
+  const replay_result *r;
+  const replay_samples *samples; /* NULL = no curve */
+} json_fields;
+void json_result(FILE *f, const json_fields *j);
+
 /* ---- Plots (svg.c) ---- */
 typedef struct svg_series {
   const char *label;
   const replay_samples *s;
+  uint64_t peak_reserved; /* for the legend */
 } svg_series;
-/* Writes reserved (solid) and allocated (dashed) bytes over events for each
- * configuration. -1 if the file cannot be written. */
-int svg_write(const char *path, const char *title, const svg_series *series, size_t n);
+typedef struct svg_opts {
+  const char *title;
+  const char *command; /* kept in the file's <desc>, or NULL */
+  uint64_t peak_live;  /* the lower bound, drawn as a line; 0 = none */
+  int y_near_data;     /* start the y axis just below the data instead of at 0 */
+} svg_opts;
+/* Writes reserved bytes over events, one line style per configuration, the
+ * live bytes and the peak-live bound, to an open file. -1 on a write error. */
+int svg_write(FILE *f, const svg_opts *o, const svg_series *series, size_t n);
 
 /* ---- Trace paths (ga_bench.c) ---- */
 typedef struct paths {
@@ -38,6 +87,20 @@ typedef struct paths {
 /* Adds a file, or every *.csv of a directory in name order. -1 (with a
  * message) for a directory without traces. */
 int expand(const char *arg, paths *out);
+
+/* ---- Configurations (ga_bench.c) ---- */
+typedef struct bench_config {
+  char name[64];
+  char conf[448];
+} bench_config;
+/* Adds "NAME=CONF" or "CONF" (named after itself, or "default"), validated.
+ * -1 with a message naming `who`. */
+int config_add(bench_config **v, size_t *n, const char *arg, const char *who);
+/* Prefixes every configuration with sim_capacity_mb:N (NULL: nothing). */
+int config_set_capacity(bench_config *v, size_t n, const char *capacity_mb, const char *who);
+int parse_scale(const char *v, uint64_t *out, const char *who);
+/* Multiplies every size of the trace. */
+void trace_scale(trace *t, uint64_t scale);
 
 /* ---- Commands ---- */
 int cmd_run(int argc, char **argv);

@@ -128,11 +128,19 @@ done:
 
 int cmd_drivercost(int argc, char **argv) {
   const char *backend = "auto";
-  int reps = 200;
+  int reps = 200, json = 0;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
-    if (!strcmp(a, "--backend") && v) {
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      printf(
+          "usage: ga-bench drivercost [--backend auto|cuda|sim] [--reps N] [--json]\n"
+          "  Times every device call kind through the device layer (medians of N rounds) and prints\n"
+          "  them as a --cost string for ga-bench run; --json prints one JSON object instead.\n");
+      return 0;
+    } else if (!strcmp(a, "--json")) {
+      json = 1;
+    } else if (!strcmp(a, "--backend") && v) {
       backend = v;
       i++;
     } else if (!strcmp(a, "--reps") && v) {
@@ -155,6 +163,19 @@ int cmd_drivercost(int argc, char **argv) {
   if (cost_measure(backend, reps, err, sizeof err)) {
     fprintf(stderr, "ga-bench drivercost: %s\n", err);
     return 1;
+  }
+  if (json) {
+    printf("{\"source\":");
+    json_string(stdout, cost_source);
+    printf(",\"us_median\":{");
+    int first = 1;
+    for (int k = 0; k < GA_CALL_COUNT; k++)
+      if (k != GA_CALL_COPY && k != GA_CALL_CAPTURE_MODE) {
+        printf("%s\"%s\":%.3f", first ? "" : ",", ga_device_call_name((ga_device_call_t)k), ga_cost_us[k]);
+        first = 0;
+      }
+    printf("}}\n");
+    return 0;
   }
   printf("device call costs, %s\n", cost_source);
   printf("  %-20s %10s\n", "call", "us (median)");

@@ -2,8 +2,8 @@
  * requested / allocated / reserved bytes, OOMs and device calls, next to
  * PyTorch's own reserved memory where a trace has a .meta.json baseline.
  *
- *   ga-bench replay PATH... [--conf STR] [--capacity-mb N] [--json]
- *   ga-bench keys [--markdown]
+ *   ga-bench replay PATH... [--conf [NAME=]STR]... [--capacity-mb N] [--size-scale N] [--json]
+ *   ga-bench run | hotpath | drivercost | keys   (each with --help)
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -13,20 +13,19 @@
 #include "bench.h"
 #include "trace.h"
 
+const char *bench_argv0 = "ga-bench";
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage:\n"
-          "  ga-bench replay PATH... [--conf STR] [--capacity-mb N] [--json]\n"
-          "      PATH is an RMM CSV trace or a directory of them (*.csv).\n"
-          "      --conf        GARDENALLOC_CONF string (default: the environment variable)\n"
-          "      --capacity-mb memory of the simulated device (default 81920)\n"
-          "      --size-scale N multiply every size in the trace by N (e.g. 64 for MiniMalloc)\n"
-          "      --json        one JSON object per trace instead of the table\n"
+          "  ga-bench replay PATH... [--conf [NAME=]STR]... [--capacity-mb N] [--size-scale N] [--json]\n"
+          "      RMM CSV traces (or folders of them) under each configuration (ga-bench replay --help)\n"
           "  ga-bench run [--workload NAME]... [--config NAME=CONF]... [--scale S] ...\n"
           "      built-in workloads under several configurations (ga-bench run --help)\n"
           "  ga-bench hotpath [--pairs N] [--threads N]   allocate+free from the cache vs libc\n"
           "  ga-bench drivercost [--backend B] [--reps N]  what each device call costs here\n"
-          "  ga-bench keys [--markdown]   the configuration keys\n");
+          "  ga-bench keys [--markdown|--json]   the configuration keys\n"
+          "Every command takes --help.\n");
 }
 
 /* ---- Baselines from <trace>.meta.json ---- */
@@ -102,6 +101,70 @@ int expand(const char *arg, paths *out) {
   return 0;
 }
 
+/* ---- Configurations ---- */
+
+int config_add(bench_config **v, size_t *n, const char *arg, const char *who) {
+  bench_config c = {0};
+  const char *eq = strchr(arg, '='), *colon = strchr(arg, ':');
+  if (eq && (!colon || eq < colon)) { /* NAME=CONF */
+    if (eq == arg || (size_t)(eq - arg) >= sizeof c.name) {
+      fprintf(stderr, "ga-bench %s: '%s': the name before '=' must be 1 to %zu characters\n", who, arg,
+              sizeof c.name - 1);
+      return -1;
+    }
+    memcpy(c.name, arg, (size_t)(eq - arg));
+    arg = eq + 1;
+  } else
+    snprintf(c.name, sizeof c.name, "%s", *arg ? arg : "default");
+  if (strlen(arg) >= sizeof c.conf) {
+    fprintf(stderr, "ga-bench %s: configuration %s is too long\n", who, c.name);
+    return -1;
+  }
+  snprintf(c.conf, sizeof c.conf, "%s", arg);
+  if (ga_config_validate(c.conf) != GA_OK) {
+    fprintf(stderr, "ga-bench %s: configuration %s: %s\n", who, c.name, ga_last_error());
+    return -1;
+  }
+  bench_config *nv = realloc(*v, (*n + 1) * sizeof *nv);
+  if (!nv) return -1;
+  nv[(*n)++] = c;
+  *v = nv;
+  return 0;
+}
+
+int config_set_capacity(bench_config *v, size_t n, const char *capacity_mb, const char *who) {
+  for (size_t c = 0; capacity_mb && c < n; c++) {
+    char buf[sizeof v->conf];
+    int k =
+        snprintf(buf, sizeof buf, "sim_capacity_mb:%s%s%s", capacity_mb, v[c].conf[0] ? "," : "", v[c].conf);
+    if (k < 0 || (size_t)k >= sizeof buf) {
+      fprintf(stderr, "ga-bench %s: configuration %s is too long\n", who, v[c].name);
+      return -1;
+    }
+    if (ga_config_validate(buf) != GA_OK) {
+      fprintf(stderr, "ga-bench %s: --capacity-mb %s: %s\n", who, capacity_mb, ga_last_error());
+      return -1;
+    }
+    memcpy(v[c].conf, buf, (size_t)k + 1);
+  }
+  return 0;
+}
+
+int parse_scale(const char *v, uint64_t *out, const char *who) {
+  char *end;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (!*v || *end || n == 0 || n > (1ull << 20) || v[0] == '-') {
+    fprintf(stderr, "ga-bench %s: --size-scale '%s' must be a whole number from 1 to 1048576\n", who, v);
+    return -1;
+  }
+  *out = n;
+  return 0;
+}
+
+void trace_scale(trace *t, uint64_t scale) {
+  for (size_t k = 0; scale > 1 && k < t->n; k++) t->ev[k].size *= scale;
+}
+
 /* ---- Output ---- */
 
 static double gib(unsigned long long b) { return (double)b / (double)(1ULL << 30); }
@@ -111,117 +174,159 @@ static const char *base_name(const char *p) {
   return s ? s + 1 : p;
 }
 
-static void print_json(const char *path, const char *conf, const trace *t, const replay_result *r,
-                       const baseline *b) {
-  printf(
-      "{\"trace\":\"%s\",\"conf\":\"%s\",\"device\":\"%s\",\"device_total_bytes\":%zu,\"events\":%zu,"
-      "\"skipped_failures\":%zu,",
-      path, conf ? conf : "", r->backend, r->device_total, r->events, t->skipped_failures);
-  printf("\"peak_requested_bytes\":%llu,\"peak_allocated_bytes\":%llu,\"peak_reserved_bytes\":%llu,",
-         (unsigned long long)r->peak_requested, (unsigned long long)r->peak_allocated,
-         (unsigned long long)r->peak_reserved);
-  printf("\"num_ooms\":%llu,\"num_alloc_retries\":%llu,\"seconds\":%.6f,", (unsigned long long)r->num_ooms,
-         (unsigned long long)r->num_alloc_retries, r->seconds);
-  if (b->have) printf("\"pytorch_reserved_bytes\":%llu,", b->pytorch_reserved);
-  printf("\"device_calls\":{");
-  for (int k = 0; k < GA_CALL_COUNT; k++)
-    printf("\"%s\":%llu%s", ga_device_call_name((ga_device_call_t)k),
-           (unsigned long long)r->stats.device_calls[k], k + 1 < GA_CALL_COUNT ? "," : "");
-  printf("}}\n");
-}
-
-static void print_header(void) {
-  printf("%-36s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "trace", "events", "peak live",
-         "peak alloc", "peak resv", "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "moved");
-  printf("%-36s %7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s\n", "", "", "(MiB)", "(MiB)", "(MiB)", "",
-         "resv (MiB)", "", "", "", "", "");
+static void print_header(int with_config) {
+  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s %6s\n", "trace",
+         with_config ? "config               " : "", "events", "peak live", "peak alloc", "peak resv",
+         "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "moved", "syncs");
+  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s %6s\n", "",
+         with_config ? "                     " : "", "", "(MiB)", "(MiB)", "(MiB)", "", "resv (MiB)", "", "",
+         "", "", "", "");
 }
 
 static double mib(unsigned long long b) { return (double)b / (double)(1ULL << 20); }
 
-static void print_row(const char *path, const replay_result *r, const baseline *b) {
+static void print_row(const char *path, const char *config, const replay_result *r, const baseline *b) {
   char pt[16] = "-", vs[16] = "-";
   if (b->have) {
     snprintf(pt, sizeof pt, "%.1f", mib(b->pytorch_reserved));
     snprintf(vs, sizeof vs, "%.3f", (double)r->peak_reserved / (double)b->pytorch_reserved);
   }
-  printf("%-36.36s %7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %7llu %7lld\n", base_name(path),
-         r->events, mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
+  printf("%-36.36s ", base_name(path));
+  if (config) printf("%-20.20s ", config);
+  printf("%7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %7llu %7lld %6lld\n", r->events,
+         mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
          r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, pt, vs,
          (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
-         (unsigned long long)r->stats.device_calls[GA_CALL_MAP], (long long)r->stats.num_pages_moved);
+         (unsigned long long)r->stats.device_calls[GA_CALL_MAP], (long long)r->stats.num_pages_moved,
+         (long long)r->stats.num_unmap_syncs);
 }
 
 /* ---- Commands ---- */
 
+static void replay_usage(FILE *f) {
+  fprintf(f,
+          "usage: ga-bench replay PATH... [--conf [NAME=]STR]... [--capacity-mb N] [--size-scale N]\n"
+          "                       [--json] [--samples N]\n"
+          "  Replays RMM CSV traces (a PATH may be a folder of *.csv) under each configuration.\n"
+          "  --conf        a GARDENALLOC_CONF string, optionally named (repeat to compare side by side;\n"
+          "                default: the GARDENALLOC_CONF variable)\n"
+          "  --capacity-mb memory of the simulated device (default 81920)\n"
+          "  --size-scale  multiply every size in the traces by N (e.g. 64 for MiniMalloc)\n"
+          "  --json        one JSON object per trace and configuration instead of the table, with every\n"
+          "                counter, the first OOM's report and the command\n"
+          "  --samples N   with --json: the reserved/allocated/live curve in N points\n"
+          "  The table is followed by the report of the first out-of-memory of each replay that had one.\n");
+}
+
 static int cmd_replay(int argc, char **argv) {
-  const char *conf = getenv("GARDENALLOC_CONF");
   const char *capacity = NULL;
-  unsigned long long scale = 1;
+  uint64_t scale = 1;
+  size_t nsamples = 0;
   int json = 0;
   paths p = {0};
+  bench_config *configs = NULL;
+  size_t nconfigs = 0;
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--json"))
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      replay_usage(stdout);
+      return 0;
+    } else if (!strcmp(argv[i], "--json"))
       json = 1;
-    else if (!strcmp(argv[i], "--conf") && i + 1 < argc)
-      conf = argv[++i];
-    else if (!strcmp(argv[i], "--capacity-mb") && i + 1 < argc)
+    else if (!strcmp(argv[i], "--conf") && v) {
+      if (config_add(&configs, &nconfigs, argv[++i], "replay")) return 2;
+    } else if (!strcmp(argv[i], "--capacity-mb") && v)
       capacity = argv[++i];
-    else if (!strcmp(argv[i], "--size-scale") && i + 1 < argc) {
+    else if (!strcmp(argv[i], "--size-scale") && v) {
+      if (parse_scale(argv[++i], &scale, "replay")) return 2;
+    } else if (!strcmp(argv[i], "--samples") && v) {
       char *end;
-      scale = strtoull(argv[++i], &end, 10);
-      if (*end || scale == 0) {
-        fprintf(stderr, "ga-bench replay: --size-scale '%s' is not a positive integer\n", argv[i]);
+      nsamples = strtoul(argv[++i], &end, 10);
+      if (*end || nsamples < 2 || nsamples > 100000) {
+        fprintf(stderr, "ga-bench replay: --samples '%s' must be a whole number from 2 to 100000\n", argv[i]);
         return 2;
       }
     } else if (argv[i][0] == '-') {
-      fprintf(stderr, "ga-bench replay: unknown option '%s'\n", argv[i]);
-      usage(stderr);
+      fprintf(stderr, "ga-bench replay: unknown or incomplete option '%s'\n", argv[i]);
+      replay_usage(stderr);
       return 2;
     } else if (expand(argv[i], &p))
       return 2;
   }
   if (p.n == 0) {
     fprintf(stderr, "ga-bench replay: no trace given\n");
-    usage(stderr);
+    replay_usage(stderr);
     return 2;
   }
-  char full_conf[1024];
-  if (capacity) {
-    snprintf(full_conf, sizeof full_conf, "sim_capacity_mb:%s%s%s", capacity, conf && *conf ? "," : "",
-             conf ? conf : "");
-    conf = full_conf;
+  if (!nconfigs) {
+    const char *env = getenv("GARDENALLOC_CONF");
+    if (config_add(&configs, &nconfigs, env ? env : "", "replay")) return 2;
   }
-  if (ga_config_validate(conf) != GA_OK) {
-    fprintf(stderr, "ga-bench: %s\n", ga_last_error());
-    return 2;
+  if (config_set_capacity(configs, nconfigs, capacity, "replay")) return 2;
+  ga_strbuf cmd = {0};
+  bench_command(&cmd, "replay", argc, argv);
+  int several = nconfigs > 1, failed = 0, header = 0;
+  if (!json) {
+    if (several) {
+      printf("configurations%s:\n", scale > 1 ? " (sizes scaled)" : "");
+      for (size_t c = 0; c < nconfigs; c++) printf("  %-20s \"%s\"\n", configs[c].name, configs[c].conf);
+    } else
+      printf("configuration: \"%s\"%s\n", configs[0].conf, scale > 1 ? " (sizes scaled)" : "");
   }
-  if (!json) printf("configuration: \"%s\"%s\n", conf ? conf : "", scale > 1 ? " (sizes scaled)" : "");
-  int failed = 0;
+  ga_strbuf ooms = {0};
   for (size_t i = 0; i < p.n; i++) {
     trace t;
-    replay_result r;
     char err[1024];
-    int bad = trace_load(p.v[i], &t, err, sizeof err);
-    for (size_t k = 0; !bad && k < t.n; k++) t.ev[k].size *= scale;
-    if (bad || trace_replay(&t, conf, &r, err, sizeof err)) {
+    if (trace_load(p.v[i], &t, err, sizeof err)) {
       fprintf(stderr, "ga-bench: %s\n", err);
       failed = 1;
-      if (t.path) trace_free(&t);
       continue;
     }
+    trace_scale(&t, scale);
     baseline b = load_baseline(p.v[i]);
-    if (!json && i == 0) {
-      printf("device: %s, %.2f GiB\n\n", r.backend, gib(r.device_total));
-      print_header();
+    for (size_t c = 0; c < nconfigs; c++) {
+      replay_result r;
+      replay_samples smp = {.max = nsamples};
+      if (trace_replay_ex(&t, configs[c].conf, &r, json && nsamples ? &smp : NULL, 0, err, sizeof err)) {
+        fprintf(stderr, "ga-bench: %s%s%s\n", several ? configs[c].name : "", several ? ": " : "", err);
+        failed = 1;
+        continue;
+      }
+      if (json) {
+        json_fields j = {p.v[i],
+                         configs[c].name,
+                         configs[c].conf,
+                         cmd.s,
+                         scale,
+                         t.skipped_failures,
+                         b.have ? b.pytorch_reserved : 0,
+                         &r,
+                         nsamples ? &smp : NULL};
+        json_result(stdout, &j);
+      } else {
+        if (!header) {
+          printf("device: %s, %.2f GiB\n\n", r.backend, gib(r.device_total));
+          print_header(several);
+          header = 1;
+        }
+        print_row(p.v[i], several ? configs[c].name : NULL, &r, &b);
+        if (r.first_oom_event)
+          strbuf_put(
+              &ooms,
+              "\n%s%s%s: %llu out-of-memory errors; the first, at event %zu (%llu bytes asked):\n  %s\n",
+              base_name(p.v[i]), several ? " under " : "", several ? configs[c].name : "",
+              (unsigned long long)r.num_ooms, r.first_oom_event, (unsigned long long)r.first_oom_size,
+              r.first_oom_report);
+      }
+      fflush(stdout);
+      replay_samples_free(&smp);
     }
-    if (json)
-      print_json(p.v[i], conf, &t, &r, &b);
-    else
-      print_row(p.v[i], &r, &b);
-    fflush(stdout);
     trace_free(&t);
   }
+  if (ooms.len) fputs(ooms.s, stdout);
+  strbuf_free(&ooms);
+  strbuf_free(&cmd);
+  free(configs);
   for (size_t i = 0; i < p.n; i++) free(p.v[i]);
   free(p.v);
   return failed;
@@ -236,11 +341,33 @@ static void md_cell(const char *s) {
 }
 
 static int cmd_keys(int argc, char **argv) {
-  int md = argc > 0 && !strcmp(argv[0], "--markdown");
+  int md = 0, json = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--markdown"))
+      md = 1;
+    else if (!strcmp(argv[i], "--json"))
+      json = 1;
+    else {
+      int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+      fprintf(help ? stdout : stderr,
+              "usage: ga-bench keys [--markdown|--json]\n"
+              "  The configuration keys: name, values, default, origin and meaning (a markdown table, or\n"
+              "  one JSON object per key).\n");
+      return help ? 0 : 2;
+    }
+  }
   const char *name, *type, *dflt, *origin, *doc;
   if (md) printf("| key | values | default | from | meaning |\n|---|---|---|---|---|\n");
   for (int i = 0; ga_config_key(i, &name, &type, &dflt, &origin, &doc); i++) {
-    if (md) {
+    if (json) {
+      const char *k[] = {"key", "values", "default", "from", "meaning"},
+                 *v[] = {name, type, dflt, origin, doc};
+      for (int f = 0; f < 5; f++) {
+        printf("%s\"%s\":", f ? "," : "{", k[f]);
+        json_string(stdout, v[f]);
+      }
+      printf("}\n");
+    } else if (md) {
       printf("| `%s` | ", name);
       md_cell(type);
       printf(" | %s | %s | ", dflt, origin);
@@ -253,6 +380,7 @@ static int cmd_keys(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  bench_argv0 = argv[0];
   if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

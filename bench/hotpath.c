@@ -112,9 +112,19 @@ int cmd_hotpath(int argc, char **argv) {
   size_t pairs = 2000000;
   int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), only_ga = 0;
   const char *conf = getenv("GARDENALLOC_CONF"), *only = NULL;
+  int json = 0;
   for (int i = 0; i < argc; i++) {
     char *end = NULL;
-    if (!strcmp(argv[i], "--pairs") && i + 1 < argc) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf(
+          "usage: ga-bench hotpath [--pairs N] [--threads N] [--conf STR] [--only small|large] [--json]\n"
+          "  Allocate+free pairs served from the cache, on one thread and on N (default: every core),\n"
+          "  next to the C library's malloc/free of the same sizes. --only runs one single-thread\n"
+          "  gardenalloc loop (for callgrind); --json prints one JSON object per row.\n");
+      return 0;
+    } else if (!strcmp(argv[i], "--json")) {
+      json = 1;
+    } else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) {
       pairs = strtoull(argv[++i], &end, 10);
       if (*end || pairs == 0)
         return fprintf(stderr, "ga-bench hotpath: --pairs must be a positive integer\n"), 2;
@@ -150,10 +160,12 @@ int cmd_hotpath(int argc, char **argv) {
     ga_destroy(a);
     return 0;
   }
-  printf("allocate+free pairs served from the cache (%zu pairs per thread, backend %s, conf \"%s\")\n", pairs,
-         ga_backend_name(a), conf ? conf : "");
-  printf("  %-22s %8s %12s %12s %12s %12s %10s\n", "size", "threads", "ga ns/pair", "ga instr/pair",
-         "libc ns/pair", "libc instr", "ga/libc");
+  if (!json) {
+    printf("allocate+free pairs served from the cache (%zu pairs per thread, backend %s, conf \"%s\")\n",
+           pairs, ga_backend_name(a), conf ? conf : "");
+    printf("  %-22s %8s %12s %12s %12s %12s %10s\n", "size", "threads", "ga ns/pair", "ga instr/pair",
+           "libc ns/pair", "libc instr", "ga/libc");
+  }
   for (int k = 0; k < 2; k++) {
     int ths[2] = {1, threads};
     for (int j = 0; j < (threads > 1 ? 2 : 1); j++) {
@@ -165,7 +177,13 @@ int cmd_hotpath(int argc, char **argv) {
       if (li >= 0) snprintf(lis, sizeof lis, "%.0f", li);
       char label[32];
       snprintf(label, sizeof label, "%s (%zu B)", sizes[k].name, sizes[k].size);
-      printf("  %-22s %8d %12.1f %12s %12.1f %12s %10.2f\n", label, ths[j], g, gis, l, lis, g / l);
+      if (json) {
+        printf("{\"size\":\"%s\",\"bytes\":%zu,\"threads\":%d,\"pairs\":%zu,\"backend\":\"%s\",\"conf\":",
+               sizes[k].name, sizes[k].size, ths[j], pairs, ga_backend_name(a));
+        json_string(stdout, conf ? conf : "");
+        printf(",\"ga_ns_per_pair\":%.1f,\"libc_ns_per_pair\":%.1f,\"ga_over_libc\":%.3f}\n", g, l, g / l);
+      } else
+        printf("  %-22s %8d %12.1f %12s %12.1f %12s %10.2f\n", label, ths[j], g, gis, l, lis, g / l);
     }
   }
   ga_destroy(a);

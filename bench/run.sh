@@ -6,10 +6,13 @@
 #     (bench/results/run.csv and one SVG plot per workload);
 #  2. the real PyTorch traces in traces/pytorch_snapshots/ in native
 #     and expandable mode next to PyTorch's own reserved memory, and the
-#     MiniMalloc problems (sizes x64), as JSON lines in bench/results/;
+#     MiniMalloc problems (sizes x64), as JSON lines in bench/results/, and
+#     the same traces under every configuration with one plot per trace
+#     (bench/results/pytorch_traces/, bench/results/minimalloc_x64/);
 #  3. the hot path: allocate+free pairs from the cache next to libc malloc,
 #     with instructions per pair from callgrind when valgrind is installed.
-# Every result file starts with the command that made it.
+# Every result records the command that made it: a "command" field in each
+# JSON line, run.cmd beside each run.csv, the <desc> of each SVG.
 # GA_BENCH_SCALE sets the size of the built-in workloads (default 1, ~10^4
 # events each; 100 gives ~10^6).
 set -euo pipefail
@@ -42,10 +45,8 @@ run() { # name, then ga-bench replay arguments
   echo "== $name"
   build/bench/ga-bench replay "$@"
   echo
-  {
-    echo "# build/bench/ga-bench replay $* --json"
-    build/bench/ga-bench replay "$@" --json 2>/dev/null
-  } >"bench/results/$name.jsonl"
+  build/bench/ga-bench replay "$@" --json 2>/dev/null >"bench/results/$name.jsonl.tmp"
+  mv "bench/results/$name.jsonl.tmp" "bench/results/$name.jsonl"
 }
 run pytorch_native "$traces" --conf ""
 run pytorch_native_max_split_128 "$traces" --conf "max_split_size_mb:128"
@@ -53,6 +54,12 @@ run pytorch_expandable "$traces" --conf "expandable_segments:True"
 minimalloc="$shared/traces/minimalloc"
 run minimalloc_x64_native "$minimalloc" --size-scale 64 --conf ""
 run minimalloc_x64_expandable "$minimalloc" --size-scale 64 --conf "expandable_segments:True"
+echo "== plots of the real traces under every configuration"
+build/bench/ga-bench run --trace "$traces" --out bench/results/pytorch_traces --y-near-data 2>/dev/null |
+  grep -E '^CSV' | tail -1
+build/bench/ga-bench run --trace "$minimalloc" --size-scale 64 --out bench/results/minimalloc_x64 2>/dev/null |
+  grep -E '^CSV' | tail -1
+echo
 echo "== hot path"
 build/bench/ga-bench hotpath | tee bench/results/hotpath.txt
 if command -v valgrind >/dev/null; then

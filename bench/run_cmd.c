@@ -1,19 +1,17 @@
 /* run_cmd.c — `ga-bench run`: built-in workloads (and traces) under several
- * configurations side by side, with a table, a CSV and one SVG per workload. */
+ * configurations side by side, with a table (or JSON lines), a CSV and one
+ * SVG per workload. Every result file is written under a temporary name and
+ * renamed only when the whole run succeeded; the command that made them is in
+ * run.cmd beside the CSV (and in each SVG's description), quoted so that it
+ * can be pasted back. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "bench.h"
 #include "workloads.h"
 
-typedef struct config {
-  char name[64];
-  char conf[448];
-} config;
-
-static const config default_configs[] = {
+static const bench_config default_configs[] = {
     {"native", ""},
     {"native_split128", "max_split_size_mb:128"},
     {"expandable", "expandable_segments:True"},
@@ -22,15 +20,21 @@ static const config default_configs[] = {
 };
 
 static void run_usage(FILE *f) {
-  fprintf(f,
-          "usage: ga-bench run [--workload NAME]... [--trace FILE|DIR]... [--config NAME=CONF]...\n"
-          "                    [--scale S] [--seed N] [--capacity-mb N] [--cost kind=us,...] [--out DIR]\n"
-          "  Without --workload/--trace every built-in workload runs; without --config the\n"
-          "  configurations native, native_split128, expandable, expandable_2m and\n"
-          "  expandable_nomove (expandable_move_pages:when_full) run.\n"
-          "  --scale 1 is about 10^4 events per workload, 100 about 10^6. --out (default\n"
-          "  bench/results) receives run.csv and one SVG per workload.\n"
-          "workloads:\n");
+  fprintf(
+      f,
+      "usage: ga-bench run [--workload NAME]... [--trace FILE|DIR]... [--config [NAME=]CONF]...\n"
+      "                    [--scale S] [--seed N] [--size-scale N] [--capacity-mb N] [--cost kind=us,...]\n"
+      "                    [--out DIR] [--json] [--y-near-data]\n"
+      "  Without --workload/--trace every built-in workload runs; without --config the\n"
+      "  configurations native, native_split128, expandable, expandable_2m and\n"
+      "  expandable_nomove (expandable_move_pages:when_full) run (--conf is the same option).\n"
+      "  --scale 1 is about 10^4 events per workload, 100 about 10^6; --size-scale multiplies\n"
+      "  every size (workloads and traces). --out (default bench/results, made with its parents)\n"
+      "  receives run.csv, run.cmd (the command) and one SVG per workload; they replace earlier\n"
+      "  results only when every replay succeeded. --json prints one JSON object per workload\n"
+      "  and configuration instead of the table. --y-near-data starts the plots' y axis just\n"
+      "  below the data instead of at 0.\n"
+      "workloads:\n");
   for (size_t i = 0; i < ga_nworkloads; i++)
     fprintf(f, "  %-18s %s\n", ga_workloads[i].name, ga_workloads[i].about);
 }
@@ -50,7 +54,7 @@ static void csv_header(FILE *f) {
   fprintf(f, ",est_driver_ms,cpu_ns_per_alloc_free\n");
 }
 
-static void csv_row(FILE *f, const char *wl, const config *c, const replay_result *r) {
+static void csv_row(FILE *f, const char *wl, const bench_config *c, const replay_result *r) {
   double frag = r->peak_reserved ? 1.0 - (double)r->peak_allocated / (double)r->peak_reserved : 0.0;
   double ns = r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0;
   fprintf(f, "%s,%s,\"%s\",%zu,%llu,%llu,%llu,%.4f,%.4f,%llu,%llu,%lld,%lld", wl, c->name, c->conf, r->events,
@@ -69,7 +73,7 @@ static void table_header(const char *wl, size_t events) {
          "peak resv", "resv/req", "frag", "OOM", "dev alloc", "maps", "moved", "driver ms", "ns/op");
 }
 
-static void table_row(const config *c, const replay_result *r) {
+static void table_row(const bench_config *c, const replay_result *r) {
   double frag = r->peak_reserved ? 1.0 - (double)r->peak_allocated / (double)r->peak_reserved : 0.0;
   printf("  %-18s %9.1fM %9.1fM %9.1fM %9.3f %6.3f %4llu %7lld %7llu %7lld %10.1f %8.0f\n", c->name,
          mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
@@ -79,39 +83,54 @@ static void table_row(const config *c, const replay_result *r) {
          cost_ms(&r->stats), r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
 }
 
-static int add_config(config **v, size_t *n, const char *arg) {
-  const char *eq = strchr(arg, '=');
-  if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof(*v)->name) {
-    fprintf(stderr, "ga-bench run: --config '%s' is not NAME=CONF\n", arg);
-    return -1;
+/* The staged files of a run: committed together, or all discarded. */
+typedef struct outputs {
+  staged *v;
+  size_t n, cap;
+} outputs;
+
+static FILE *out_open(outputs *o, const char *dir, const char *name) {
+  if (o->n == o->cap) {
+    o->cap = o->cap ? o->cap * 2 : 16;
+    staged *nv = realloc(o->v, o->cap * sizeof *nv);
+    if (!nv) return NULL;
+    o->v = nv;
   }
-  config c = {0};
-  memcpy(c.name, arg, (size_t)(eq - arg));
-  snprintf(c.conf, sizeof c.conf, "%s", eq + 1);
-  if (ga_config_validate(c.conf) != GA_OK) {
-    fprintf(stderr, "ga-bench run: --config %s: %s\n", c.name, ga_last_error());
-    return -1;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = staged_open(&o->v[o->n], path);
+  if (f) o->n++;
+  return f;
+}
+
+static int outputs_finish(outputs *o, int keep) {
+  int rc = 0;
+  for (size_t i = 0; i < o->n; i++) {
+    if (keep && staged_commit(&o->v[i])) {
+      fprintf(stderr, "ga-bench run: cannot write %s: %s\n", o->v[i].path, strerror(errno));
+      rc = -1;
+    } else if (!keep)
+      staged_discard(&o->v[i]);
   }
-  config *nv = realloc(*v, (*n + 1) * sizeof *nv);
-  if (!nv) return -1;
-  nv[(*n)++] = c;
-  *v = nv;
-  return 0;
+  free(o->v);
+  return rc;
 }
 
 int cmd_run(int argc, char **argv) {
   job jobs[64];
   size_t njobs = 0, nconfigs = 0, traces_used = 0;
   paths traces = {0}; /* kept until the end: jobs point into it */
-  config *configs = NULL;
+  bench_config *configs = NULL;
   double scale = 1.0;
+  uint64_t size_scale = 1;
   unsigned long long seed = 1;
+  int json = 0, near = 0;
   const char *capacity = NULL, *out = "bench/results";
   char err[512];
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
-    if (!strcmp(a, "--help")) {
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       run_usage(stdout);
       return 0;
     } else if (!strcmp(a, "--workload") && v) {
@@ -128,8 +147,8 @@ int cmd_run(int argc, char **argv) {
       for (size_t k = traces_used; k < traces.n && njobs < 64; k++) jobs[njobs++] = (job){traces.v[k], NULL};
       traces_used = traces.n;
       i++;
-    } else if (!strcmp(a, "--config") && v) {
-      if (add_config(&configs, &nconfigs, v)) return 2;
+    } else if ((!strcmp(a, "--config") || !strcmp(a, "--conf")) && v) {
+      if (config_add(&configs, &nconfigs, v, "run")) return 2;
       i++;
     } else if (!strcmp(a, "--scale") && v) {
       scale = strtod(v, &end);
@@ -137,6 +156,9 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "ga-bench run: --scale '%s' must be a number in (0, 1000]\n", v);
         return 2;
       }
+      i++;
+    } else if (!strcmp(a, "--size-scale") && v) {
+      if (parse_scale(v, &size_scale, "run")) return 2;
       i++;
     } else if (!strcmp(a, "--seed") && v) {
       seed = strtoull(v, &end, 10);
@@ -157,6 +179,10 @@ int cmd_run(int argc, char **argv) {
     } else if (!strcmp(a, "--out") && v) {
       out = v;
       i++;
+    } else if (!strcmp(a, "--json")) {
+      json = 1;
+    } else if (!strcmp(a, "--y-near-data")) {
+      near = 1;
     } else {
       fprintf(stderr, "ga-bench run: unknown or incomplete option '%s'\n", a);
       run_usage(stderr);
@@ -172,41 +198,26 @@ int cmd_run(int argc, char **argv) {
     memcpy(configs, default_configs, sizeof default_configs);
     nconfigs = sizeof default_configs / sizeof default_configs[0];
   }
-  if (capacity) { /* prefix every configuration with the simulated capacity */
-    for (size_t c = 0; c < nconfigs; c++) {
-      char buf[1024];
-      int n = snprintf(buf, sizeof buf, "sim_capacity_mb:%s%s%s", capacity, configs[c].conf[0] ? "," : "",
-                       configs[c].conf);
-      if (n < 0 || (size_t)n >= sizeof configs[c].conf) {
-        fprintf(stderr, "ga-bench run: configuration %s is too long\n", configs[c].name);
-        return 2;
-      }
-      if (ga_config_validate(buf) != GA_OK) {
-        fprintf(stderr, "ga-bench run: %s\n", ga_last_error());
-        return 2;
-      }
-      memcpy(configs[c].conf, buf, (size_t)n + 1);
-    }
-  }
-  if (mkdir(out, 0777) != 0 && errno != EEXIST) {
-    fprintf(stderr, "ga-bench run: cannot create %s: %s\n", out, strerror(errno));
+  if (config_set_capacity(configs, nconfigs, capacity, "run")) return 2;
+  if (mkdir_p(out, err, sizeof err)) {
+    fprintf(stderr, "ga-bench run: %s\n", err);
     return 2;
   }
-  char path[4096];
-  snprintf(path, sizeof path, "%s/run.csv", out);
-  FILE *csv = fopen(path, "w");
-  if (!csv) {
-    fprintf(stderr, "ga-bench run: cannot write %s: %s\n", path, strerror(errno));
+  ga_strbuf cmd = {0};
+  bench_command(&cmd, "run", argc, argv);
+  outputs o = {0};
+  FILE *csv = out_open(&o, out, "run.csv"), *cmdf = out_open(&o, out, "run.cmd");
+  if (!csv || !cmdf) {
+    fprintf(stderr, "ga-bench run: cannot write in %s: %s\n", out, strerror(errno));
+    outputs_finish(&o, 0);
     return 2;
   }
-  fprintf(csv, "# ga-bench run");
-  for (int i = 0; i < argc; i++) fprintf(csv, " %s", argv[i]);
-  fprintf(csv, "\n");
+  fprintf(cmdf, "%s\n", cmd.s);
   csv_header(csv);
   /* On a GPU the cost table is measured there and then, unless --cost gave it. */
   if (!strcmp(cost_source, "assumed") && cost_measure("cuda", 50, err, sizeof err) == 0)
     fprintf(stderr, "ga-bench: device call costs %s\n", cost_source);
-  cost_print(stdout);
+  if (!json) cost_print(stdout);
   int failed = 0;
   for (size_t j = 0; j < njobs; j++) {
     trace t;
@@ -216,28 +227,46 @@ int cmd_run(int argc, char **argv) {
       failed = 1;
       continue;
     }
+    trace_scale(&t, size_scale);
     const char *wl = jobs[j].w ? jobs[j].w->name : jobs[j].name;
     const char *slash = strrchr(wl, '/');
     const char *short_name = slash ? slash + 1 : wl;
-    table_header(short_name, t.n);
+    if (!json) table_header(short_name, t.n);
     replay_samples *samples = calloc(nconfigs, sizeof *samples);
     svg_series *series = calloc(nconfigs, sizeof *series);
+    uint64_t peak_live = 0;
     for (size_t c = 0; c < nconfigs && samples && series; c++) {
       replay_result r;
       samples[c].max = 600;
+      series[c].label = configs[c].name;
       fprintf(stderr, "ga-bench: %s under %s\n", short_name, configs[c].name);
       if (trace_replay_ex(&t, configs[c].conf, &r, &samples[c], 1, err, sizeof err)) {
         fprintf(stderr, "ga-bench run: %s / %s: %s\n", short_name, configs[c].name, err);
+        replay_samples_free(&samples[c]);
         failed = 1;
         continue;
       }
-      table_row(&configs[c], &r);
+      if (json) {
+        json_fields jf = {
+            short_name, configs[c].name, configs[c].conf, cmd.s, size_scale, t.skipped_failures, 0, &r, NULL};
+        json_result(stdout, &jf);
+      } else
+        table_row(&configs[c], &r);
       csv_row(csv, short_name, &configs[c], &r);
-      series[c] = (svg_series){configs[c].name, &samples[c]};
+      series[c].s = &samples[c];
+      series[c].peak_reserved = r.peak_reserved;
+      peak_live = r.trace_peak_live;
     }
-    snprintf(path, sizeof path, "%s/%s.svg", out, short_name);
-    if (samples && series && svg_write(path, short_name, series, nconfigs)) {
-      fprintf(stderr, "ga-bench run: cannot write %s\n", path);
+    char name[300];
+    size_t len = strlen(short_name);
+    int csv_ext = len > 4 && !strcmp(short_name + len - 4, ".csv");
+    snprintf(name, sizeof name, "%.*s.svg", (int)(csv_ext ? len - 4 : len), short_name);
+    char title[300];
+    snprintf(title, sizeof title, "%.*s", (int)(csv_ext ? len - 4 : len), short_name);
+    FILE *svg = samples && series ? out_open(&o, out, name) : NULL;
+    svg_opts so = {title, cmd.s, peak_live, near};
+    if (!svg || svg_write(svg, &so, series, nconfigs) || staged_close(&o.v[o.n - 1])) {
+      fprintf(stderr, "ga-bench run: cannot write %s/%s\n", out, name);
       failed = 1;
     }
     for (size_t c = 0; samples && c < nconfigs; c++) replay_samples_free(&samples[c]);
@@ -245,8 +274,12 @@ int cmd_run(int argc, char **argv) {
     free(series);
     trace_free(&t);
   }
-  fclose(csv);
-  printf("\nCSV: %s/run.csv, plots: %s/<workload>.svg\n", out, out);
+  if (outputs_finish(&o, !failed)) failed = 1;
+  if (failed)
+    fprintf(stderr, "ga-bench run: a replay failed; the results in %s are unchanged\n", out);
+  else if (!json)
+    printf("\nCSV: %s/run.csv (command in run.cmd), plots: %s/<workload>.svg\n", out, out);
+  strbuf_free(&cmd);
   free(configs);
   for (size_t k = 0; k < traces.n; k++) free(traces.v[k]);
   free(traces.v);

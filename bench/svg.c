@@ -1,58 +1,196 @@
-/* svg.c — one plot per workload: reserved (solid) and allocated (dashed)
- * bytes over the replay, one colour per configuration, so the point where the
- * configurations part ways can be seen. */
+/* svg.c — one plot per workload or trace: reserved bytes over the replay for
+ * each configuration, the live (requested) bytes, and the peak-live lower
+ * bound no allocator can go below.
+ *
+ * Each configuration has its own colour, dash pattern and width, drawn widest
+ * first, so a line that coincides with another still shows around it. Both
+ * axes have ticks at round values; the y axis starts at 0, or just below the
+ * data (svg_opts.y_near_data) where the configurations differ by a few per
+ * cent. The legend gives each configuration's peak reserved and its ratio to
+ * peak live. */
+#include <math.h>
 #include <stdio.h>
 
 #include "bench.h"
 
-static const char *const colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+/* Okabe-Ito colours (distinct for colour-blind readers), then black. */
+static const char *const colours[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                      "#E69F00", "#56B4E9", "#000000"};
+static const char *const dashes[] = {"", "9,4", "2,3", "12,3,2,3", "5,5", "1,2", "14,6"};
+#define NSTYLE 7
 
-int svg_write(const char *path, const char *title, const svg_series *series, size_t n) {
-  FILE *f = fopen(path, "w");
-  if (!f) return -1;
-  const double W = 900, H = 460, L = 80, R = 220, T = 40, B = 50;
-  uint64_t xmax = 1, ymax = 1;
-  for (size_t i = 0; i < n; i++)
-    for (size_t k = 0; series[i].s && k < series[i].s->n; k++) {
-      if (series[i].s->event[k] > xmax) xmax = series[i].s->event[k];
-      if (series[i].s->reserved[k] > ymax) ymax = series[i].s->reserved[k];
-    }
-  double gib = (double)ymax / (double)(1ull << 30);
-  fprintf(f,
-          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-          "font-family=\"sans-serif\" font-size=\"12\">\n",
-          W, H);
-  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-  fprintf(f,
-          "<text x=\"%.0f\" y=\"24\" font-size=\"15\">%s: reserved (solid) and allocated (dashed) "
-          "memory</text>\n",
-          L, title);
-  for (int g = 0; g <= 4; g++) { /* grid and y labels */
-    double y = T + (H - T - B) * (1.0 - g / 4.0);
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - R, y);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.2f GiB</text>\n", L - 6, y + 4,
-            gib * g / 4.0);
+static const double W = 980, H = 540, L = 92, R = 330, T = 56, B = 64;
+
+typedef struct axis {
+  double lo, hi, step; /* in display units */
+  double unit;         /* bytes (or events) per display unit */
+} axis;
+
+/* Round ticks: a step of 1, 2 or 5 times a power of ten, about `want` of them. */
+static double nice_step(double span, int want) {
+  double raw = span / want, p = pow(10.0, floor(log10(raw))), m = raw / p;
+  return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+}
+
+static axis make_axis(double lo, double hi, double unit, int want) {
+  axis a = {lo / unit, hi / unit, 1, unit};
+  if (a.hi <= a.lo) a.hi = a.lo + 1;
+  a.step = nice_step(a.hi - a.lo, want);
+  a.lo = floor(a.lo / a.step) * a.step;
+  a.hi = ceil(a.hi / a.step) * a.step;
+  return a;
+}
+
+static double px_x(const axis *a, double v) {
+  return L + (W - L - R) * (v / a->unit - a->lo) / (a->hi - a->lo);
+}
+static double px_y(const axis *a, double v) {
+  return T + (H - T - B) * (1.0 - (v / a->unit - a->lo) / (a->hi - a->lo));
+}
+
+static void text_escaped(FILE *f, const char *s) {
+  for (; *s; s++)
+    if (*s == '<')
+      fputs("&lt;", f);
+    else if (*s == '>')
+      fputs("&gt;", f);
+    else if (*s == '&')
+      fputs("&amp;", f);
+    else
+      fputc(*s, f);
+}
+
+static void ticks(FILE *f, const axis *x, const axis *y, const char *yunit) {
+  fprintf(f, "<g stroke=\"#000\" stroke-width=\"1\">\n");
+  fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", L, H - B, W - R, H - B);
+  fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", L, T, L, H - B);
+  fprintf(f, "</g>\n<g font-size=\"12\">\n");
+  for (double v = y->lo; v <= y->hi + y->step / 2; v += y->step) {
+    double py = px_y(y, v * y->unit);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", L, py, W - R,
+            py);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", L - 5, py, L, py);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.*f</text>\n", L - 8, py + 4,
+            y->step < 1 ? (y->step < 0.1 ? 2 : 1) : 0, v);
   }
-  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">events replayed (0 to %llu)</text>\n",
-          (L + W - R) / 2, H - 15, (unsigned long long)xmax);
+  for (double v = x->lo; v <= x->hi + x->step / 2; v += x->step) {
+    double px = px_x(x, v * x->unit);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", px, H - B, px,
+            H - B + 5);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", px, H - B + 19, v);
+  }
+  fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\">events replayed</text>\n",
+          (L + W - R) / 2, H - 18);
+  fprintf(f,
+          "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" font-size=\"13\">"
+          "bytes (%s)</text>\n",
+          22.0, (T + H - B) / 2, yunit);
+  fprintf(f, "</g>\n");
+}
+
+static void polyline(FILE *f, const axis *x, const axis *y, const replay_samples *s, const uint64_t *v,
+                     const char *style) {
+  fprintf(f, "<polyline fill=\"none\" stroke-linejoin=\"round\" %s points=\"", style);
+  for (size_t k = 0; k < s->n; k++)
+    fprintf(f, "%.1f,%.1f ", px_x(x, (double)s->event[k]), px_y(y, (double)v[k]));
+  fprintf(f, "\"/>\n");
+}
+
+int svg_write(FILE *f, const svg_opts *o, const svg_series *series, size_t n) {
+  uint64_t xmax = 1, ymax = o->peak_live, lo = o->peak_live ? o->peak_live : UINT64_MAX;
   for (size_t i = 0; i < n; i++) {
     const replay_samples *s = series[i].s;
-    if (!s) continue; /* that configuration failed */
-    const char *c = colours[i % (sizeof colours / sizeof colours[0])];
-    for (int line = 0; line < 2; line++) {
-      const uint64_t *v = line ? s->allocated : s->reserved;
-      fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s points=\"", c,
-              line ? "1.2" : "2", line ? " stroke-dasharray=\"5,3\"" : "");
-      for (size_t k = 0; k < s->n; k++)
-        fprintf(f, "%.1f,%.1f ", L + (W - L - R) * (double)s->event[k] / (double)xmax,
-                T + (H - T - B) * (1.0 - (double)v[k] / (double)ymax));
-      fprintf(f, "\"/>\n");
+    for (size_t k = 0; s && k < s->n; k++) {
+      if (s->event[k] > xmax) xmax = s->event[k];
+      if (s->reserved[k] > ymax) ymax = s->reserved[k];
+      if (s->live[k] > ymax) ymax = s->live[k];
+      if (k >= s->n / 20 && s->reserved[k] && s->reserved[k] < lo) lo = s->reserved[k];
     }
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"3\"/>\n",
-            W - R + 15, T + 10 + 20.0 * (double)i, W - R + 40, T + 10 + 20.0 * (double)i, c);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", W - R + 46, T + 14 + 20.0 * (double)i,
-            series[i].label);
   }
-  fprintf(f, "</svg>\n");
-  return fclose(f) == 0 ? 0 : -1;
+  double gib = (double)(1ull << 30), mib = (double)(1ull << 20);
+  double unit = (double)ymax >= 2 * gib ? gib : mib;
+  double ylo = 0;
+  if (o->y_near_data && lo != UINT64_MAX && lo < ymax) ylo = (double)lo - 0.08 * (double)(ymax - lo);
+  if (ylo < 0) ylo = 0;
+  axis y = make_axis(ylo, (double)ymax * 1.02, unit, 6), x = make_axis(0, (double)xmax, 1, 8);
+  fprintf(
+      f,
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+      "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n",
+      W, H, W, H);
+  if (o->command) {
+    fprintf(f, "<desc>");
+    text_escaped(f, o->command);
+    fprintf(f, "</desc>\n");
+  }
+  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+  fprintf(f, "<text x=\"%.0f\" y=\"24\" font-size=\"16\">", L);
+  text_escaped(f, o->title);
+  fprintf(f, ": reserved memory per configuration</text>\n");
+  fprintf(f,
+          "<text x=\"%.0f\" y=\"42\" font-size=\"12\" fill=\"#444\">live bytes in thin black; the grey "
+          "dashed line "
+          "is peak live, the floor for any allocator%s</text>\n",
+          L, ylo > 0 ? "; y axis starts near the data" : "");
+  ticks(f, &x, &y, unit == gib ? "GiB" : "MiB");
+  fprintf(f,
+          "<clipPath id=\"plot\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n",
+          L, T, W - L - R, H - T - B);
+  fprintf(f, "<g clip-path=\"url(#plot)\">\n");
+  char style[160];
+  if (n && series[0].s) { /* the program's live bytes (the same in every configuration without OOM) */
+    polyline(f, &x, &y, series[0].s, series[0].s->live, "stroke=\"#000\" stroke-width=\"1\"");
+  }
+  for (size_t i = 0; i < n; i++) { /* widest first */
+    if (!series[i].s) continue;    /* that configuration failed */
+    double width = 5.0 - 3.5 * (double)i / (double)(n > 1 ? n - 1 : 1);
+    snprintf(style, sizeof style, "stroke=\"%s\" stroke-width=\"%.2f\"%s%s%s stroke-opacity=\"0.9\"",
+             colours[i % NSTYLE], width, dashes[i % NSTYLE][0] ? " stroke-dasharray=\"" : "",
+             dashes[i % NSTYLE], dashes[i % NSTYLE][0] ? "\"" : "");
+    polyline(f, &x, &y, series[i].s, series[i].s->reserved, style);
+  }
+  if (o->peak_live) {
+    double py = px_y(&y, (double)o->peak_live);
+    fprintf(f,
+            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#777\" stroke-width=\"1.5\" "
+            "stroke-dasharray=\"6,4\"/>\n",
+            L, py, W - R, py);
+  }
+  fprintf(f, "</g>\n");
+  /* Legend */
+  double lx = W - R + 16, ly = T + 6;
+  fprintf(f, "<g font-size=\"12\">\n");
+  for (size_t i = 0; i < n; i++) {
+    double width = 5.0 - 3.5 * (double)i / (double)(n > 1 ? n - 1 : 1), yy = ly + 34.0 * (double)i;
+    fprintf(
+        f,
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"%.2f\"%s%s%s/>\n",
+        lx, yy + 6, lx + 44, yy + 6, colours[i % NSTYLE], width,
+        dashes[i % NSTYLE][0] ? " stroke-dasharray=\"" : "", dashes[i % NSTYLE],
+        dashes[i % NSTYLE][0] ? "\"" : "");
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">", lx + 52, yy + 10);
+    text_escaped(f, series[i].label);
+    fprintf(f, "</text>\n");
+    if (series[i].s && o->peak_live)
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#444\">peak %.2f %s, %.3f\xc3\x97 live</text>\n",
+              lx + 52, yy + 25, (double)series[i].peak_reserved / unit, unit == gib ? "GiB" : "MiB",
+              (double)series[i].peak_reserved / (double)o->peak_live);
+    else if (!series[i].s)
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#a00\">failed</text>\n", lx + 52, yy + 25);
+  }
+  double yy = ly + 34.0 * (double)n;
+  fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" stroke-width=\"1\"/>\n",
+          lx, yy + 6, lx + 44, yy + 6);
+  fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">live bytes</text>\n", lx + 52, yy + 10);
+  if (o->peak_live) {
+    yy += 24;
+    fprintf(f,
+            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#777\" stroke-width=\"1.5\" "
+            "stroke-dasharray=\"6,4\"/>\n",
+            lx, yy + 6, lx + 44, yy + 6);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">peak live %.2f %s (lower bound)</text>\n", lx + 52, yy + 10,
+            (double)o->peak_live / unit, unit == gib ? "GiB" : "MiB");
+  }
+  fprintf(f, "</g>\n</svg>\n");
+  return ferror(f) ? -1 : 0;
 }

@@ -158,16 +158,27 @@ void replay_samples_free(replay_samples *s) {
   free(s->event);
   free(s->reserved);
   free(s->allocated);
-  s->event = s->reserved = s->allocated = NULL;
+  free(s->live);
+  s->event = s->reserved = s->allocated = s->live = NULL;
   s->n = 0;
 }
 
-static void sample(replay_samples *s, ga_allocator_t *a, size_t i) {
+/* The running peaks of the last point: a bucket whose peak rose reached it. */
+typedef struct sampler {
+  int64_t peak_reserved, peak_allocated;
+  uint64_t live_max;
+} sampler;
+
+static void sample(replay_samples *s, sampler *z, ga_allocator_t *a, size_t i) {
   ga_stats_t st;
   ga_stats(a, &st);
+  const ga_stat_t *r = &st.reserved_bytes[GA_POOL_ALL], *al = &st.allocated_bytes[GA_POOL_ALL];
   s->event[s->n] = i;
-  s->reserved[s->n] = (uint64_t)st.reserved_bytes[GA_POOL_ALL].current;
-  s->allocated[s->n] = (uint64_t)st.allocated_bytes[GA_POOL_ALL].current;
+  s->reserved[s->n] = (uint64_t)(r->peak > z->peak_reserved ? r->peak : r->current);
+  s->allocated[s->n] = (uint64_t)(al->peak > z->peak_allocated ? al->peak : al->current);
+  s->live[s->n] = z->live_max;
+  z->peak_reserved = r->peak;
+  z->peak_allocated = al->peak;
   s->n++;
 }
 
@@ -186,7 +197,8 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
     samples->event = malloc((max + 2) * sizeof *samples->event);
     samples->reserved = malloc((max + 2) * sizeof *samples->reserved);
     samples->allocated = malloc((max + 2) * sizeof *samples->allocated);
-    if (!samples->event || !samples->reserved || !samples->allocated) {
+    samples->live = malloc((max + 2) * sizeof *samples->live);
+    if (!samples->event || !samples->reserved || !samples->allocated || !samples->live) {
       replay_samples_free(samples);
       snprintf(err, errlen, "out of memory");
       return -1;
@@ -206,14 +218,19 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  uint64_t live = 0;
+  uint64_t live = 0, asked = 0; /* bytes served / bytes the trace has live */
+  sampler z = {0};
   int rc = 0;
   struct timespec t0, t1;
+  if (stride) sample(samples, &z, a, 0);
   clock_gettime(CLOCK_MONOTONIC, &t0);
   size_t tenth = t->n / 10 + 1;
   for (size_t i = 0; i < t->n && !rc; i++) {
     const trace_event *e = &t->ev[i];
-    if (stride && i % stride == 0) sample(samples, a, i);
+    if (stride && i % stride == 0 && i) {
+      sample(samples, &z, a, i);
+      z.live_max = live;
+    }
     if (progress && t->n >= 200000 && i % tenth == 0 && i)
       fprintf(stderr, "  %s: %zu%% of %zu events\n", t->path, i * 100 / t->n, t->n);
     slot *x = find(&m, e->id, !e->is_free);
@@ -229,6 +246,7 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
         rc = -1;
       }
       if (x->ptr) live -= x->size;
+      asked -= x->size;
       erase(&m, x);
       r->frees++;
       continue;
@@ -246,13 +264,21 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
       rc = -1;
       break;
     }
+    if (st == GA_ERR_OOM && !r->first_oom_event) {
+      r->first_oom_event = i + 1;
+      r->first_oom_size = e->size;
+      snprintf(r->first_oom_report, sizeof r->first_oom_report, "%s", ga_last_error());
+    }
     *x = (slot){.id = e->id + 1, .ptr = p, .size = e->size};
     if (p) live += e->size;
+    asked += e->size;
     if (live > r->peak_requested) r->peak_requested = live;
+    if (live > z.live_max) z.live_max = live;
+    if (asked > r->trace_peak_live) r->trace_peak_live = asked;
     r->allocs++;
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  if (stride) sample(samples, a, t->n);
+  if (stride) sample(samples, &z, a, t->n);
   r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   r->events = r->allocs + r->frees;
   ga_stats(a, &r->stats);

@@ -35,7 +35,11 @@ void trace_free(trace *t);
 
 typedef struct replay_result {
   size_t events, allocs, frees;
-  uint64_t peak_requested; /* largest sum of live requested bytes */
+  uint64_t peak_requested;     /* largest sum of live requested bytes that were served */
+  uint64_t trace_peak_live;    /* the same for the trace as written, served or not (the floor) */
+  size_t first_oom_event;      /* 1-based event of the first OOM; 0 = none */
+  uint64_t first_oom_size;     /* bytes it asked for */
+  char first_oom_report[1024]; /* its report (ga_last_error) */
   uint64_t peak_allocated, peak_reserved;
   uint64_t num_ooms, num_alloc_retries;
   double seconds;      /* wall time of the replay loop */
@@ -44,11 +48,13 @@ typedef struct replay_result {
   size_t device_total; /* device memory in bytes */
 } replay_result;
 
-/* Reserved and allocated bytes over the replay, for plots. */
+/* Reserved, allocated and live bytes over the replay, for plots: one point
+ * per bucket of events, each the largest value the bucket reached (a rise to
+ * a new peak is never lost between two points). */
 typedef struct replay_samples {
   size_t max; /* at most this many points (set by the caller) */
   size_t n;
-  uint64_t *event, *reserved, *allocated; /* n points each */
+  uint64_t *event, *reserved, *allocated, *live; /* n points each */
 } replay_samples;
 
 void replay_samples_free(replay_samples *s);

@@ -1,0 +1,121 @@
+"""ga-bench as a researcher uses it: results that survive a failed run, --out
+from any folder, plain CSV and JSON with the command beside them (pasted back,
+it makes the same results), several configurations side by side in replay,
+--json and --help on every command, the first OOM's report."""
+import csv
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+import unittest
+
+import support
+
+BENCH = support.bench_binary()
+TRACE = "Thread,Time,Action,Pointer,Size,Stream\n" + "".join(
+    "1,0,allocate,0x%x,%d,0\n1,0,free,0x%x,%d,0\n" % (i, (i % 7 + 1) << 20, i, (i % 7 + 1) << 20)
+    for i in range(1, 40)) + "1,0,allocate,0x100,%d,0\n" % (30 << 20)
+
+
+def run(args, cwd, check=True):
+    r = subprocess.run([BENCH] + args, cwd=cwd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError("ga-bench %s: %d\n%s" % (" ".join(args), r.returncode, r.stderr))
+    return r
+
+
+@unittest.skipUnless(BENCH, "ga-bench is not built (build/bench/ga-bench)")
+class Results(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        self.trace = os.path.join(self.d, "t 1.csv")  # a space: the command must quote it
+        with open(self.trace, "w") as f:
+            f.write(TRACE)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_out_from_another_folder_plain_files_and_a_command_that_pastes_back(self):
+        out = os.path.join(self.d, "deep", "er", "res")
+        run(["run", "--trace", self.trace, "--config", "n=", "--config", "e=expandable_segments:True",
+             "--out", "deep/er/res"], cwd=self.d)
+        with open(os.path.join(out, "run.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([r["config"] for r in rows], ["n", "e"])
+        self.assertTrue(all(int(r["peak_reserved_bytes"]) > 0 for r in rows))
+        with open(os.path.join(out, "run.cmd")) as f:
+            cmd = f.read().strip()
+        with open(os.path.join(out, "t 1.svg")) as f:
+            self.assertIn("<desc>", f.read())
+        first = open(os.path.join(out, "run.csv")).read()
+        os.remove(os.path.join(out, "run.csv"))
+        subprocess.run(cmd, shell=True, check=True, capture_output=True, cwd="/")
+        again = open(os.path.join(out, "run.csv")).read()
+        strip = lambda t: [",".join(l.split(",")[:-2]) for l in t.splitlines()]  # noqa: E731 (timings differ)
+        self.assertEqual(strip(again), strip(first))
+
+    def test_a_failed_run_keeps_the_old_results(self):
+        out = os.path.join(self.d, "res")
+        run(["run", "--trace", self.trace, "--out", out], cwd=self.d)
+        before = {n: open(os.path.join(out, n)).read() for n in os.listdir(out)}
+        bad = os.path.join(self.d, "bad.csv")
+        with open(bad, "w") as f:
+            f.write("Thread,Time,Action,Pointer,Size,Stream\n1,0,free,0x9,100,0\n")
+        r = run(["run", "--trace", self.trace, "--trace", bad, "--out", out], cwd=self.d, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("the results in %s are unchanged" % out, r.stderr)
+        after = {n: open(os.path.join(out, n)).read() for n in os.listdir(out)}
+        self.assertEqual(after, before)
+
+    def test_replay_side_by_side_with_json_and_the_first_oom(self):
+        args = ["replay", self.trace, "--conf", "native=", "--conf", "exp=expandable_segments:True",
+                "--capacity-mb", "24"]
+        table = run(args, cwd=self.d).stdout
+        self.assertIn("native", table)
+        self.assertIn("exp", table)
+        self.assertIn("out-of-memory errors; the first, at event 79 (31457280 bytes asked):", table)
+        self.assertIn("CUDA out of memory. Tried to allocate", table)
+        lines = run(args + ["--json", "--samples", "8", "--size-scale", "1"], cwd=self.d).stdout.splitlines()
+        objs = [json.loads(l) for l in lines]
+        self.assertEqual([o["config"] for o in objs], ["native", "exp"])
+        for o in objs:
+            for k in ("num_pages_moved", "num_unmap_syncs", "size_scale", "num_device_alloc", "trace_peak_live_bytes",
+                      "peak_reserved_bytes", "first_oom", "curve", "command", "device_calls"):
+                self.assertIn(k, o)
+            self.assertEqual(o["num_ooms"], 1)
+            self.assertEqual(o["first_oom"]["event"], 79)
+            self.assertEqual(len(o["curve"]["reserved"]), len(o["curve"]["event"]))
+            self.assertEqual(max(o["curve"]["reserved"]), o["peak_reserved_bytes"], "the curve keeps the peak")
+            self.assertEqual(shlex.split(o["command"])[4:], ["replay"] + args[1:] + ["--json", "--samples", "8",
+                                                                                   "--size-scale", "1"])
+
+    def test_json_and_help_everywhere(self):
+        for sub in ("run", "replay", "hotpath", "drivercost", "keys"):
+            r = run([sub, "--help"], cwd=self.d)
+            self.assertTrue(r.stdout.startswith("usage: ga-bench " + sub), sub)
+        keys = [json.loads(l) for l in run(["keys", "--json"], cwd=self.d).stdout.splitlines()]
+        self.assertIn("expandable_segments", [k["key"] for k in keys])
+        dc = json.loads(run(["drivercost", "--backend", "sim", "--reps", "2", "--json"], cwd=self.d).stdout)
+        self.assertIn("map", dc["us_median"])
+        hp = [json.loads(l) for l in run(["hotpath", "--pairs", "1000", "--threads", "1", "--json"],
+                                         cwd=self.d).stdout.splitlines()]
+        self.assertEqual([h["size"] for h in hp], ["small", "large"])
+        out = os.path.join(self.d, "j")
+        lines = run(["run", "--workload", "pytorch_cases", "--scale", "0.1", "--json", "--out", out],
+                    cwd=self.d).stdout.splitlines()
+        self.assertEqual(len([json.loads(l) for l in lines]), 5)
+
+    def test_bad_options_are_named(self):
+        for args, msg in ((["replay", self.trace, "--size-scale", "0"], "--size-scale '0' must be"),
+                          (["replay", self.trace, "--conf", "x=max_split_size_mb:1"], "configuration x:"),
+                          (["run", "--size-scale", "-3"], "--size-scale '-3'"),
+                          (["replay", self.trace, "--samples", "1"], "--samples '1'")):
+            r = run(args, cwd=self.d, check=False)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(msg, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
