@@ -161,7 +161,8 @@ void json_result(FILE *f, const json_fields *j) {
   json_string(f, j->conf);
   fprintf(f, ",\"size_scale\":%llu,\"device\":", (unsigned long long)j->size_scale);
   json_string(f, r->backend);
-  fprintf(f, ",\"device_total_bytes\":%zu,\"events\":%zu,\"allocs\":%zu,\"frees\":%zu,\"skipped_failures\":%zu,",
+  fprintf(f,
+          ",\"device_total_bytes\":%zu,\"events\":%zu,\"allocs\":%zu,\"frees\":%zu,\"skipped_failures\":%zu,",
           r->device_total, r->events, r->allocs, r->frees, j->skipped_failures);
   fprintf(f,
           "\"trace_peak_live_bytes\":%llu,\"peak_requested_bytes\":%llu,\"peak_allocated_bytes\":%llu,"
@@ -178,7 +179,8 @@ void json_result(FILE *f, const json_fields *j) {
           (long long)r->stats.num_sync_all_streams);
   fprintf(f, "\"est_driver_ms\":%.3f,\"cpu_ns_per_alloc_free\":%.1f,\"seconds\":%.6f,", cost_ms(&r->stats),
           r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0, r->seconds);
-  if (j->pytorch_reserved) fprintf(f, "\"pytorch_reserved_bytes\":%llu,", (unsigned long long)j->pytorch_reserved);
+  if (j->pytorch_reserved)
+    fprintf(f, "\"pytorch_reserved_bytes\":%llu,", (unsigned long long)j->pytorch_reserved);
   fprintf(f, "\"device_calls\":{");
   for (int k = 0; k < GA_CALL_COUNT; k++)
     fprintf(f, "\"%s\":%llu%s", ga_device_call_name((ga_device_call_t)k),
