@@ -187,8 +187,10 @@ void json_result(FILE *f, const json_fields *j) {
             (unsigned long long)r->stats.device_calls[k], k + 1 < GA_CALL_COUNT ? "," : "");
   fprintf(f, "},\"first_oom\":");
   if (r->first_oom_event) {
-    fprintf(f, "{\"event\":%zu,\"size\":%llu,\"report\":", r->first_oom_event,
-            (unsigned long long)r->first_oom_size);
+    fprintf(f, "{\"event\":%zu,\"size\":%llu,\"reserved\":%llu,\"allocated\":%llu,\"live\":%llu,\"report\":",
+            r->first_oom_event, (unsigned long long)r->first_oom_size,
+            (unsigned long long)r->first_oom_reserved, (unsigned long long)r->first_oom_allocated,
+            (unsigned long long)r->first_oom_live);
     json_string(f, r->first_oom_report);
     fprintf(f, "}");
   } else

@@ -267,6 +267,11 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
     if (st == GA_ERR_OOM && !r->first_oom_event) {
       r->first_oom_event = i + 1;
       r->first_oom_size = e->size;
+      ga_stats_t now;
+      ga_stats(a, &now);
+      r->first_oom_reserved = (uint64_t)now.reserved_bytes[GA_POOL_ALL].current;
+      r->first_oom_allocated = (uint64_t)now.allocated_bytes[GA_POOL_ALL].current;
+      r->first_oom_live = live;
       snprintf(r->first_oom_report, sizeof r->first_oom_report, "%s", ga_last_error());
     }
     *x = (slot){.id = e->id + 1, .ptr = p, .size = e->size};

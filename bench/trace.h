@@ -35,11 +35,12 @@ void trace_free(trace *t);
 
 typedef struct replay_result {
   size_t events, allocs, frees;
-  uint64_t peak_requested;     /* largest sum of live requested bytes that were served */
-  uint64_t trace_peak_live;    /* the same for the trace as written, served or not (the floor) */
-  size_t first_oom_event;      /* 1-based event of the first OOM; 0 = none */
-  uint64_t first_oom_size;     /* bytes it asked for */
-  char first_oom_report[1024]; /* its report (ga_last_error) */
+  uint64_t peak_requested;  /* largest sum of live requested bytes that were served */
+  uint64_t trace_peak_live; /* the same for the trace as written, served or not (the floor) */
+  size_t first_oom_event;   /* 1-based event of the first OOM; 0 = none */
+  uint64_t first_oom_size;  /* bytes it asked for */
+  uint64_t first_oom_reserved, first_oom_allocated, first_oom_live; /* bytes at that moment */
+  char first_oom_report[1024];                                      /* its report (ga_last_error) */
   uint64_t peak_allocated, peak_reserved;
   uint64_t num_ooms, num_alloc_retries;
   double seconds;      /* wall time of the replay loop */

@@ -299,8 +299,8 @@ def write_csv(rows, path):
         raise
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m gardenalloc.trace", description=__doc__.split("\n\n")[0],
+def main(argv=None, prog="python -m gardenalloc.trace"):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                 epilog="See the module's documentation for the conversion rules.")
     p.add_argument("snapshot", help="a pickle from torch.cuda.memory._dump_snapshot (or its JSON)")
     p.add_argument("out", help="the RMM CSV to write")

@@ -1,0 +1,129 @@
+"""gardenalloc doctor on the real traces: a snapshot whose recorded run hit an
+OOM (made by make_oom_snapshot.py: a real trace on native mode at 6740 MiB,
+dumped at the first failure), a real snapshot that fits, a CSV that cannot
+fit, and bad input."""
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import support
+from gardenalloc import doctor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAINING = support.trace_file("pytorch_snapshots", "cs336_medium_ctx128_training.csv")
+INFERENCE_PICKLE = support.trace_file("pytorch_snapshots", "pickles", "cs336_medium_ctx128_inference.pickle")
+
+
+def run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = doctor.main(argv)
+        except SystemExit as e:
+            rc = e.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+@unittest.skipUnless(support.bench_binary(), "ga-bench is not built")
+class Doctor(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not TRAINING:
+            raise unittest.SkipTest("the real traces are absent")
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.oom = os.path.join(cls.tmp.name, "oom.pickle")
+        env = dict(os.environ)
+        env.setdefault("GARDENALLOC_LIBRARY", os.path.join(support.REPO, "build", "libgardenalloc.so"))
+        r = subprocess.run([sys.executable, os.path.join(HERE, "make_oom_snapshot.py"), TRAINING, cls.oom, "6740"],
+                           capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            raise AssertionError(r.stderr)
+        cls.failed_at = int(r.stdout.strip())
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_the_recorded_oom_is_reproduced_and_the_fix_named(self):
+        page = os.path.join(self.tmp.name, "doctor.html")
+        rc, out, err = run([self.oom, "--html", page])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("The recorded run ran out of memory 1 time", out)
+        self.assertIn("Replayed on a simulated GPU of 6.58 GiB (estimated from the recorded OOM", out)
+        # PyTorch's policy fails at the very request that failed when it was recorded
+        self.assertRegex(out, r"PyTorch, default settings +6\.\d\d GiB +\+\d\.\d %% +1   event %d" % self.failed_at)
+        self.assertIn("Fragmentation, not size.", out)
+        self.assertIn("None of PyTorch's max_split_size_mb settings (max_split_size_mb:128, max_split_size_mb:512)",
+                      out)
+        self.assertIn("gardenalloc avoids it", out)
+        self.assertRegex(out, r"\n    GARDENALLOC_CONF=expandable_segments:True\S*\n")
+        with open(page) as f:
+            text = f.read()
+        self.assertEqual(len(re.findall("<svg", text)), 5)
+        self.assertIn("Fragmentation, not size.", text)
+
+    def test_json_carries_every_replay_and_the_verdict(self):
+        rc, out, err = run([self.oom, "--json"])
+        self.assertEqual(rc, 0, err)
+        j = json.loads(out)
+        self.assertEqual(j["capacity_bytes"], 6740 << 20)
+        self.assertTrue(j["use"].startswith("GARDENALLOC_CONF=expandable_segments:True"))
+        names = [s["name"] for s in j["settings"]]
+        self.assertEqual(names, ["pytorch", "split128", "split512", "ga_when_full", "gardenalloc"])
+        py = j["settings"][0]["replay"]
+        self.assertEqual(py["first_oom"]["event"], self.failed_at)
+        self.assertIn("CUDA out of memory", py["first_oom"]["report"])
+        self.assertEqual(len(py["curve"]["reserved"]), len(py["curve"]["event"]))
+
+    def test_a_snapshot_that_fits_says_so(self):
+        if not INFERENCE_PICKLE:
+            self.skipTest("the real snapshot pickles are absent")
+        rc, out, err = run([INFERENCE_PICKLE, "--capacity-gib", "24"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("No out-of-memory at 24.00 GiB with PyTorch's allocator as it was set", out)
+        self.assertNotIn("Set:", out)
+
+    def test_a_job_larger_than_the_gpu_cannot_be_helped(self):
+        rc, out, err = run([TRAINING, "--capacity-gib", "6"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Does not fit. At its peak the program has 6.53 GiB live at once, more than the 6.00 GiB", out)
+        self.assertIn("no allocator and no setting can run it", out)
+
+    def test_the_capacity_just_above_peak_live_with_a_csv(self):
+        rc, out, err = run([TRAINING, "--capacity-gib", "6.56"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Fragmentation, not size.", out)
+        self.assertIn("Replayed on a simulated GPU of 6.56 GiB (given)", out)
+
+    def test_bad_input_is_one_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            evil = os.path.join(d, "evil.pickle")
+            with open(evil, "wb") as f:
+                f.write(b"cos\nsystem\n(S'true'\ntR.")
+            for argv, msg in (([evil], "refuses to load the global os.system"),
+                              ([TRAINING, "--capacity-gib", "-1"], "--capacity-gib -1.0"),
+                              ([TRAINING, "--device", "1"], "--device applies to a snapshot"),
+                              ([os.path.join(d, "none.pickle")], "cannot read")):
+                rc, out, err = run(argv)
+                self.assertEqual(rc, 2, argv)
+                self.assertTrue(err.startswith("gardenalloc doctor: "), err)
+                self.assertIn(msg, err)
+
+    def test_as_a_command(self):
+        r = subprocess.run([sys.executable, "-m", "gardenalloc", "doctor", TRAINING, "--capacity-gib", "80"],
+                           capture_output=True, text=True, cwd=support.SHIM)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("No out-of-memory at 80.00 GiB", r.stdout)
+        r = subprocess.run([sys.executable, "-m", "gardenalloc", "--help"], capture_output=True, text=True,
+                           cwd=support.SHIM)
+        self.assertIn("doctor", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
