@@ -2,7 +2,8 @@
  * its exact signatures, and the optional hooks (init, reset, memory fraction,
  * record_stream, base allocation).
  *
- * One allocator per device, created on first use from GARDENALLOC_CONF (the
+ * One allocator per device, created on first use from the environment
+ * (env.c: GARDENALLOC_CONF, else PyTorch's PYTORCH_CUDA_ALLOC_CONF; the
  * backend is CUDA on a GPU machine). PyTorch calls these from any thread
  * without a lock of its own. A free whose size, device or stream does not
  * match the allocation is reported on stderr and done as recorded; free never
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "env.h"
 #include "internal.h"
 
 #define GA_TORCH_MAX_DEVICES 64
@@ -33,7 +35,7 @@ GA_API ga_allocator_t *ga_torch_allocator(int device) {
   if (a) return a;
   pthread_mutex_lock(&create_mu);
   a = atomic_load_explicit(&devices[device], memory_order_relaxed);
-  if (!a && ga_create(NULL, device, &a) == GA_OK)
+  if (!a && ga_create(ga_env_conf(NULL), device, &a) == GA_OK)
     atomic_store_explicit(&devices[device], a, memory_order_release);
   pthread_mutex_unlock(&create_mu);
   return a;
@@ -48,6 +50,8 @@ static void report(const char *fmt, void *ptr, long long got, long long want) {
     fprintf(stderr, "; freeing the allocation as recorded\n");
   }
 }
+
+GA_API const char *ga_torch_config(const char **source) { return ga_env_conf(source); }
 
 GA_API void *ga_torch_alloc_nothrow(ssize_t size, int device, void *stream) {
   if (size <= 0) {

@@ -322,8 +322,8 @@ GA_API int ga_config_key(int i, const char **name, const char **type, const char
                          const char **doc);
 
 /* ---- PyTorch's CUDAPluggableAllocator entry points ----------------------- */
-/* One allocator per device, made on first use from GARDENALLOC_CONF. The
- * signatures are PyTorch's (cudaStream_t is a pointer). */
+/* One allocator per device, made on first use from the environment (see
+ * ga_torch_config). The signatures are PyTorch's (cudaStream_t is a pointer). */
 
 /** alloc: NULL for size 0. On failure it throws the OOM report as a C++
  *  exception when the library was built with C++ (as PyTorch needs), and
@@ -345,6 +345,15 @@ GA_API void *ga_torch_base_alloc(void *ptr, size_t *size);
 /** The allocator behind device `device` (made on first use), for stats and
  *  snapshots; NULL (with ga_last_error) when it cannot be made. */
 GA_API ga_allocator_t *ga_torch_allocator(int device);
+/** The configuration the PyTorch entry points use, read once per process:
+ *  GARDENALLOC_CONF when it is set (strict: a bad string makes every allocator
+ *  creation fail with the parser's message); otherwise PYTORCH_CUDA_ALLOC_CONF,
+ *  else PYTORCH_ALLOC_CONF, whose PyTorch keys mean what they mean in PyTorch
+ *  while any other key, and any value the parser refuses, is named on stderr
+ *  once and left out (keys accepted only for compatibility are named and
+ *  kept). "" when none is set. `source` (may be NULL) gets the variable's
+ *  name, or "defaults". */
+GA_API const char *ga_torch_config(const char **source);
 
 #ifdef __cplusplus
 }
