@@ -15,10 +15,32 @@ from . import _lib
 __all__ = [
     "library", "memory_stats", "memory_summary", "empty_cache", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "record_memory_history", "snapshot", "dump_snapshot", "check",
-    "last_error",
+    "last_error", "configuration",
 ]
 
 _library = None
+
+
+def _find_version():
+    """The version of CMakeLists.txt's project(): written into the wheel as
+    _version.py when it is built, read from the source tree otherwise."""
+    try:
+        from ._version import __version__ as v
+        return v
+    except ImportError:
+        pass
+    import os
+    import re
+    top = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "CMakeLists.txt")
+    try:
+        with open(top) as f:
+            m = re.search(r"project\(gardenalloc VERSION ([0-9][0-9.]*)", f.read())
+    except OSError:
+        m = None
+    return m.group(1) if m else "unknown"
+
+
+__version__ = _find_version()
 
 
 def library():
@@ -32,6 +54,17 @@ def library():
 def last_error():
     """The text of this thread's last gardenalloc failure."""
     return library().ga_last_error().decode()
+
+
+def configuration():
+    """(string, source): the configuration the allocators serving PyTorch use,
+    and where it came from: "GARDENALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF" or "defaults". Read from the environment once per
+    process; keys of PyTorch's variables that gardenalloc does not apply are
+    named on stderr then."""
+    source = ctypes.c_char_p()
+    conf = library().ga_torch_config(ctypes.byref(source))
+    return conf.decode(), source.value.decode()
 
 
 def _allocator(device):
@@ -75,6 +108,7 @@ def memory_summary(device=0):
     ]
     w = 78
     out = ["=" * w, " gardenalloc memory summary, device %d (%s)" % (device, library().ga_backend_name(_allocator(device)).decode()),
+           " configuration: %s (from %s)" % ((json.dumps(configuration()[0]),) + configuration()[1:]),
            "-" * w, "%-28s|%12s|%12s|%12s|%12s" % ("Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"), "-" * w]
     for title, key, is_bytes in rows:
         for pool, label in (("all", title), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")):

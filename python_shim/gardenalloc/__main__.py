@@ -1,4 +1,5 @@
-"""The gardenalloc command line: `python -m gardenalloc COMMAND ...`.
+"""The gardenalloc command line: `python -m gardenalloc COMMAND ...`, or the
+`gardenalloc` console script that `pip install` puts on PATH.
 
 Each command lives in a module of this package with a main(argv, prog)
 function; COMMANDS maps the command's name to that module and a line of help.
@@ -8,6 +9,7 @@ import sys
 
 COMMANDS = {
     "doctor": ("gardenalloc.doctor", "would another allocator or setting have avoided this CUDA OOM? (a snapshot)"),
+    "run": ("gardenalloc.run", "start a program with gardenalloc as PyTorch's CUDA allocator (no code change)"),
     "trace": ("gardenalloc.trace", "convert a PyTorch memory snapshot into the RMM CSV that ga-bench replays"),
 }
 
@@ -15,7 +17,7 @@ COMMANDS = {
 def usage():
     lines = ["usage: gardenalloc COMMAND [ARGS...]", "", "commands:"]
     lines += ["  %-10s %s" % (name, doc) for name, (_, doc) in sorted(COMMANDS.items())]
-    lines += ["", "'gardenalloc COMMAND --help' describes each one."]
+    lines += ["", "'gardenalloc COMMAND --help' describes each one; 'gardenalloc --version' prints the version."]
     return "\n".join(lines)
 
 
@@ -24,6 +26,10 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] == "--version":
+        from . import __version__
+        print("gardenalloc", __version__)
+        return 0
     if argv[0] not in COMMANDS:
         print("gardenalloc: unknown command '%s'\n\n%s" % (argv[0], usage()), file=sys.stderr)
         return 2

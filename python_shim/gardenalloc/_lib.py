@@ -55,6 +55,8 @@ def _declare(lib):
         "ga_torch_record_stream": (None, [vp, vp]),
         "ga_torch_base_alloc": (vp, [vp, ctypes.POINTER(ctypes.c_size_t)]),
         "ga_torch_allocator": (vp, [ctypes.c_int]),
+        "ga_torch_config": (ctypes.c_char_p, [ctypes.POINTER(ctypes.c_char_p)]),
+        "ga_config_validate": (ctypes.c_int, [ctypes.c_char_p]),
         "ga_stats_json": (ctypes.c_size_t, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "ga_snapshot_json": (ctypes.c_size_t, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "ga_record_history": (ctypes.c_int, [vp, ctypes.c_int, ctypes.c_size_t]),
