@@ -352,9 +352,10 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr);
 ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr);
 /* The live allocation whose bytes include p, or NULL. */
 const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p);
-/* Writes the OOM report for a request of `size` bytes into the thread's
- * error text and records the OOM in the history. */
-void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t size, int fraction_refused);
+/* Writes the OOM report into the thread's error text and records the OOM in
+ * the history: `tried` is the device allocation attempted (PyTorch's "Tried
+ * to allocate"), `rounded` the rounded request. */
+void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused);
 
 /* Records one history entry when recording is on. */
 static inline void ga_history_add_locked(ga_allocator_t *a, int action, uintptr_t addr, size_t size,

@@ -3,10 +3,13 @@
  * It follows PyTorch's report field for field (tried to allocate: the
  * segment size attempted; total capacity; free; allowed, when a fraction is
  * set; allocated; reserved but unallocated) and adds the largest cached free
- * block. Without expandable segments, the hint to turn them on appears only
- * when the cached-but-unallocated memory could have held the request, i.e.
- * when fragmentation is the cause; with them, the report says how much free
- * memory is stuck in partly used granules (the only fragmentation left).
+ * block. Without expandable segments, the hint to turn them on appears
+ * exactly when they would serve the request: the largest free block is
+ * smaller than it (fragmentation, not a missing segment, is the cause) and
+ * the free whole granules of the cache plus the device's free memory hold it
+ * (what expandable segments map; free memory inside partly used granules
+ * would stay stranded there too). With them on, the hint never appears; the
+ * report says how much free memory is stuck in partly used granules.
  * A leaf: formats, reads nothing.
  */
 #include "report.h"
@@ -16,6 +19,18 @@
 #include <string.h>
 
 #include "text.h"
+
+/* Would expandable segments serve the request from this state? */
+static int expandable_would_serve(const ga_oom_facts *f) {
+  if (!f->gran || f->largest_free >= f->rounded) return 0;
+  size_t room = f->have_free ? f->free : 0;
+  if (f->allowed != SIZE_MAX) {
+    size_t left = f->allowed > f->reserved ? f->allowed - f->reserved : 0;
+    if (left < room) room = left;
+  }
+  size_t need = (f->rounded + f->gran - 1) / f->gran * f->gran;
+  return f->movable + room / f->gran * f->gran >= need;
+}
 
 void ga_report_oom(const ga_oom_facts *f) {
   char tried[32], cap[32], fr[32], allowed[64] = "", alloc[32], unalloc[32], bigs[32];
@@ -33,15 +48,19 @@ void ga_report_oom(const ga_oom_facts *f) {
   ga_format_size(f->allocated, alloc, sizeof alloc);
   ga_format_size(unallocated, unalloc, sizeof unalloc);
   ga_format_size(f->largest_free, bigs, sizeof bigs);
-  char extra[160] = "";
+  char extra[256] = "";
   if (f->expandable) {
     char part[32];
     ga_format_size(f->stranded, part, sizeof part);
     snprintf(extra, sizeof extra, " %s of free cached memory lies in partly used 2 MiB pages.", part);
-  } else if (unallocated >= f->tried) {
-    snprintf(extra, sizeof extra,
-             " If reserved but unallocated memory is large try setting "
-             "GARDENALLOC_CONF=expandable_segments:True to avoid fragmentation.");
+  } else if (expandable_would_serve(f)) {
+    char mov[32];
+    ga_format_size(f->movable, mov, sizeof mov);
+    snprintf(
+        extra, sizeof extra,
+        " Of the cached free memory, %s lies in whole 2 MiB granules that expandable segments map where a "
+        "request needs them: try setting GARDENALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+        mov);
   }
   ga_error_set(
       "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "

@@ -10,6 +10,9 @@
 typedef struct ga_oom_facts {
   int device;           /* the device's ordinal */
   size_t tried;         /* bytes of the device allocation attempted */
+  size_t rounded;       /* the request, rounded */
+  size_t gran;          /* the granule expandable segments map (2 MiB) */
+  size_t movable;       /* free cached bytes in whole granules of free blocks */
   size_t total;         /* device memory */
   size_t free;          /* free device memory, when have_free */
   int have_free;        /* the device answered the free-memory query */

@@ -67,27 +67,81 @@ Test(oom, true_oom_returns_the_full_report_and_stays_usable) {
   fx_free(a);
 }
 
-Test(oom, report_suggests_a_fix_only_when_fragmentation_is_the_cause) {
-  fx_open(NULL, 100 * MiB);
-  /* 40 small segments of 2 MiB, each half used: 40 MiB cached in 1 MiB holes. */
-  void *small[80];
+/* Four 20 MiB segments, each holding two 9 MiB blocks and a free 2 MiB tail,
+ * on a 95 MiB device: 15 MiB free there, 8 MiB cached in whole granules. A
+ * 7.5 MiB request needs a new 20 MiB segment in native mode and fails;
+ * expandable segments map 8 MiB and serve it. */
+static void tails_and_request(const char *conf, void *keep[8], ga_status_t *st) {
+  fx_open(conf, 95 * MiB);
+  for (int i = 0; i < 8; i++) keep[i] = fx_alloc(9 * MiB);
+  void *p = NULL;
+  *st = ga_malloc(fx_a, 7 * MiB + MiB / 2, S1, &p);
+  if (p) fx_free(p);
+}
+
+Test(oom, the_expandable_hint_appears_when_expandable_segments_would_serve_the_request) {
+  void *keep[8];
+  ga_status_t st;
+  tails_and_request(NULL, keep, &st);
+  cr_assert_eq(st, GA_ERR_OOM);
+  const char *e = ga_last_error();
+  cr_assert(strstr(e, "Tried to allocate 20.00 MiB") != NULL, "%s", e);
+  cr_assert(strstr(e, "The largest free block in the cache is 2.00 MiB.") != NULL, "%s", e);
+  cr_assert(strstr(e, "Of the cached free memory, 8.00 MiB lies in whole 2 MiB granules") != NULL, "%s", e);
+  cr_assert(
+      strstr(e, "try setting GARDENALLOC_CONF=expandable_segments:True to avoid fragmentation.") != NULL,
+      "%s", e);
+  for (int i = 0; i < 8; i++) fx_free(keep[i]);
+}
+
+Test(oom, and_expandable_segments_do_serve_it) {
+  void *keep[8];
+  ga_status_t st;
+  tails_and_request("expandable_segments:True", keep, &st);
+  cr_assert_eq(st, GA_OK, "%s", ga_last_error());
+  for (int i = 0; i < 8; i++) fx_free(keep[i]);
+}
+
+/* 80 small blocks of 1 MiB, every other one freed: 40 MiB cached, all of it
+ * in half-used 2 MiB granules, 20 MiB free on the device. */
+static ga_status_t holes_and_request(const char *conf, size_t ask, void *small[80]) {
+  fx_open(conf, 100 * MiB);
   for (int i = 0; i < 80; i++) small[i] = fx_alloc(MiB);
   for (int i = 0; i < 80; i += 2) fx_free(small[i]);
-  void *p;
-  cr_assert_eq(ga_malloc(fx_a, 50 * MiB, S1, &p), GA_ERR_OOM);
-  cr_assert(strstr(ga_last_error(), "and 40.00 MiB is reserved by gardenalloc but unallocated") != NULL, "%s",
-            ga_last_error());
-  cr_assert(strstr(ga_last_error(), "largest free block in the cache is 1024.00 KiB") != NULL, "%s",
-            ga_last_error());
-  cr_assert(strstr(ga_last_error(), "expandable_segments") == NULL, "40 MiB cached cannot hold 50 MiB: %s",
-            ga_last_error());
-  cr_assert_eq(ga_malloc(fx_a, 30 * MiB, S1, &p), GA_ERR_OOM); /* 40 MiB cached could have held it */
-  cr_assert(strstr(ga_last_error(), "Tried to allocate 30.00 MiB") != NULL, "%s", ga_last_error());
-  cr_assert(strstr(ga_last_error(),
-                   "setting GARDENALLOC_CONF=expandable_segments:True to avoid fragmentation.") != NULL,
-            "%s", ga_last_error());
-  assert_scalar(num_ooms, 2);
+  void *p = NULL;
+  ga_status_t st = ga_malloc(fx_a, ask, S1, &p);
+  if (p) fx_free(p);
+  return st;
+}
+
+Test(oom, no_hint_when_the_free_memory_is_stranded_in_partly_used_granules) {
+  void *small[80];
+  cr_assert_eq(holes_and_request(NULL, 30 * MiB, small), GA_ERR_OOM);
+  const char *e = ga_last_error();
+  cr_assert(strstr(e, "and 40.00 MiB is reserved by gardenalloc but unallocated") != NULL, "%s", e);
+  cr_assert(strstr(e, "largest free block in the cache is 1024.00 KiB") != NULL, "%s", e);
+  cr_assert(strstr(e, "expandable_segments") == NULL,
+            "40 MiB cached in half-used granules + 20 MiB free cannot hold 30 MiB with expandable segments "
+            "either: %s",
+            e);
   for (int i = 1; i < 80; i += 2) fx_free(small[i]);
+}
+
+Test(oom, where_expandable_segments_fail_as_well) {
+  void *small[80];
+  cr_assert_eq(holes_and_request("expandable_segments:True", 30 * MiB, small), GA_ERR_OOM);
+  cr_assert(strstr(ga_last_error(), "expandable_segments:True to avoid") == NULL, "%s", ga_last_error());
+  for (int i = 1; i < 80; i += 2) fx_free(small[i]);
+}
+
+Test(oom, no_hint_when_the_request_exceeds_all_free_memory) {
+  void *keep[8];
+  fx_open(NULL, 95 * MiB);
+  for (int i = 0; i < 8; i++) keep[i] = fx_alloc(9 * MiB);
+  void *p;
+  cr_assert_eq(ga_malloc(fx_a, 40 * MiB, S1, &p), GA_ERR_OOM); /* 8 MiB tails + 15 MiB free < 40 MiB */
+  cr_assert(strstr(ga_last_error(), "expandable_segments") == NULL, "%s", ga_last_error());
+  for (int i = 0; i < 8; i++) fx_free(keep[i]);
 }
 
 Test(oom, huge_requests_fail_early_with_a_clear_error) {

@@ -162,7 +162,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
     if (relax) (void)ga_dev_capture_mode(a->dev, prev_mode, NULL);
     if (rc == GA_DEV_EOOM) {
       a->stats.num_ooms++;
-      ga_alloc_report_oom_locked(a, expandable ? rounded : alloc_size, refused);
+      ga_alloc_report_oom_locked(a, expandable ? rounded : alloc_size, rounded, refused);
       return GA_ERR_OOM;
     }
     if (rc) return device_error(a, "obtaining device memory", rc);
@@ -243,15 +243,21 @@ const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p) {
 
 /* ---- The OOM report's facts ---- */
 
-static int largest(ga_block *b, void *arg) {
-  size_t *max = arg;
-  if (b->size > *max) *max = b->size;
+/* The largest free block, and the free bytes that lie in whole granules
+ * (memory that expandable segments could map elsewhere). */
+static int free_facts(ga_block *b, void *arg) {
+  ga_oom_facts *f = arg;
+  if (b->size > f->largest_free) f->largest_free = b->size;
+  uintptr_t lo = (b->ptr + f->gran - 1) / f->gran, hi = (b->ptr + b->size) / f->gran;
+  if (hi > lo) f->movable += (hi - lo) * f->gran;
   return 0;
 }
 
-void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t size, int fraction_refused) {
+void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused) {
   ga_oom_facts f = {.device = a->dev->ordinal,
-                    .tried = size,
+                    .tried = tried,
+                    .rounded = rounded,
+                    .gran = a->gran,
                     .total = a->device_total,
                     .allowed = a->allowed_max,
                     .allocated = (size_t)a->stats.allocated_bytes[GA_POOL_ALL].current,
@@ -259,8 +265,8 @@ void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t size, int fraction_ref
                     .expandable = a->cfg.expandable_segments,
                     .fraction_refused = fraction_refused};
   f.have_free = ga_dev_mem_info(a->dev, &f.free, &f.total) == 0;
-  ga_history_add_locked(a, GA_H_OOM, f.free, size, NULL);
-  for (int p = 0; p < 2; p++) ga_pool_walk(&a->pools[p], largest, &f.largest_free);
+  ga_history_add_locked(a, GA_H_OOM, f.free, rounded, NULL); /* PyTorch records the rounded request */
+  for (int p = 0; p < 2; p++) ga_pool_walk(&a->pools[p], free_facts, &f);
   if (f.expandable) f.stranded = ga_pages_partial_free_locked(a);
   ga_report_oom(&f);
 }

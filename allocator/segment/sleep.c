@@ -208,7 +208,7 @@ ga_status_t ga_wake_locked(ga_allocator_t *a) {
     char left[32];
     ga_format_size(a->nsleepers * a->gran, left, sizeof left);
     if (rc == GA_DEV_EOOM && !restore_failed) {
-      ga_alloc_report_oom_locked(a, a->nsleepers * a->gran, refused);
+      ga_alloc_report_oom_locked(a, a->nsleepers * a->gran, a->nsleepers * a->gran, refused);
       char report[1800];
       snprintf(report, sizeof report, "%s", ga_last_error());
       ga_error_set("ga_wake: %s still asleep. %s", left, report);
