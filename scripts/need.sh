@@ -3,6 +3,7 @@
 # Usage: need_packages "<command-or-pkgconfig-name>:<debian package>" ...
 #   "cmake:cmake"      the command cmake, else install cmake
 #   "pc:criterion:libcriterion-dev"   the pkg-config module, else the package
+#   "py:ensurepip:python3-venv"       the python3 module, else the package
 need_packages() {
   local missing=() item name pkg
   for item in "$@"; do
@@ -11,6 +12,11 @@ need_packages() {
       name=${item%%:*}
       pkg=${item#*:}
       pkg-config --exists "$name" 2>/dev/null || missing+=("$pkg")
+    elif [ "${item%%:*}" = py ]; then
+      item=${item#py:}
+      name=${item%%:*}
+      pkg=${item#*:}
+      python3 -c "import $name" 2>/dev/null || missing+=("$pkg")
     else
       name=${item%%:*}
       pkg=${item#*:}

@@ -6,15 +6,30 @@ import os
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def source_tree():
+    """The repository when this package is python_shim/gardenalloc of a
+    checkout (a developer's tree), else None."""
+    shim = os.path.dirname(os.path.realpath(_HERE))
+    repo = os.path.dirname(shim)
+    if os.path.basename(shim) == "python_shim" and os.path.isfile(os.path.join(repo, "include", "gardenalloc.h")):
+        return repo
+    return None
+
+
 def candidates():
-    """Where the library is looked for, in order."""
+    """Where the library is looked for, in order: GARDENALLOC_LIBRARY alone
+    when it is set; else the package folder (where the wheel puts it), the
+    checkout's build/ when running from a source tree, the usual library
+    folders."""
     env = os.environ.get("GARDENALLOC_LIBRARY")
     if env:
         yield env
-    yield os.path.join(_HERE, "libgardenalloc.so")  # installed next to the package
-    repo = os.path.dirname(os.path.dirname(_HERE))  # python_shim/gardenalloc -> repository
-    yield os.path.join(repo, "build", "libgardenalloc.so")
-    for prefix in ("/usr/local/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu"):
+        return
+    yield os.path.join(_HERE, "libgardenalloc.so")
+    repo = source_tree()
+    if repo:
+        yield os.path.join(repo, "build", "libgardenalloc.so")
+    for prefix in ("/usr/local/lib", "/usr/local/lib64", "/usr/lib", "/usr/lib/x86_64-linux-gnu"):
         yield os.path.join(prefix, "libgardenalloc.so")
     found = ctypes.util.find_library("gardenalloc")
     if found:
@@ -24,22 +39,29 @@ def candidates():
 def load():
     tried = []
     for path in candidates():
-        if path in tried:
+        if any(path == t[0] for t in tried):
             continue
-        tried.append(path)
         if os.path.sep in path and not os.path.exists(path):
+            tried.append((path, "absent"))
             continue
         try:
             lib = ctypes.CDLL(path)
-        except OSError:
+        except OSError as e:
+            tried.append((path, str(e)))
             continue
-        _declare(lib)
+        try:
+            _declare(lib)
+        except AttributeError as e:
+            tried.append((path, "not this version of gardenalloc (%s)" % e))
+            continue
         lib.path = path
         return lib
-    raise OSError(
-        "gardenalloc: libgardenalloc.so not found; build it (tests/run.sh or bench/run.sh) "
-        "or set GARDENALLOC_LIBRARY to its path. Tried: " + ", ".join(tried)
-    )
+    where = "; ".join("%s (%s)" % t for t in tried)
+    if os.environ.get("GARDENALLOC_LIBRARY"):
+        raise OSError("gardenalloc: GARDENALLOC_LIBRARY does not name a usable libgardenalloc.so: " + where)
+    raise OSError("gardenalloc: libgardenalloc.so not found. `pip install ./python_shim` builds it into the "
+                  "package; in a checkout, tests/run.sh builds build/libgardenalloc.so; or set GARDENALLOC_LIBRARY "
+                  "to its path. Tried: " + where)
 
 
 def _declare(lib):

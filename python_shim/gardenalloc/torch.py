@@ -15,6 +15,17 @@ from . import library
 
 _installed = None
 
+# The names CUDAPluggableAllocator is given, and each hook: the setter PyTorch's
+# allocator object has, and the library function whose address it gets. The
+# graph-capture pool hooks exist when the library was built with C++.
+ALLOC_FN, FREE_FN = "ga_torch_alloc", "ga_torch_free"
+HOOKS = (("set_init_fn", "ga_torch_init"), ("set_reset_fn", "ga_torch_reset"),
+         ("set_memory_fraction_fn", "ga_torch_memory_fraction"),
+         ("set_record_stream_fn", "ga_torch_record_stream"), ("set_base_alloc_fn", "ga_torch_base_alloc"),
+         ("set_begin_allocate_to_pool", "ga_torch_begin_allocate_to_pool"),
+         ("set_end_allocate_to_pool_fn", "ga_torch_end_allocate_to_pool"),
+         ("set_release_pool", "ga_torch_release_pool"))
+
 
 def _torch():
     try:
@@ -40,16 +51,9 @@ def _pluggable(conf):
     if conf is not None:
         os.environ["GARDENALLOC_CONF"] = conf
     lib = library()
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "ga_torch_alloc", "ga_torch_free")
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib.path, ALLOC_FN, FREE_FN)
     inner = alloc.allocator()
-    hooks = [("set_init_fn", "ga_torch_init"), ("set_reset_fn", "ga_torch_reset"),
-             ("set_memory_fraction_fn", "ga_torch_memory_fraction"),
-             ("set_record_stream_fn", "ga_torch_record_stream"), ("set_base_alloc_fn", "ga_torch_base_alloc"),
-             # CUDA-graph capture pools (present when the library was built with C++)
-             ("set_begin_allocate_to_pool", "ga_torch_begin_allocate_to_pool"),
-             ("set_end_allocate_to_pool_fn", "ga_torch_end_allocate_to_pool"),
-             ("set_release_pool", "ga_torch_release_pool")]
-    for setter, fn in hooks:
+    for setter, fn in HOOKS:
         if hasattr(inner, setter) and hasattr(lib, fn):
             getattr(inner, setter)(_address(fn))
     return alloc
