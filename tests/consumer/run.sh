@@ -1,30 +1,78 @@
 #!/usr/bin/env bash
-# Installs gardenalloc into a temporary prefix and builds a tiny consumer
-# against it three ways — CMake package (shared and static), pkg-config — and
-# once more with add_subdirectory of the source tree; runs each.
+# Installs gardenalloc with `cmake --install --prefix` into a fresh folder, as
+# users do, and builds a tiny consumer against it: the CMake package (shared
+# and static) and pkg-config (PKG_CONFIG_PATH only); then moves the installed
+# tree and builds both again (the files find their prefix themselves); builds
+# it from the build tree's own package (-Dgardenalloc_DIR=<build dir>) and with
+# add_subdirectory of the source tree; runs the installed ga-bench; and
+# compiles and runs the C program of the README, taken from the README's text.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 src=$PWD
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 jobs=$(nproc 2>/dev/null || echo 2)
+passed=0
+check() { # label, then a command that must succeed
+  local label=$1
+  shift
+  if ! "$@"; then
+    echo "consumer: $label: FAILED" >&2
+    exit 1
+  fi
+  echo "consumer: $label: ok"
+  passed=$((passed + 1))
+}
 
-cmake -S . -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGA_BUILD_TESTS=OFF -DGA_BUILD_BENCH=OFF \
-  -DGA_BUILD_EXAMPLES=OFF -DCMAKE_INSTALL_PREFIX="$work/prefix" >/dev/null
+cmake -S . -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGA_BUILD_TESTS=OFF -DGA_BUILD_BENCH=ON \
+  -DGA_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build "$work/build" -j"$jobs" >/dev/null
-cmake --install "$work/build" >/dev/null
-echo "installed: $(cd "$work/prefix" && find . -type f | sort | tr '\n' ' ')"
+prefix="$work/prefix"
+cmake --install "$work/build" --prefix "$prefix" >/dev/null
+echo "installed: $(cd "$prefix" && find . \( -type f -o -type l \) | sort | tr '\n' ' ')"
 
-cmake -S tests/consumer -B "$work/cmake" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
-cmake --build "$work/cmake" >/dev/null
-LD_LIBRARY_PATH="$work/prefix/lib" "$work/cmake/consumer_shared"
-"$work/cmake/consumer_static"
+consumers() { # prefix, label: the CMake package and pkg-config against an installed tree
+  local p=$1 label=$2
+  rm -rf "$work/cmake"
+  cmake -S tests/consumer -B "$work/cmake" -DCMAKE_PREFIX_PATH="$p" >/dev/null
+  cmake --build "$work/cmake" >/dev/null
+  check "$label: CMake package, shared" env LD_LIBRARY_PATH="$p/lib" "$work/cmake/consumer_shared"
+  check "$label: CMake package, static" "$work/cmake/consumer_static"
+  # pkg-config with nothing but PKG_CONFIG_PATH, as a user would.
+  cc -o "$work/consumer_pc" tests/consumer/consumer.c \
+    $(env -i PATH="$PATH" PKG_CONFIG_PATH="$p/lib/pkgconfig" pkg-config --cflags --libs gardenalloc)
+  check "$label: pkg-config" env LD_LIBRARY_PATH="$p/lib" "$work/consumer_pc"
+}
+consumers "$prefix" "--prefix install"
+mv "$prefix" "$work/moved"
+consumers "$work/moved" "the same tree, moved"
+prefix="$work/moved"
 
-export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
-cc -o "$work/consumer_pc" tests/consumer/consumer.c $(pkg-config --cflags --libs gardenalloc)
-LD_LIBRARY_PATH="$work/prefix/lib" "$work/consumer_pc"
+cmake -S tests/consumer -B "$work/fromtree" -Dgardenalloc_DIR="$work/build" >/dev/null
+cmake --build "$work/fromtree" >/dev/null
+check "the build tree's package (-Dgardenalloc_DIR)" "$work/fromtree/consumer_shared"
 
 cmake -S tests/consumer/subdir -B "$work/subdir" -DGA_SOURCE_DIR="$src" >/dev/null
 cmake --build "$work/subdir" -j"$jobs" >/dev/null
-"$work/subdir/consumer"
-echo "4 passed, 0 failed"
+check "add_subdirectory" "$work/subdir/consumer"
+
+bench_works() {
+  "$prefix/bin/ga-bench" keys | grep -q '^max_split_size_mb' &&
+    "$prefix/bin/ga-bench" replay traces/minimalloc/A.events.csv --conf backend:sim,sim_capacity_mb:1024 |
+    grep -q 'A.events.csv'
+}
+check "the installed bin/ga-bench" bench_works
+
+# The README's C program, from the README itself.
+awk '/^## The C API/ {f = 1; next} f && /^```c$/ {c = 1; next} c && /^```$/ {exit} c {print}' README.md \
+  >"$work/readme.c"
+if [ ! -s "$work/readme.c" ]; then
+  echo "consumer: no C program found under the README's '## The C API' heading" >&2
+  exit 1
+fi
+cc -std=c11 -Wall -Wextra -Werror -o "$work/readme" "$work/readme.c" \
+  $(env -i PATH="$PATH" PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs gardenalloc)
+out=$(LD_LIBRARY_PATH="$prefix/lib" "$work/readme" 2>/dev/null)
+echo "consumer: the README's C program ($(wc -l <"$work/readme.c") lines) printed: $out"
+check "the README's C program" grep -q ', 0 broken invariants$' <<<"$out"
+echo "$passed passed, 0 failed"
