@@ -52,5 +52,12 @@ for mode in replace mempool; do
 done
 timeout 120 python3 tests/gpu/scenarios.py pytorch trace >>"$log" 2>&1 && say "PASS pytorch-allocator trace baseline" ||
   { say "FAIL pytorch-allocator trace baseline"; fail=$((fail + 1)); }
+timeout 120 python3 tests/gpu/scenarios.py pytorch refused_after_init >>"$log" 2>&1 &&
+  say "PASS install() refused after CUDA init" || { say "FAIL install() refused after CUDA init"; fail=$((fail + 1)); }
+# No code change: the runner installs it, PyTorch's own variable configures it.
+env -u GARDENALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 180 \
+  python3 -m gardenalloc run -- python3 tests/gpu/scenarios.py run installed_by_run >>"$log" 2>&1 &&
+  say "PASS gardenalloc run with PYTORCH_CUDA_ALLOC_CONF" ||
+  { say "FAIL gardenalloc run with PYTORCH_CUDA_ALLOC_CONF"; fail=$((fail + 1)); }
 say "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1,7 +1,9 @@
 """One GPU scenario per process: python3 scenarios.py MODE SCENARIO.
 
 MODE: replace (gardenalloc is PyTorch's allocator), mempool (a MemPool backed
-by gardenalloc), pytorch (PyTorch's own allocator, for the baseline).
+by gardenalloc), pytorch (PyTorch's own allocator, for the baseline), run
+(started by `gardenalloc run`, which installed it: the program has no code
+for it).
 Prints its figures; exits non-zero on failure."""
 import os
 import sys
@@ -85,6 +87,41 @@ def record_stream():
     s.synchronize()
 
 
+def installed_by_run():
+    """Under `gardenalloc run` with only PYTORCH_CUDA_ALLOC_CONF set: the
+    allocator serves the tensors, with PyTorch's setting applied; a Python
+    child process gets it too."""
+    import subprocess
+    import gardenalloc
+    assert torch.cuda.get_allocator_backend() == "pluggable", torch.cuda.get_allocator_backend()
+    x = torch.ones(64 << 20, dtype=torch.uint8, device=dev)
+    s = gardenalloc.memory_stats()
+    assert s["allocated_bytes.all.current"] >= 64 << 20, s["allocated_bytes.all.current"]
+    assert gardenalloc.configuration() == ("expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF"), \
+        gardenalloc.configuration()
+    assert s["mapped_pages"] > 0, "expandable segments from PYTORCH_CUDA_ALLOC_CONF"
+    assert int(x.sum()) == 64 << 20
+    child = subprocess.run([sys.executable, "-c", "import torch, gardenalloc; t = torch.ones(1 << 20, device='cuda');"
+                            " print(gardenalloc.memory_stats()['allocation.all.current'])"],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0 and int(child.stdout.split()[-1]) >= 1, child.stderr
+    print("gardenalloc run: %d MiB allocated through gardenalloc, child process too" % (s["allocated_bytes.all.current"] >> 20))
+
+
+def refused_after_init():
+    """install() after CUDA is initialised: refused by name, and PyTorch's
+    allocator stays."""
+    import gardenalloc.torch
+    torch.ones(1, device=dev)
+    try:
+        gardenalloc.torch.install(conf)
+    except RuntimeError as e:
+        assert "before CUDA is initialised" in str(e), str(e)
+    else:
+        raise AssertionError("install() after CUDA init was accepted")
+    assert torch.cuda.get_allocator_backend() == "native"
+
+
 def trace():
     shared = os.environ.get("GA_SHARED_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     path = os.path.join(shared, "traces", "pytorch_snapshots", "cs336_medium_ctx512_training.csv")
@@ -108,5 +145,6 @@ def trace():
 
 
 with Ctx():
-    {"fuzz": fuzz, "oom": oom, "oom_retry": oom_retry, "record_stream": record_stream, "trace": trace}[scenario]()
+    {"fuzz": fuzz, "oom": oom, "oom_retry": oom_retry, "record_stream": record_stream, "trace": trace,
+     "installed_by_run": installed_by_run, "refused_after_init": refused_after_init}[scenario]()
 print("ok", mode, scenario)
