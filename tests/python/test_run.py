@@ -31,13 +31,8 @@ REPORT = textwrap.dedent(r"""
         out = {"tag": tag, "pid": os.getpid(), "changes": len(changes), "argv": sys.argv[1:],
                "boot_on_path": any("_boot" in p for p in sys.path), "conf": os.environ.get("GARDENALLOC_CONF")}
         if changes:
+            from torch_standin import HOOKS as want
             a = changes[0][1]
-            want = {"set_init_fn": "ga_torch_init", "set_reset_fn": "ga_torch_reset",
-                    "set_memory_fraction_fn": "ga_torch_memory_fraction",
-                    "set_record_stream_fn": "ga_torch_record_stream", "set_base_alloc_fn": "ga_torch_base_alloc",
-                    "set_begin_allocate_to_pool": "ga_torch_begin_allocate_to_pool",
-                    "set_end_allocate_to_pool_fn": "ga_torch_end_allocate_to_pool",
-                    "set_release_pool": "ga_torch_release_pool"}
             out["args"] = list(a.args)
             out["lib"] = lib.path
             out["hooks_match"] = a.inner.hooks == {k: ctypes.cast(getattr(lib, v), ctypes.c_void_p).value

@@ -276,41 +276,14 @@ class Package(unittest.TestCase):
         self.assertIn("needs PyTorch", str(cm.exception))
 
 
-def fake_torch(version="2.6.0", cuda="12.4", pluggable=True, mempool=True, initialized=False):
-    """A stand-in for the parts of torch that gardenalloc.torch touches, which
-    records what is done to it."""
-    import types
-    torch = types.ModuleType("torch")
-    torch.__version__ = version
-    torch.version = types.SimpleNamespace(cuda=cuda)
-    torch.cuda = types.ModuleType("torch.cuda")
-    torch.cuda.memory = types.ModuleType("torch.cuda.memory")
-    torch.cuda.is_initialized = lambda: initialized
-    torch.calls = []
-
-    class Inner:
-        def __init__(self):
-            self.hooks = {}
-
-        def __getattr__(self, name):
-            if name.startswith("set_"):
-                return lambda address: self.hooks.__setitem__(name, address)
-            raise AttributeError(name)
-
-    class Pluggable:
-        def __init__(self, path, alloc_fn, free_fn):
-            self.args = (path, alloc_fn, free_fn)
-            self.inner = Inner()
-
-        def allocator(self):
-            return self.inner
-
-    if pluggable:
-        torch.cuda.memory.CUDAPluggableAllocator = Pluggable
-    torch.cuda.memory.change_current_allocator = lambda a: torch.calls.append(("change", a))
-    if mempool:
-        torch.cuda.MemPool = lambda inner: ("pool", inner)
-    return torch
+def fake_torch(**kw):
+    """The recording stand-in for torch (standin/torch_standin.py)."""
+    sys.path.insert(0, os.path.join(HERE, "standin"))
+    try:
+        import torch_standin
+    finally:
+        sys.path.pop(0)
+    return torch_standin.make(**kw)
 
 
 class TorchWiring(unittest.TestCase):
@@ -348,14 +321,10 @@ class TorchWiring(unittest.TestCase):
             return a
 
         a = self.run_with(torch, go)
-        self.assertEqual(torch.calls, [("change", a)], "change_current_allocator once, with the allocator")
+        self.assertEqual([c for c in torch.calls if c[0] == "change"], [("change", a)],
+                         "change_current_allocator once, with the allocator")
         self.assertEqual(a.args, (lib.path, "ga_torch_alloc", "ga_torch_free"))
-        want = {"set_init_fn": "ga_torch_init", "set_reset_fn": "ga_torch_reset",
-                "set_memory_fraction_fn": "ga_torch_memory_fraction",
-                "set_record_stream_fn": "ga_torch_record_stream", "set_base_alloc_fn": "ga_torch_base_alloc",
-                "set_begin_allocate_to_pool": "ga_torch_begin_allocate_to_pool",
-                "set_end_allocate_to_pool_fn": "ga_torch_end_allocate_to_pool",
-                "set_release_pool": "ga_torch_release_pool"}
+        want = sys.modules["torch_standin"].HOOKS
         self.assertEqual(a.inner.hooks, {k: self.address(v) for k, v in want.items()})
         # The addresses are callable with PyTorch's signatures.
         alloc_t = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
@@ -388,7 +357,8 @@ class TorchWiring(unittest.TestCase):
         pool = self.run_with(torch, lambda gt: gt.mempool())
         self.assertEqual(pool[0], "pool")
         self.assertEqual(pool[1].hooks["set_base_alloc_fn"], self.address("ga_torch_base_alloc"))
-        self.assertEqual(torch.calls, [], "backend mode leaves the current allocator alone")
+        self.assertEqual([c for c in torch.calls if c[0] == "change"], [],
+                         "backend mode leaves the current allocator alone")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+"""A recording stand-in for the parts of torch that gardenalloc.torch touches.
+
+make() builds one as a module object (test_shim.py swaps it into sys.modules);
+standin/torch/ is the same stand-in as an importable `torch` package for
+programs run in other processes (put standin/ on PYTHONPATH). It records what
+is done to it in `torch.calls`.
+"""
+import types
+
+# The hooks PyTorch's pluggable-allocator object is given: its setter, and the
+# library function whose address it should get.
+HOOKS = {"set_init_fn": "ga_torch_init", "set_reset_fn": "ga_torch_reset",
+         "set_memory_fraction_fn": "ga_torch_memory_fraction",
+         "set_record_stream_fn": "ga_torch_record_stream", "set_base_alloc_fn": "ga_torch_base_alloc",
+         "set_begin_allocate_to_pool": "ga_torch_begin_allocate_to_pool",
+         "set_end_allocate_to_pool_fn": "ga_torch_end_allocate_to_pool",
+         "set_release_pool": "ga_torch_release_pool"}
+
+
+class Inner:
+    """The object CUDAPluggableAllocator.allocator() returns: set_* record."""
+
+    def __init__(self):
+        self.hooks = {}
+
+    def __getattr__(self, name):
+        if name.startswith("set_"):
+            return lambda address: self.hooks.__setitem__(name, address)
+        raise AttributeError(name)
+
+
+def make(version="2.6.0", cuda="12.4", pluggable=True, mempool=True, initialized=False):
+    torch = types.ModuleType("torch")
+    torch.__version__ = version
+    torch.version = types.SimpleNamespace(cuda=cuda)
+    torch.cuda = types.ModuleType("torch.cuda")
+    torch.cuda.memory = types.ModuleType("torch.cuda.memory")
+    torch.cuda.is_initialized = lambda: initialized
+    torch.calls = []
+
+    class Pluggable:
+        def __init__(self, path, alloc_fn, free_fn):
+            self.args = (path, alloc_fn, free_fn)
+            self.inner = Inner()
+            torch.calls.append(("pluggable", self.args))
+
+        def allocator(self):
+            return self.inner
+
+    if pluggable:
+        torch.cuda.memory.CUDAPluggableAllocator = Pluggable
+    torch.cuda.memory.change_current_allocator = lambda a: torch.calls.append(("change", a))
+    if mempool:
+        torch.cuda.MemPool = lambda inner: ("pool", inner)
+    return torch
