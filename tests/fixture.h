@@ -1,6 +1,6 @@
 /* fixture.h — an allocator on a simulated device the test owns.
  *
- * fx_open() builds both; the suite's .fini (fx_close) asserts ga_check() == 0,
+ * fx_open() builds both; the suite's .fini (fx_close) checks ga_check() == 0,
  * that emptying the cache after the test's frees gives every byte back to the
  * device, and that nothing is left on the device after ga_destroy.
  */
@@ -9,6 +9,8 @@
 
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device/sim.h"
@@ -21,6 +23,25 @@
 
 static ga_device *fx_dev;
 static ga_allocator_t *fx_a;
+
+/* Criterion does not fail a test for an assertion in its .fini (it prints
+ * it and counts a pass). Teardown checks therefore go through FX_TEARDOWN:
+ * a teardown that found a problem ends the test process with a failure
+ * status, which the runner reports and ctest counts. */
+static int fx_teardown_failed;
+#define FX_TEARDOWN(cond, ...)   \
+  do {                           \
+    if (!(cond)) {               \
+      fx_teardown_failed = 1;    \
+      cr_log_error(__VA_ARGS__); \
+    }                            \
+  } while (0)
+static inline void fx_teardown_verdict(void) {
+  if (!fx_teardown_failed) return;
+  fprintf(stderr, "fixture: the teardown found the problems above\n");
+  fflush(NULL);
+  exit(1);
+}
 
 #define S1 ((ga_stream_t)(uintptr_t)0x1001)
 #define S2 ((ga_stream_t)(uintptr_t)0x2002)
@@ -41,28 +62,29 @@ static inline ga_stats_t fx_stats(void) {
 
 static inline void fx_close(void) {
   if (!fx_a) return;
-  cr_expect_eq(ga_check(fx_a), 0, "ga_check found broken invariants (see stderr)");
+  FX_TEARDOWN(ga_check(fx_a) == 0, "ga_check found broken invariants (see stderr)");
   ga_stats_t s = fx_stats();
   if (s.allocation[GA_POOL_ALL].current == 0) {
-    cr_expect_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
+    FX_TEARDOWN(ga_empty_cache(fx_a) == GA_OK, "%s", ga_last_error());
     ga_sim_usage u;
     ga_sim_usage_get(fx_dev, &u);
     s = fx_stats();
-    cr_expect_eq(s.reserved_bytes[GA_POOL_ALL].current, 0, "reserved after empty_cache: %lld",
-                 (long long)s.reserved_bytes[GA_POOL_ALL].current);
-    cr_expect_eq(u.used, 0, "device memory still used after empty_cache: %zu", u.used);
+    FX_TEARDOWN(s.reserved_bytes[GA_POOL_ALL].current == 0, "reserved after empty_cache: %lld",
+                (long long)s.reserved_bytes[GA_POOL_ALL].current);
+    FX_TEARDOWN(u.used == 0, "device memory still used after empty_cache: %zu", u.used);
   }
   ga_destroy(fx_a);
   fx_a = NULL;
   ga_sim_usage u;
   ga_sim_usage_get(fx_dev, &u);
-  cr_expect(u.used == 0 && u.live_mallocs == 0 && u.live_handles == 0 && u.live_reservations == 0 &&
-                u.live_mappings == 0 && u.live_events == 0,
-            "device leak after ga_destroy: used %zu, mallocs %zu, handles %zu, reservations %zu, "
-            "mappings %zu, events %zu",
-            u.used, u.live_mallocs, u.live_handles, u.live_reservations, u.live_mappings, u.live_events);
+  FX_TEARDOWN(u.used == 0 && u.live_mallocs == 0 && u.live_handles == 0 && u.live_reservations == 0 &&
+                  u.live_mappings == 0 && u.live_events == 0,
+              "device leak after ga_destroy: used %zu, mallocs %zu, handles %zu, reservations %zu, "
+              "mappings %zu, events %zu",
+              u.used, u.live_mallocs, u.live_handles, u.live_reservations, u.live_mappings, u.live_events);
   ga_dev_destroy(fx_dev);
   fx_dev = NULL;
+  fx_teardown_verdict();
 }
 
 static inline void *fx_alloc_on(size_t size, ga_stream_t s) {
