@@ -47,12 +47,12 @@ Test(badinput, double_free) {
 
 Test(badinput, double_free_while_waiting_on_stream_events) {
   fx_open(NULL, GiB);
-  ga_sim_hold_stream(fx_dev, S2, 1);
+  fx_hold(S2, 1);
   void *p = fx_alloc(4 * MiB);
   ga_record_stream(fx_a, p, S2);
   fx_free(p);
   expect_bad_free(p, "already freed (double free");
-  ga_sim_hold_stream(fx_dev, S2, 0);
+  fx_hold(S2, 0);
 }
 
 Test(badinput, interior_pointer) {

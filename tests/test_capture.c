@@ -8,12 +8,12 @@ TestSuite(capture, .fini = fx_close);
 
 static uint64_t broken(void) {
   ga_sim_usage u;
-  ga_sim_usage_get(fx_dev, &u);
+  fx_usage(&u);
   return u.captures_broken;
 }
 
 static void capture(int on) {
-  ga_sim_set_capturing(fx_dev, S1, on);
+  fx_capture(S1, on);
   if (on)
     cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 7, S1), GA_OK, "%s", ga_last_error());
   else
@@ -22,7 +22,7 @@ static void capture(int on) {
 
 Test(capture, the_sim_refuses_allocation_calls_during_a_capture) {
   fx_open(NULL, GiB);
-  ga_sim_set_capturing(fx_dev, S1, 1);
+  fx_capture(S1, 1);
   void *p;
   cr_assert_eq(ga_dev_malloc(fx_dev, 2 * MiB, &p), GA_DEV_ECAPTURE);
   cr_assert_eq(broken(), 1);
@@ -32,7 +32,7 @@ Test(capture, the_sim_refuses_allocation_calls_during_a_capture) {
   cr_assert_eq(ga_dev_malloc(fx_dev, 2 * MiB, &p), 0, "relaxed mode allows it");
   cr_assert_eq(ga_dev_free(fx_dev, p), 0);
   ga_dev_capture_mode(fx_dev, 0, NULL);
-  ga_sim_set_capturing(fx_dev, S1, 0);
+  fx_capture(S1, 0);
 }
 
 Test(capture, allocations_during_capture_come_from_the_private_pool) {
@@ -75,7 +75,7 @@ Test(capture, a_released_pool_returns_blocks_freed_later_at_empty_cache) {
 
 Test(capture, no_event_query_sync_or_flush_during_a_capture) {
   fx_open(NULL, 100 * MiB);
-  ga_sim_hold_stream(fx_dev, S2, 1);
+  fx_hold(S2, 1);
   void *x = fx_alloc_on(40 * MiB, S2);
   ga_record_stream(fx_a, x, S1);
   capture(1);
@@ -90,14 +90,14 @@ Test(capture, no_event_query_sync_or_flush_during_a_capture) {
   cr_assert_eq(broken(), 0);
   capture(0);
   cr_assert_eq(fx_stats().device_calls[GA_CALL_EVENT_RECORD], 1, "the deferred free recorded its event");
-  ga_sim_hold_stream(fx_dev, S2, 0);
+  fx_hold(S2, 0);
   fx_free(y);
   cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK);
 }
 
 Test(capture, expandable_mode_does_not_move_pages_during_a_capture) {
   fx_open("expandable_segments:True,expandable_page_size_mb:2", 64 * MiB);
-  ga_stream_t s3 = (ga_stream_t)(uintptr_t)0x3003;
+  ga_stream_t s3 = S3;
   void *a = fx_alloc_on(40 * MiB, S2);
   fx_free(a);
   capture(1);

@@ -17,7 +17,6 @@
 
 TestSuite(chaos, .fini = fx_close);
 
-#define S3      ((ga_stream_t)(uintptr_t)0x3003)
 #define MAXLIVE 256
 #define STAMP   4096 /* bytes checked at each end of an allocation */
 
@@ -58,8 +57,8 @@ static int mapped(const live *l) {
   if (!b->seg->expandable) return 1; /* a malloc'd segment */
   /* (A refused ga_enable_peer_access may have granted some ranges already.) */
   for (size_t off = 0; off < l->size; off += 2 * MiB)
-    if (ga_sim_access(fx_dev, l->p + off, &mask) != 0 || (mask & want_access) != want_access) return 0;
-  return ga_sim_access(fx_dev, l->p + l->size - 1, &mask) == 0 && (mask & want_access) == want_access;
+    if (fx_access(l->p + off, &mask) != 0 || (mask & want_access) != want_access) return 0;
+  return fx_access(l->p + l->size - 1, &mask) == 0 && (mask & want_access) == want_access;
 }
 
 static int intact(const live *l) {
@@ -88,9 +87,7 @@ static void assert_clean(ga_status_t st, const char *what) {
 
 static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) {
   /* Device 0 of a machine with two, so that peer access can be turned on. */
-  char err[256];
-  cr_assert_eq(ga_sim_open_of(0, 2, capacity, &fx_dev, err, sizeof err), 0, "%s", err);
-  cr_assert_eq(ga_create_on_device(conf, fx_dev, &fx_a), GA_OK, "%s", ga_last_error());
+  fx_open_on(2, conf, capacity);
   want_access = 1;
   int expandable = conf && strstr(conf, "expandable_segments:True");
   live v[MAXLIVE];
@@ -137,12 +134,12 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
     } else if (op < 80) { /* a stream starts or finishes work */
       int k = (int)(next() % 3);
       held ^= 1 << k;
-      ga_sim_hold_stream(fx_dev, streams[k], (held >> k) & 1);
+      fx_hold(streams[k], (held >> k) & 1);
     } else if (op < 84) { /* arm a fault on any call kind */
       ga_device_call_t kind = (ga_device_call_t)(next() % GA_CALL_COUNT);
-      ga_sim_inject(fx_dev, kind, 1 + next() % 4, next() % 2 ? GA_DEV_EOOM : GA_DEV_EDRIVER, 0);
+      fx_inject(kind, 1 + next() % 4, next() % 2 ? GA_DEV_EOOM : GA_DEV_EDRIVER, 0);
     } else if (op < 86) {
-      ga_sim_clear_faults(fx_dev);
+      fx_clear_faults();
     } else if (op < 88 && !routed) {
       assert_clean(ga_empty_cache(fx_a), "ga_empty_cache");
     } else if (op == 88 && want_access == 1) { /* a peer (NCCL) needs the memory too */
@@ -154,13 +151,13 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
       cr_assert_eq(ga_set_memory_fraction(fx_a, f), GA_OK);
     } else if (op < 93) { /* a capture on S3 begins or ends */
       if (!routed) {
-        ga_sim_set_capturing(fx_dev, S3, 1);
+        fx_capture(S3, 1);
         cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 100 + (uint64_t)pools_made, S3), GA_OK, "%s",
                      ga_last_error());
         routed = 1;
       } else {
+        fx_capture(S3, 0); /* the capture ends, then the pool stops (as PyTorch does) */
         cr_assert_eq(ga_end_allocate_to_pool(fx_a, 100 + (uint64_t)pools_made), GA_OK, "%s", ga_last_error());
-        ga_sim_set_capturing(fx_dev, S3, 0);
         /* The graph is dropped at once half the time, else kept until later. */
         if (next() % 2) assert_clean(ga_release_pool(fx_a, 100 + (uint64_t)pools_made), "ga_release_pool");
         pools_made++;
@@ -196,7 +193,7 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
       if (asleep && v[i].kv) continue;
       const ga_block *b = ga_blockmap_get(&fx_a->map, (uintptr_t)v[i].p);
       uint64_t m0 = 0, m1 = 0;
-      int r0 = ga_sim_access(fx_dev, v[i].p, &m0), r1 = ga_sim_access(fx_dev, v[i].p + v[i].size - 1, &m1);
+      int r0 = fx_access(v[i].p, &m0), r1 = fx_access(v[i].p + v[i].size - 1, &m1);
       cr_assert(
           intact(&v[i]),
           "step %d: allocation %p (%zu bytes, tagged %d, mapped %d, block asleep %d, tag %d; access %d/%llx "
@@ -206,12 +203,12 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
     }
   }
   /* Wind down: no faults, streams idle, everything awake, freed and released. */
-  ga_sim_clear_faults(fx_dev);
+  fx_clear_faults();
   ga_stream_t streams[3] = {S1, S2, S3};
-  for (int k = 0; k < 3; k++) ga_sim_hold_stream(fx_dev, streams[k], 0);
+  for (int k = 0; k < 3; k++) fx_hold(streams[k], 0);
   if (routed) {
+    fx_capture(S3, 0);
     cr_assert_eq(ga_end_allocate_to_pool(fx_a, 100 + (uint64_t)pools_made), GA_OK);
-    ga_sim_set_capturing(fx_dev, S3, 0);
   }
   cr_assert_eq(ga_set_memory_fraction(fx_a, 1.0), GA_OK);
   /* Free what can be freed, give the pools and the cache back, then wake the

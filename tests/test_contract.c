@@ -45,13 +45,13 @@ CONTRACT(a_freed_block_is_reused_at_once_on_its_stream) {
 }
 
 CONTRACT(no_reuse_for_another_stream_until_its_events_complete) {
-  ga_sim_hold_stream(fx_dev, S2, 1);
+  fx_hold(S2, 1);
   void *p = fx_alloc_on(6 * MiB, S1);
   ga_record_stream(fx_a, p, S2);
   fx_free(p);
   void *q = fx_alloc_on(6 * MiB, S1);
   cr_assert_neq(q, p);
-  ga_sim_hold_stream(fx_dev, S2, 0);
+  fx_hold(S2, 0);
   void *r = fx_alloc_on(6 * MiB, S1);
   cr_assert_eq(r, p);
   fx_free(q);
@@ -103,7 +103,7 @@ CONTRACT(memory_cached_for_another_stream_serves_a_request_when_needed) {
   void *a = fx_alloc_on(400 * MiB, S1), *b = fx_alloc_on(400 * MiB, S2);
   fx_free(a);
   fx_free(b);
-  ga_stream_t s3 = (ga_stream_t)(uintptr_t)0x3003;
+  ga_stream_t s3 = S3;
   void *c = fx_alloc_on(600 * MiB, s3); /* only fits if the cache gives memory back or moves it */
   assert_scalar(num_ooms, 0);
   fx_free(c);
@@ -146,6 +146,8 @@ CONTRACT(statistics_keep_their_order_through_random_work) {
 CONTRACT(threads_allocate_and_free_with_content_checks) {
   tw_a = fx_a;
   tw_dev = fx_dev;
+  tw_stream_of = fx_stream;
+  for (int k = 1; k < 8; k++) (void)tw_stream(k); /* made here, not racing in the workers */
   pthread_t t[4];
   worker w[4];
   for (int i = 0; i < 4; i++) {

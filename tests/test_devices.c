@@ -2,7 +2,16 @@
  * devices, and peer access to expandable memory. */
 #include "fixture.h"
 
-#define TWO "backend:sim,sim_devices:2,sim_capacity_mb:256"
+#define TWO fx_machine_conf(2, 256)
+
+TestSuite(devices, .fini = fx_close);
+
+/* conf followed by more options. */
+static const char *with(const char *conf, const char *more) {
+  static char buf[256];
+  snprintf(buf, sizeof buf, "%s,%s", conf, more);
+  return buf;
+}
 
 Test(devices, one_allocator_per_device_each_with_its_own_memory) {
   ga_allocator_t *a0, *a1, *a2 = NULL;
@@ -30,13 +39,13 @@ Test(devices, one_allocator_per_device_each_with_its_own_memory) {
 
 static uint64_t access_of(ga_allocator_t *a, void *p) {
   uint64_t mask = 0;
-  cr_assert_eq(ga_sim_access(ga_allocator_device(a), p, &mask), 0);
+  cr_assert_eq(fx_access_on(ga_allocator_device(a), p, &mask), 0);
   return mask;
 }
 
 Test(devices, peers_get_access_to_expandable_memory_now_and_later) {
   ga_allocator_t *a;
-  cr_assert_eq(ga_create(TWO ",expandable_segments:True,expandable_page_size_mb:2", 0, &a), GA_OK, "%s",
+  cr_assert_eq(ga_create(with(TWO, "expandable_segments:True,expandable_page_size_mb:2"), 0, &a), GA_OK, "%s",
                ga_last_error());
   char *p;
   cr_assert_eq(ga_malloc(a, 5 * MiB, S1, (void **)&p), GA_OK);
@@ -49,8 +58,9 @@ Test(devices, peers_get_access_to_expandable_memory_now_and_later) {
   cr_assert_eq(access_of(a, q + 8 * MiB), 3u, "pages mapped later too");
   cr_assert_eq(ga_enable_peer_access(a, 1), GA_OK, "twice is fine");
   cr_assert_eq(ga_enable_peer_access(a, 0), GA_ERR_INVALID, "not its own peer");
+  fx_refusals_expected(1); /* the driver refuses the unknown device */
   cr_assert_eq(ga_enable_peer_access(a, 5), GA_ERR_DEVICE, "no device 5 on this machine");
-  cr_assert(strstr(ga_last_error(), "set_access: CUDA_ERROR_INVALID_DEVICE") != NULL, "%s", ga_last_error());
+  cr_assert(fx_error_names(GA_CALL_SET_ACCESS, "CUDA_ERROR_INVALID_DEVICE"), "%s", ga_last_error());
   cr_assert_eq(access_of(a, p), 3u, "a refused peer leaves access as it was");
   ga_stats_t s;
   ga_stats(a, &s);
@@ -66,20 +76,20 @@ Test(devices, peers_get_access_to_expandable_memory_now_and_later) {
  * before the next allocation. */
 Test(devices, a_failed_grant_never_hands_out_memory_peers_cannot_see) {
   ga_allocator_t *a;
-  cr_assert_eq(ga_create(TWO ",expandable_segments:True,expandable_page_size_mb:2", 0, &a), GA_OK, "%s",
+  cr_assert_eq(ga_create(with(TWO, "expandable_segments:True,expandable_page_size_mb:2"), 0, &a), GA_OK, "%s",
                ga_last_error());
   ga_device *d = ga_allocator_device(a);
   cr_assert_eq(ga_enable_peer_access(a, 1), GA_OK, "%s", ga_last_error());
   char *p, *q;
-  ga_sim_inject(d, GA_CALL_SET_ACCESS, 1, GA_DEV_EDRIVER, 0);
+  fx_inject_on(d, GA_CALL_SET_ACCESS, 1, GA_DEV_EDRIVER, 0);
   cr_assert_eq(ga_malloc(a, 3 * MiB, S1, (void **)&p), GA_ERR_DEVICE);
   cr_assert_eq(ga_check(a), 0);
   cr_assert_eq(ga_malloc(a, 3 * MiB, S1, (void **)&p), GA_OK, "%s", ga_last_error());
   cr_assert_eq(access_of(a, p), 3u);
   cr_assert_eq(access_of(a, p + 3 * MiB - 1), 3u);
   /* Granting fails and so does taking the page back: it stays mapped. */
-  ga_sim_inject(d, GA_CALL_SET_ACCESS, 1, GA_DEV_EDRIVER, 0);
-  ga_sim_inject(d, GA_CALL_UNMAP, 1, GA_DEV_EDRIVER, 0);
+  fx_inject_on(d, GA_CALL_SET_ACCESS, 1, GA_DEV_EDRIVER, 0);
+  fx_inject_on(d, GA_CALL_UNMAP, 1, GA_DEV_EDRIVER, 0);
   cr_assert_eq(ga_malloc(a, 6 * MiB, S1, (void **)&q), GA_ERR_DEVICE);
   cr_assert_eq(ga_check(a), 0);
   cr_assert_eq(ga_malloc(a, 6 * MiB, S1, (void **)&q), GA_OK, "%s", ga_last_error());

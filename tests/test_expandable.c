@@ -86,7 +86,7 @@ Test(expandable, pages_move_across_streams_and_pools) {
   fx_free(big);
   /* 58 MiB are free in whole granules on two streams and two pools;
    * 60 MiB on a third stream fits only by moving them. */
-  ga_stream_t s3 = (ga_stream_t)(uintptr_t)0x3003;
+  ga_stream_t s3 = S3;
   void *c = fx_alloc_on(60 * MiB, s3);
   assert_reserved(60 * MiB);
   fx_free(c);
@@ -158,34 +158,34 @@ Test(expandable, the_same_cycle_without_max_split_size) { pytorch_cycle(EXP); }
 
 Test(expandable, the_owning_stream_is_synchronised_before_its_pages_move) {
   fx_open(EXP2, 64 * MiB);
-  ga_sim_hold_stream(fx_dev, S1, 1); /* S1 still has work queued */
+  fx_hold(S1, 1); /* S1 still has work queued */
   void *a = fx_alloc_on(40 * MiB, S1);
   fx_free(a);                          /* free for S1 at once, but S1's kernels may still use it */
   void *b = fx_alloc_on(40 * MiB, S2); /* must take a's pages */
   ga_sim_usage u;
-  ga_sim_usage_get(fx_dev, &u);
+  fx_usage(&u);
   cr_assert_eq(u.waits, 1, "the allocator waited for S1 before unmapping");
   cr_assert_geq(fx_stats().num_unmap_syncs, 1);
   fx_free(b);
-  ga_sim_hold_stream(fx_dev, S1, 0);
+  fx_hold(S1, 0);
 }
 
 Test(expandable, a_block_waiting_on_events_is_never_unmapped_early) {
   fx_open(EXP2, 64 * MiB);
-  ga_sim_hold_stream(fx_dev, S2, 1);
+  fx_hold(S2, 1);
   char *a = fx_alloc_on(40 * MiB, S1);
   ga_record_stream(fx_a, a, S2);
   fx_free(a); /* pending on S2's event */
   ga_sim_usage u0, u1;
-  ga_sim_usage_get(fx_dev, &u0);
+  fx_usage(&u0);
   cr_assert_eq(u0.pending_events, 1);
   void *b = fx_alloc_on(40 * MiB, S1); /* only a's pages can serve: the event must be waited for */
-  ga_sim_usage_get(fx_dev, &u1);
+  fx_usage(&u1);
   cr_assert_eq(u1.pending_events, 0);
   cr_assert_geq(u1.waits, 1);
   assert_scalar(num_sync_all_streams, 1);
   fx_free(b);
-  ga_sim_hold_stream(fx_dev, S2, 0);
+  fx_hold(S2, 0);
 }
 
 /* ---- Data integrity across thousands of remaps ---- */
@@ -313,7 +313,7 @@ Test(expandable, empty_cache_gives_every_free_page_back) {
   fx_free(c);
   cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
   ga_sim_usage u;
-  ga_sim_usage_get(fx_dev, &u);
+  fx_usage(&u);
   cr_assert_eq(u.live_reservations, 0, "empty segments are unreserved");
   cr_assert_eq(u.used, 0);
 }
@@ -331,18 +331,18 @@ Test(expandable, the_page_cache_keeps_at_most_its_threshold) {
 
 static int64_t syncs_for_two_moves(int hold) {
   fx_open(EXP2, 60 * MiB);
-  ga_stream_t s3 = (ga_stream_t)(uintptr_t)0x3003;
+  ga_stream_t s3 = S3;
   void *a = fx_alloc_on(16 * MiB, S1), *c = fx_alloc_on(24 * MiB, s3), *keep = fx_alloc_on(20 * MiB, S2);
   fx_free(a);
   fx_free(c);
-  if (hold) ga_sim_hold_stream(fx_dev, s3, 1); /* s3 still runs when the fence is recorded */
+  if (hold) fx_hold(s3, 1); /* s3 still runs when the fence is recorded */
   fx_free(keep);
   void *b1 = fx_alloc_on(36 * MiB, S2); /* S2's 20 MiB, then a's 16 (waits for S1); fences S1 and s3 */
-  ga_stream_t s4 = (ga_stream_t)(uintptr_t)0x4004;
+  ga_stream_t s4 = fx_stream(4);
   void *b2 = fx_alloc_on(24 * MiB, s4); /* c's pages: c was freed before s3's fence */
   int64_t syncs = fx_stats().num_unmap_syncs;
   cr_assert_eq(fx_stats().num_pages_moved, 20);
-  ga_sim_hold_stream(fx_dev, s3, 0);
+  fx_hold(s3, 0);
   fx_free(b1);
   fx_free(b2);
   return syncs;

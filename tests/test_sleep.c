@@ -100,7 +100,7 @@ Test(sleep, a_failing_copy_leaves_a_consistent_allocator) {
   char *w = fx_alloc(12 * MiB);
   ga_tag(fx_a, w, "weights");
   fx_fill(w, 12 * MiB, 9);
-  ga_sim_inject(fx_dev, GA_CALL_COPY, 3, GA_DEV_EDRIVER, 0); /* the third page's copy fails */
+  fx_inject(GA_CALL_COPY, 3, GA_DEV_EDRIVER, 0); /* the third page's copy fails */
   cr_assert_eq(ga_sleep(fx_a, "weights", GA_SLEEP_OFFLOAD), GA_ERR_DEVICE);
   cr_assert(strstr(ga_last_error(), "2 pages sleep") != NULL, "%s", ga_last_error());
   cr_assert_eq(ga_check(fx_a), 0);
@@ -118,13 +118,13 @@ Test(sleep, a_wake_that_cannot_undo_keeps_the_contents_for_the_next) {
   fx_fill(w, 6 * MiB, 4);
   cr_assert_eq(ga_sleep(fx_a, "weights", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
   cr_assert_eq(fx_stats().asleep_pages, 3);
-  ga_sim_inject(fx_dev, GA_CALL_COPY, 1, GA_DEV_EDRIVER, 0);
-  ga_sim_inject(fx_dev, GA_CALL_UNMAP, 1, GA_DEV_EDRIVER, 0);
+  fx_inject(GA_CALL_COPY, 1, GA_DEV_EDRIVER, 0);
+  fx_inject(GA_CALL_UNMAP, 1, GA_DEV_EDRIVER, 0);
   cr_assert_eq(ga_wake(fx_a), GA_ERR_DEVICE);
   cr_assert(strstr(ga_last_error(), "6.00 MiB still asleep") != NULL, "%s", ga_last_error());
   cr_assert_eq(ga_check(fx_a), 0);
   cr_assert_eq(ga_free(fx_a, w), GA_ERR_INVALID, "still asleep: not freed");
-  ga_sim_inject(fx_dev, GA_CALL_COPY, 1, GA_DEV_EDRIVER, 0);
+  fx_inject(GA_CALL_COPY, 1, GA_DEV_EDRIVER, 0);
   cr_assert_eq(ga_wake(fx_a), GA_ERR_DEVICE, "the restore itself can fail again");
   cr_assert_eq(ga_check(fx_a), 0);
   cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());

@@ -24,7 +24,7 @@ static int count(const char *s, const char *what) {
 
 Test(snapshot, segments_blocks_and_states) {
   fx_open("max_split_size_mb:64", GiB);
-  ga_sim_hold_stream(fx_dev, S2, 1);
+  fx_hold(S2, 1);
   char *a = fx_alloc(3 * MiB), *b = fx_alloc(1000), *c = fx_alloc(3 * MiB);
   ga_record_stream(fx_a, c, S2);
   fx_free(c); /* pending */
@@ -48,7 +48,7 @@ Test(snapshot, segments_blocks_and_states) {
       "%s", s);
   cr_assert(strstr(s, "\"device_traces\":[[]]") != NULL, "nothing recorded when recording is off");
   free(s);
-  ga_sim_hold_stream(fx_dev, S2, 0);
+  fx_hold(S2, 0);
   fx_free(a);
   fx_free(b);
 }

@@ -5,7 +5,7 @@ TestSuite(streams, .fini = fx_close);
 
 Test(streams, no_reuse_before_recorded_events_complete_and_reuse_after) {
   fx_open(NULL, GiB);
-  ga_sim_hold_stream(fx_dev, S2, 1); /* S2 is still running its work */
+  fx_hold(S2, 1); /* S2 is still running its work */
   void *p = fx_alloc_on(8 * MiB, S1);
   cr_assert_eq(ga_record_stream(fx_a, p, S2), GA_OK);
   fx_free(p);
@@ -15,7 +15,7 @@ Test(streams, no_reuse_before_recorded_events_complete_and_reuse_after) {
   void *q = fx_alloc_on(8 * MiB, S1);
   cr_assert_neq(q, p, "reused while S2 may still read it");
   fx_free(q);
-  ga_sim_hold_stream(fx_dev, S2, 0); /* S2 finishes */
+  fx_hold(S2, 0); /* S2 finishes */
   void *r = fx_alloc_on(8 * MiB, S1);
   cr_assert_eq(r, p, "reusable once the event completed");
   assert_stat(active, GA_POOL_ALL, 1);
@@ -34,7 +34,7 @@ Test(streams, the_allocation_stream_itself_needs_no_event) {
 
 Test(streams, one_event_per_recorded_stream_and_events_are_recycled) {
   fx_open(NULL, GiB);
-  ga_stream_t s3 = (ga_stream_t)(uintptr_t)0x3003;
+  ga_stream_t s3 = S3;
   for (int round = 0; round < 3; round++) {
     void *p = fx_alloc_on(MiB, S1);
     ga_record_stream(fx_a, p, S2);
@@ -50,18 +50,18 @@ Test(streams, one_event_per_recorded_stream_and_events_are_recycled) {
 
 Test(streams, a_block_waits_for_every_recorded_stream) {
   fx_open(NULL, GiB);
-  ga_stream_t s3 = (ga_stream_t)(uintptr_t)0x3003;
-  ga_sim_hold_stream(fx_dev, S2, 1);
-  ga_sim_hold_stream(fx_dev, s3, 1);
+  ga_stream_t s3 = S3;
+  fx_hold(S2, 1);
+  fx_hold(s3, 1);
   void *p = fx_alloc_on(4 * MiB, S1);
   ga_record_stream(fx_a, p, S2);
   ga_record_stream(fx_a, p, s3);
   fx_free(p);
-  ga_sim_hold_stream(fx_dev, S2, 0);
+  fx_hold(S2, 0);
   void *q = fx_alloc_on(4 * MiB, S1);
   cr_assert_neq(q, p, "s3 is still running");
   fx_free(q);
-  ga_sim_hold_stream(fx_dev, s3, 0);
+  fx_hold(s3, 0);
   q = fx_alloc_on(4 * MiB, S1);
   cr_assert_eq(q, p);
   fx_free(q);
@@ -69,7 +69,7 @@ Test(streams, a_block_waits_for_every_recorded_stream) {
 
 Test(streams, empty_cache_waits_for_pending_events_then_frees) {
   fx_open(NULL, GiB);
-  ga_sim_hold_stream(fx_dev, S2, 1);
+  fx_hold(S2, 1);
   void *p = fx_alloc_on(30 * MiB, S1);
   ga_record_stream(fx_a, p, S2);
   fx_free(p);
@@ -77,14 +77,14 @@ Test(streams, empty_cache_waits_for_pending_events_then_frees) {
   assert_reserved(0);
   assert_scalar(num_sync_all_streams, 1);
   ga_sim_usage u;
-  ga_sim_usage_get(fx_dev, &u);
+  fx_usage(&u);
   cr_assert_eq(u.waits, 1, "empty_cache had to wait for S2");
-  ga_sim_hold_stream(fx_dev, S2, 0);
+  fx_hold(S2, 0);
 }
 
 Test(streams, oom_path_waits_for_pending_blocks_before_giving_up) {
   fx_open(NULL, 100 * MiB);
-  ga_sim_hold_stream(fx_dev, S2, 1);
+  fx_hold(S2, 1);
   void *p = fx_alloc_on(60 * MiB, S1);
   ga_record_stream(fx_a, p, S2);
   fx_free(p);
@@ -94,10 +94,10 @@ Test(streams, oom_path_waits_for_pending_blocks_before_giving_up) {
   assert_scalar(num_alloc_retries, 1);
   assert_scalar(num_ooms, 0);
   ga_sim_usage u;
-  ga_sim_usage_get(fx_dev, &u);
+  fx_usage(&u);
   cr_assert_eq(u.waits, 1);
   fx_free(q);
-  ga_sim_hold_stream(fx_dev, S2, 0);
+  fx_hold(S2, 0);
 }
 
 Test(streams, record_stream_of_a_bad_pointer_is_refused) {

@@ -2,7 +2,7 @@
  * (test_threads.c) and the ThreadSanitizer driver (tsan_threads.c): each
  * worker allocates and frees on its own and shared streams, fills every block
  * with a pattern and verifies it before the free. Uses the globals tw_a and
- * tw_dev. */
+ * tw_dev, and the streams of tw_stream_of when set (the fixture's). */
 #ifndef GA_THREADS_WORK_H
 #define GA_THREADS_WORK_H
 
@@ -15,8 +15,12 @@
 static ga_allocator_t *tw_a;
 static ga_device *tw_dev;
 
-#define TW_S1 ((ga_stream_t)(uintptr_t)0x1001)
-#define TW_S2 ((ga_stream_t)(uintptr_t)0x2002)
+static ga_stream_t (*tw_stream_of)(int k); /* stream k, 1..11 */
+static inline ga_stream_t tw_stream(int k) {
+  return tw_stream_of ? tw_stream_of(k) : (ga_stream_t)(uintptr_t)(0x1001u * (unsigned)k);
+}
+#define TW_S1 tw_stream(1)
+#define TW_S2 tw_stream(2)
 
 static inline void tw_pattern(unsigned char *c, size_t n, unsigned seed, int check, int *bad) {
   for (size_t i = 0; i < n; i++) {
@@ -68,7 +72,7 @@ static inline void *work(void *arg) {
   void *ptr[SLOTS] = {0};
   size_t len[SLOTS];
   unsigned tag[SLOTS];
-  ga_stream_t mine = (ga_stream_t)(uintptr_t)(0x100 + w->id);
+  ga_stream_t mine = tw_stream(4 + w->id);
   for (int step = 0; step < STEPS; step++) {
     int i = rand_r(&seed) % SLOTS;
     if (ptr[i]) {
