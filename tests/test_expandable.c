@@ -296,6 +296,67 @@ Test(expandable, failing_unmap) { vmm_faults(GA_CALL_UNMAP, GA_DEV_EDRIVER); }
 Test(expandable, failing_release) { vmm_faults(GA_CALL_RELEASE, GA_DEV_EDRIVER); }
 Test(expandable, failing_unreserve) { vmm_faults(GA_CALL_UNRESERVE, GA_DEV_EDRIVER); }
 Test(expandable, failing_stream_synchronize) { vmm_faults(GA_CALL_STREAM_SYNCHRONIZE, GA_DEV_EDRIVER); }
+Test(expandable, failing_set_access) { vmm_faults(GA_CALL_SET_ACCESS, GA_DEV_EDRIVER); }
+
+/* A mapped page whose access cannot be set, and that cannot be taken back
+ * either, stays known as mapped: it is granted access before anything is
+ * handed out, never mapped twice, and unmapped at the end. */
+Test(expandable, a_page_without_access_that_cannot_be_unmapped_is_not_lost) {
+  fx_open(EXP2, 128 * MiB);
+  fx_inject(GA_CALL_SET_ACCESS, 1, GA_DEV_EDRIVER, 0);
+  fx_inject(GA_CALL_UNMAP, 1, GA_DEV_EDRIVER, 0);
+  void *p;
+  cr_assert_eq(ga_malloc(fx_a, 3 * MiB, S1, &p), GA_ERR_DEVICE);
+  cr_assert(fx_error_names(GA_CALL_SET_ACCESS, "CUDA_ERROR_UNKNOWN"), "%s", ga_last_error());
+  ga_sim_usage u;
+  fx_usage(&u);
+  cr_assert_eq(u.faults_fired, 2, "setting the access failed, and so did taking the page back");
+  cr_assert_eq(ga_check(fx_a), 0);
+  char *q = fx_alloc(3 * MiB);
+  fx_fill(q, 3 * MiB, 5); /* every byte of it is accessible */
+  cr_assert(fx_verify(q, 3 * MiB, 5));
+  fx_free(q);
+}
+
+/* The case PyTorch got wrong (pytorch/pytorch#188008): a grow of many
+ * granules fails at each granule in turn, in its map or in its access, and the
+ * allocator is then destroyed at once. Nothing may stay mapped, created or
+ * reserved, and no unmap may cover a range that is not wholly mapped (the
+ * driver double refuses those, which fails the test). */
+static void grow_fails_at_each_granule(const char *conf, ga_device_call_t kind) {
+  const size_t size = 20 * MiB; /* 10 granules: one 20 MiB page, or 10 pages of 2 MiB */
+  fx_open(conf, 256 * MiB);
+  uint64_t before = fx_calls(kind);
+  fx_free(fx_alloc(size));
+  unsigned calls = (unsigned)(fx_calls(kind) - before);
+  fx_close();
+  cr_assert_geq(calls, 10, "one %s call per granule at least (%u)", ga_device_call_name(kind), calls);
+  for (unsigned nth = 1; nth <= calls; nth++) {
+    fx_open(conf, 256 * MiB);
+    fx_inject(kind, nth, GA_DEV_EDRIVER, 0);
+    void *p;
+    cr_assert_eq(ga_malloc(fx_a, size, S1, &p), GA_ERR_DEVICE, "%s call %u failing",
+                 ga_device_call_name(kind), nth);
+    cr_assert_eq(ga_check(fx_a), 0);
+    ga_destroy(fx_a); /* at once, with the half-made mapping */
+    fx_a = NULL;
+    ga_sim_usage u;
+    fx_usage(&u);
+    cr_assert(u.used == 0 && u.live_handles == 0 && u.live_mappings == 0 && u.live_reservations == 0,
+              "%s call %u failing: used %zu, handles %zu, mappings %zu, reservations %zu after ga_destroy",
+              ga_device_call_name(kind), nth, u.used, u.live_handles, u.live_mappings, u.live_reservations);
+    fx_close();
+  }
+}
+
+Test(expandable, a_grow_failing_in_any_granule_map_then_destroyed_leaves_nothing) {
+  grow_fails_at_each_granule(EXP, GA_CALL_MAP);
+  grow_fails_at_each_granule(EXP2, GA_CALL_MAP);
+}
+Test(expandable, a_grow_failing_in_any_granule_access_then_destroyed_leaves_nothing) {
+  grow_fails_at_each_granule(EXP, GA_CALL_SET_ACCESS);
+  grow_fails_at_each_granule(EXP2, GA_CALL_SET_ACCESS);
+}
 
 /* ---- empty_cache and the page cache ---- */
 

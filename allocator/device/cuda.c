@@ -176,13 +176,8 @@ static int cuda_release(ga_device *d, ga_mem_handle h) {
   return CALL(d, cu.cuMemRelease((CUmemGenericAllocationHandle)h), "cuMemRelease");
 }
 static int cuda_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t offset) {
-  CUdeviceptr p = (CUdeviceptr)(uintptr_t)va;
-  int rc = CALL(d, cu.cuMemMap(p, size, offset, (CUmemGenericAllocationHandle)h, 0), "cuMemMap");
-  if (rc) return rc;
-  CUmemAccessDesc acc = {.location = cd(d)->prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-  rc = check(d, cu.cuMemSetAccess(p, size, &acc, 1), "cuMemSetAccess");
-  if (rc) (void)cu.cuMemUnmap(p, size); /* unwind: no half-made mapping */
-  return rc;
+  return CALL(d, cu.cuMemMap((CUdeviceptr)(uintptr_t)va, size, offset, (CUmemGenericAllocationHandle)h, 0),
+              "cuMemMap");
 }
 static int cuda_set_access(ga_device *d, void *va, size_t size, const int *devices, int n) {
   CUmemAccessDesc acc[64];

@@ -68,10 +68,12 @@ typedef struct ga_device_ops {
   /* cuMemRelease. The memory goes back to the device once no mapping uses it. */
   int (*release)(ga_device *d, ga_mem_handle h);
 
-  /* cuMemMap + cuMemSetAccess(read/write for this device).
-   * pre: va, size and offset are multiples of the granularity; [va, va+size)
-   * lies inside one reservation and is not mapped; offset+size <= handle size.
-   * post: the range reads and writes the handle's memory at `offset`. */
+  /* cuMemMap. pre: va, size and offset are multiples of the granularity;
+   * [va, va+size) lies inside one reservation and is not mapped;
+   * offset+size <= handle size. post: the range is backed by the handle's
+   * memory at `offset`, and no device may access it yet: set_access grants
+   * that (as with the driver, whose mappings start without access). Apart,
+   * so that a failed grant leaves a mapping the caller knows of. */
   int (*map)(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t offset);
 
   /* cuMemUnmap. pre: [va, va+size) is exactly a union of whole mappings. */

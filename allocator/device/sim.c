@@ -321,7 +321,8 @@ static void protnone(uintptr_t va, size_t size) {
   (void)mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
-static int do_map(sim_device *s, uintptr_t va, size_t size, ga_mem_handle h, size_t offset) {
+/* Maps the handle at va; `access` = the devices that may use it at once. */
+static int do_map(sim_device *s, uintptr_t va, size_t size, ga_mem_handle h, size_t offset, uint64_t access) {
   sim_handle *x = &s->handles[h - 1];
   size_t first = offset / SIM_GRAN, n = size / SIM_GRAN;
   for (size_t i = 0; i < n;) {
@@ -336,11 +337,8 @@ static int do_map(sim_device *s, uintptr_t va, size_t size, ga_mem_handle h, siz
     }
     i += run;
   }
-  if (ranges_insert(
-          &s->maps,
-          (sim_range){
-              .va = va, .size = size, .h = h, .offset = offset, .access = (uint64_t)1 << s->base.ordinal}) !=
-      0) {
+  if (ranges_insert(&s->maps,
+                    (sim_range){.va = va, .size = size, .h = h, .offset = offset, .access = access}) != 0) {
     protnone(va, size);
     ga_dev_set_error(&s->base, "map: host out of memory");
     return GA_DEV_EDRIVER;
@@ -399,7 +397,7 @@ static int sim_malloc(ga_device *d, size_t size, void **ptr) {
   }
   if ((rc = do_reserve(s, rsize, SIM_GRAN, &va))) goto out;
   if ((rc = do_create(s, rsize, &h))) goto unreserve;
-  if ((rc = do_map(s, (uintptr_t)va, rsize, h, 0))) goto release;
+  if ((rc = do_map(s, (uintptr_t)va, rsize, h, 0, (uint64_t)1 << d->ordinal))) goto release;
   if (ranges_insert(&s->mallocs, (sim_range){.va = (uintptr_t)va, .size = rsize, .h = h}) != 0) {
     ga_dev_set_error(d, "malloc: host out of memory");
     rc = GA_DEV_EDRIVER;
@@ -543,7 +541,7 @@ static int sim_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t 
     rc = GA_DEV_EINVAL;
     goto out;
   }
-  rc = do_map(s, v, size, h, offset);
+  rc = do_map(s, v, size, h, offset, 0); /* no device has access until set_access */
 out:
   pthread_mutex_unlock(&s->mu);
   return rc;

@@ -14,6 +14,7 @@
  * returned to the caller.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "../internal.h"
 
@@ -139,6 +140,21 @@ static ga_block *mapped_prefix(ga_allocator_t *a, ga_block *u, size_t bytes) {
   return ga_block_merge_insert_locked(a, u);
 }
 
+/* Takes back a page whose access could not be set. 1 if done; else the
+ * device error names both failures. */
+static int unmap_after(ga_allocator_t *a, void *va) {
+  char why[sizeof a->dev->error], unmap_why[sizeof a->dev->error];
+  memcpy(why, a->dev->error, sizeof why);
+  int rc = ga_dev_unmap(a->dev, va, a->gran);
+  if (rc) {
+    memcpy(unmap_why, a->dev->error, sizeof unmap_why);
+    ga_dev_set_error(a->dev, "%s; taking the page back failed too: %s", why, unmap_why);
+  } else {
+    memcpy(a->dev->error, why, sizeof why);
+  }
+  return rc == 0;
+}
+
 /* Maps the first `want` granules of UNMAPPED block u from the cache.
  * *merged gets the FREE block they joined (NULL when none was mapped). */
 static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, ga_block **merged) {
@@ -149,11 +165,11 @@ static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, ga_block **
     ga_piece p = ga_pages_take_locked(a);
     void *va = (void *)(u->ptr + done * a->gran);
     rc = ga_dev_map(a->dev, va, a->gran, p.ph->h, p.idx * a->gran);
-    /* Peers granted access see every new page too; a page they cannot see
-     * is taken back, or, if even that fails, kept and granted again before
-     * any block is handed out (a->regrant). */
-    if (!rc && a->naccess > 1 && (rc = ga_dev_set_access(a->dev, va, a->gran, a->access, a->naccess)) &&
-        ga_dev_unmap(a->dev, va, a->gran) != 0)
+    /* A new mapping has no access yet: this device and the peers granted
+     * access get it now. A page they cannot use is taken back, or, if even
+     * that fails, kept and granted again before any block is handed out
+     * (a->regrant). */
+    if (!rc && (rc = ga_dev_set_access(a->dev, va, a->gran, a->access, a->naccess)) && !unmap_after(a, va))
       a->regrant = 1;
     else if (rc) {
       (void)ga_pages_put_locked(a, p); /* room: it was just taken */

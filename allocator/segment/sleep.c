@@ -130,7 +130,7 @@ static int restore_pending(ga_allocator_t *a) {
       continue;
     }
     void *va = (void *)(z->seg->base + z->granule * a->gran);
-    int rc = a->naccess > 1 ? ga_dev_set_access(a->dev, va, a->gran, a->access, a->naccess) : 0;
+    int rc = ga_dev_set_access(a->dev, va, a->gran, a->access, a->naccess);
     if (!rc && z->host) rc = ga_dev_copy(a->dev, z->host, va, a->gran, 0);
     if (rc) return rc;
     free(z->host);
@@ -180,7 +180,7 @@ ga_status_t ga_wake_locked(ga_allocator_t *a) {
     void *va = (void *)(z->seg->base + z->granule * a->gran);
     ga_piece p = ga_pages_take_locked(a);
     int r = ga_dev_map(a->dev, va, a->gran, p.ph->h, p.idx * a->gran), mapped = r == 0;
-    if (!r && a->naccess > 1) r = ga_dev_set_access(a->dev, va, a->gran, a->access, a->naccess);
+    if (!r) r = ga_dev_set_access(a->dev, va, a->gran, a->access, a->naccess); /* mapped without access */
     if (!r && z->host) r = ga_dev_copy(a->dev, z->host, va, a->gran, 0);
     if (r) { /* undo this granule; it stays asleep */
       if (mapped && ga_dev_unmap(a->dev, va, a->gran) != 0) {
