@@ -148,3 +148,28 @@ Test(sleep, tags_are_checked) {
   cr_assert_eq(ga_tag(fx_a, p, NULL), GA_OK, "removing a tag");
   fx_free(p);
 }
+
+/* Peer access turned on while allocations sleep: the awake pages are
+ * granted now, the asleep ones when they wake (granting an unmapped range is
+ * refused by the driver). */
+Test(sleep, peer_access_turned_on_while_pages_sleep) {
+  fx_open_on(2, EXP2, 256 * MiB);
+  char *w = fx_alloc(8 * MiB), *other = fx_alloc(3 * MiB);
+  cr_assert_eq(ga_tag(fx_a, w, "weights"), GA_OK);
+  fx_fill(w, 8 * MiB, 1);
+  fx_fill(other, 3 * MiB, 2);
+  cr_assert_eq(ga_sleep(fx_a, "weights", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_enable_peer_access(fx_a, 1), GA_OK, "%s", ga_last_error());
+  uint64_t mask = 0;
+  cr_assert_eq(fx_access(other, &mask), 0);
+  cr_assert_eq(mask, 3u, "awake memory: both devices");
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  for (size_t off = 0; off < 8 * MiB; off += 2 * MiB) {
+    cr_assert_eq(fx_access(w + off, &mask), 0);
+    cr_assert_eq(mask, 3u, "woken granule at +%zu MiB: both devices", off >> 20);
+  }
+  cr_assert(fx_verify(w, 8 * MiB, 1));
+  cr_assert(fx_verify(other, 3 * MiB, 2));
+  fx_free(w);
+  fx_free(other);
+}

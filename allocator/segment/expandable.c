@@ -269,15 +269,15 @@ typedef struct frees {
 int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n) {
   for (ga_segment *s = a->segs; s; s = s->next) {
     if (!s->expandable) continue;
-    for (ga_block *b = s->head; b; b = b->next) {
-      if (b->state == GA_BLOCK_UNMAPPED) continue;
-      /* Mapped blocks between unmapped ones: the whole granules they cover. */
-      ga_block *e = b;
-      while (e->next && e->next->state != GA_BLOCK_UNMAPPED) e = e->next;
-      uintptr_t lo = b->ptr / a->gran * a->gran, hi = (e->ptr + e->size + a->gran - 1) / a->gran * a->gran;
-      int rc = ga_dev_set_access(a->dev, (void *)lo, hi - lo, devices, n);
+    /* Each run of mapped granules (asleep and unmapped ones have no backing). */
+    size_t ngran = s->size / a->gran < s->nbacking ? s->size / a->gran : s->nbacking;
+    for (size_t g = 0; g < ngran; g++) {
+      if (!s->backing[g].ph) continue;
+      size_t end = g + 1;
+      while (end < ngran && s->backing[end].ph) end++;
+      int rc = ga_dev_set_access(a->dev, (void *)(s->base + g * a->gran), (end - g) * a->gran, devices, n);
       if (rc) return rc;
-      b = e;
+      g = end;
     }
   }
   return 0;
