@@ -57,7 +57,7 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
   /* Aligned as its lock's line is (sizeof is a multiple of the alignment). */
   ga_allocator_t *a = aligned_alloc(_Alignof(ga_allocator_t), sizeof *a);
   if (a) memset(a, 0, sizeof *a);
-  if (!a || ga_blockmap_init(&a->map)) {
+  if (!a || ga_blockmap_init(&a->pol.map)) {
     free(a);
     ga_error_set("ga_create: host out of memory");
     return GA_ERR_HOST_MEMORY;
@@ -65,7 +65,7 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
   size_t free_b = 0, total = 0;
   if (ga_dev_mem_info(dev, &free_b, &total)) {
     ga_error_set("ga_create: cannot query device memory: %s", dev->error);
-    ga_blockmap_destroy(&a->map);
+    ga_blockmap_destroy(&a->pol.map);
     free(a);
     return GA_ERR_DEVICE;
   }
@@ -74,21 +74,21 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
   snprintf(a->conf_text, sizeof a->conf_text, "%s", conf ? conf : "");
   a->dev = dev;
   a->owns_dev = owns;
-  a->device_total = total;
-  a->allowed_max = SIZE_MAX;
-  a->fraction = 1.0;
-  a->access[0] = dev->ordinal;
-  a->naccess = 1;
+  a->pol.device_total = total;
+  a->pol.allowed_max = SIZE_MAX;
+  a->pol.fraction = 1.0;
+  a->space.access[0] = dev->ordinal;
+  a->space.naccess = 1;
   a->stats.max_split_size = cfg->max_split_size == SIZE_MAX ? -1 : (int64_t)cfg->max_split_size;
-  if (ga_dev_granularity(dev, &a->gran) || a->gran == 0) a->gran = GA_SMALL_BUFFER;
-  a->large_page = cfg->expandable_page_size ? cfg->expandable_page_size : cfg->large_segment_size;
-  a->large_page = (a->large_page + a->gran - 1) / a->gran * a->gran;
+  if (ga_dev_granularity(dev, &a->space.gran) || a->space.gran == 0) a->space.gran = GA_SMALL_BUFFER;
+  a->pol.large_page = cfg->expandable_page_size ? cfg->expandable_page_size : cfg->large_segment_size;
+  a->pol.large_page = (a->pol.large_page + a->space.gran - 1) / a->space.gran * a->space.gran;
   /* PyTorch reserves 1.125x the device's memory per expandable segment. */
   size_t want = total / 8 * 9;
-  a->reserve_size = (want + a->large_page - 1) / a->large_page * a->large_page;
+  a->space.reserve_size = (want + a->pol.large_page - 1) / a->pol.large_page * a->pol.large_page;
   if (cfg->memory_fraction < 1.0) {
-    a->fraction = cfg->memory_fraction;
-    a->allowed_max = (size_t)(cfg->memory_fraction * (double)total);
+    a->pol.fraction = cfg->memory_fraction;
+    a->pol.allowed_max = (size_t)(cfg->memory_fraction * (double)total);
   }
   *out = a;
   return GA_OK;
@@ -155,11 +155,11 @@ void ga_destroy(ga_allocator_t *a) {
   ga_private_teardown_locked(a);
   ga_expandable_teardown_locked(a);
   ga_pages_teardown_locked(a);
-  while (a->segs) {
-    ga_segment *s = a->segs;
-    a->segs = s->next;
+  while (a->space.segs) {
+    ga_segment *s = a->space.segs;
+    a->space.segs = s->next;
     if (!s->expandable) (void)ga_dev_free(a->dev, (void *)s->base);
-    free(s->backing);
+    free(s->granules);
     for (ga_block *b = s->head, *n; b; b = n) {
       n = b->next;
       free(b->uses);
@@ -167,12 +167,12 @@ void ga_destroy(ga_allocator_t *a) {
     }
     free(s);
   }
-  while (a->block_cache) {
-    ga_block *b = a->block_cache;
-    a->block_cache = b->next;
+  while (a->space.block_cache) {
+    ga_block *b = a->space.block_cache;
+    a->space.block_cache = b->next;
     free(b);
   }
-  ga_blockmap_destroy(&a->map);
+  ga_blockmap_destroy(&a->pol.map);
   ga_history_free(&a->history);
   if (a->owns_dev) ga_dev_destroy(a->dev);
   ga_lock_release(&a->mu);
@@ -196,7 +196,7 @@ ga_status_t ga_free(ga_allocator_t *a, void *ptr) {
 
 /* The live allocation at ptr, or NULL with the error text naming what ptr is. */
 static ga_block *live(ga_allocator_t *a, const char *fn, void *ptr) {
-  ga_block *b = ga_blockmap_get(&a->map, (uintptr_t)ptr);
+  ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
   if (!b) (void)ga_bad_pointer_locked(a, fn, ptr);
   return b;
 }
@@ -250,14 +250,14 @@ ga_status_t ga_set_memory_fraction(ga_allocator_t *a, double fraction) {
     ga_error_set("ga_set_memory_fraction: invalid fraction %g; allowed: a number in [0, 1]", fraction);
     return leave(a, GA_ERR_INVALID);
   }
-  a->fraction = fraction;
-  a->allowed_max = fraction < 1.0 ? (size_t)(fraction * (double)a->device_total) : SIZE_MAX;
+  a->pol.fraction = fraction;
+  a->pol.allowed_max = fraction < 1.0 ? (size_t)(fraction * (double)a->pol.device_total) : SIZE_MAX;
   return leave(a, GA_OK);
 }
 
 double ga_get_memory_fraction(ga_allocator_t *a) {
   if (enter(a, "ga_get_memory_fraction")) return 1.0;
-  double f = a->fraction;
+  double f = a->pol.fraction;
   (void)leave(a, GA_OK);
   return f;
 }
@@ -278,9 +278,13 @@ ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
   ENTER("ga_stats");
   if (!out) return leave(a, invalid("ga_stats", "out is NULL"));
   *out = a->stats;
-  out->mapped_pages = a->stats.mapped_bytes.current / (int64_t)a->gran;
-  out->cached_pages = a->stats.page_cache_bytes.current / (int64_t)a->gran;
-  out->asleep_pages = (int64_t)a->nsleepers;
+  out->mapped_granules = a->stats.mapped_bytes.current / (int64_t)a->space.gran;
+  out->cached_granules = a->stats.page_cache_bytes.current / (int64_t)a->space.gran;
+  out->asleep_granules = (int64_t)a->pol.sleep.nsleepers;
+  out->mapped_pages = out->mapped_granules;
+  out->cached_pages = out->cached_granules;
+  out->num_pages_moved = out->num_granules_moved;
+  out->asleep_pages = out->asleep_granules;
   memcpy(out->device_calls, a->dev->calls, sizeof out->device_calls);
   memcpy(out->device_failures, a->dev->failures, sizeof out->device_failures);
   return leave(a, GA_OK);
@@ -324,7 +328,7 @@ ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a) {
   ga_stats_t *s = &a->stats;
   s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
   s->num_device_alloc = s->num_device_free = 0;
-  s->num_unmap_syncs = s->num_pages_moved = 0;
+  s->num_unmap_syncs = s->num_granules_moved = 0;
   return leave(a, GA_OK);
 }
 

@@ -26,30 +26,30 @@ static void add3(int64_t *v, int pool, int64_t d) {
  * counted once, by the block holding its first byte... or the one starting in it. */
 static int check_granules(ga_allocator_t *a, ga_segment *s, ga_block *b, totals *t) {
   int broken = 0;
-  size_t g = a->gran, first = (b->ptr - s->base) / g, last = (b->ptr - s->base + b->size + g - 1) / g;
+  size_t g = a->space.gran, first = (b->ptr - s->base) / g, last = (b->ptr - s->base + b->size + g - 1) / g;
   if (b->state == GA_BLOCK_UNMAPPED) {
     if (b->ptr % g || b->size % g)
       BROKEN("unmapped block %p+%zu is not granule-aligned", (void *)b->ptr, b->size);
-    for (size_t i = first; i < last && i < s->nbacking; i++)
-      if (s->backing[i].ph)
+    for (size_t i = first; i < last && i < s->ngranules; i++)
+      if (s->granules[i].handle)
         BROKEN("granule %zu of segment %p is mapped inside an unmapped block", i, (void *)s->base);
     return broken;
   }
   for (size_t i = first; i < last; i++) {
-    int asleep = i < s->nbacking && !s->backing[i].ph && s->backing[i].idx == GA_PIECE_ASLEEP;
+    int asleep = i < s->ngranules && !s->granules[i].handle && s->granules[i].idx == GA_GRANULE_ASLEEP;
     if (asleep && !(b->state == GA_BLOCK_ALLOCATED && b->asleep))
       BROKEN("granule %zu of segment %p is asleep under block %p, which is not a sleeping allocation", i,
              (void *)s->base, (void *)b->ptr);
-    if (!asleep && (i >= s->nbacking || !s->backing[i].ph)) {
+    if (!asleep && (i >= s->ngranules || !s->granules[i].handle)) {
       BROKEN("granule %zu of segment %p is used by block %p but not mapped", i, (void *)s->base,
              (void *)b->ptr);
       break;
     }
   }
   /* Count granules starting inside this block (each granule once). */
-  for (size_t i = (b->ptr - s->base + g - 1) / g; i * g < b->ptr - s->base + b->size && i < s->nbacking;
+  for (size_t i = (b->ptr - s->base + g - 1) / g; i * g < b->ptr - s->base + b->size && i < s->ngranules;
        i++) {
-    if (s->backing[i].ph)
+    if (s->granules[i].handle)
       t->mapped_granules++;
     else
       t->asleep_granules++;
@@ -78,7 +78,7 @@ static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t 
     t->free_blocks[b->pool]++;
     if (b->next && b->next->state == GA_BLOCK_FREE)
       BROKEN("free blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
-    if (ga_pool_lower_bound(&ga_trees_of(a, b)[b->pool], b->stream, b->size, b->ptr) != b)
+    if (ga_free_tree_lower_bound(&ga_trees_of(a, b)[b->pool], b->stream, b->size, b->ptr) != b)
       BROKEN("free block %p is not in its free tree", (void *)b->ptr);
     if (b->counted_split != (uint8_t)(ga_block_is_split(b) && !s->expandable))
       BROKEN("free block %p: split flag out of date", (void *)b->ptr);
@@ -96,7 +96,7 @@ static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t 
     add3(t->allocation, b->pool, 1);
     add3(t->allocated_bytes, b->pool, (int64_t)b->size);
     if (b->size >= a->cfg.max_split_size) t->oversize_alloc++;
-    if (ga_blockmap_get(&a->map, b->ptr) != b)
+    if (ga_blockmap_get(&a->pol.map, b->ptr) != b)
       BROKEN("allocated block %p is not in the block map", (void *)b->ptr);
   } else if (b->state == GA_BLOCK_PENDING) {
     t->pending_blocks++;
@@ -123,10 +123,10 @@ static int check_stat(const char *name, const ga_stat_t *s, const int64_t *want)
 
 /* A free tree is ordered, a heap, and holds what its count says; adds its
  * blocks to *total. */
-static int check_tree(const ga_pool *tree, int p, size_t *total) {
+static int check_tree(const ga_free_tree *tree, int p, size_t *total) {
   int broken = 0;
   size_t n;
-  if (!ga_pool_valid(tree, &n)) BROKEN("free tree %d is out of order", p);
+  if (!ga_free_tree_valid(tree, &n)) BROKEN("free tree %d is out of order", p);
   if (n != tree->count) BROKEN("free tree %d holds %zu blocks, its count says %zu", p, n, tree->count);
   *total += n;
   return broken;
@@ -136,24 +136,24 @@ static int check_tree(const ga_pool *tree, int p, size_t *total) {
 static int check_pages(ga_allocator_t *a, totals *t, size_t *reserved) {
   int broken = 0;
   size_t nphys = 0, mapped = 0;
-  for (ga_phys *ph = a->phys; ph; ph = ph->next) {
+  for (ga_handle *ph = a->space.handles; ph; ph = ph->next) {
     nphys++;
     *reserved += ph->size;
     add3(t->reserved, ph->pool, (int64_t)ph->size);
     mapped += ph->nmapped;
     size_t cached = 0;
-    for (size_t i = 0; i < a->ncache; i++) cached += a->cache[i].ph == ph;
+    for (size_t i = 0; i < a->space.ncache; i++) cached += a->space.cache[i].handle == ph;
     if (ph->nmapped + cached != ph->ngran)
       BROKEN("handle %p: %u mapped + %zu cached granules != %u", (void *)ph, ph->nmapped, cached, ph->ngran);
   }
-  if (nphys != a->nphys) BROKEN("%zu handles listed, %zu counted", nphys, a->nphys);
+  if (nphys != a->space.nhandles) BROKEN("%zu handles listed, %zu counted", nphys, a->space.nhandles);
   if (mapped != t->mapped_granules)
     BROKEN("handles say %zu granules are mapped, segments use %zu", mapped, t->mapped_granules);
-  if (a->stats.mapped_bytes.current != (int64_t)(mapped * a->gran))
+  if (a->stats.mapped_bytes.current != (int64_t)(mapped * a->space.gran))
     BROKEN("mapped_bytes %lld != %zu granules", (long long)a->stats.mapped_bytes.current, mapped);
-  if (a->stats.page_cache_bytes.current != (int64_t)(a->ncache * a->gran))
+  if (a->stats.page_cache_bytes.current != (int64_t)(a->space.ncache * a->space.gran))
     BROKEN("page_cache_bytes %lld != %zu cached granules", (long long)a->stats.page_cache_bytes.current,
-           a->ncache);
+           a->space.ncache);
   return broken;
 }
 
@@ -161,11 +161,11 @@ int ga_check_locked(ga_allocator_t *a) {
   int broken = 0;
   totals t = {0};
   size_t nsegs = 0, reserved = 0;
-  for (ga_segment *s = a->segs; s; s = s->next) {
+  for (ga_segment *s = a->space.segs; s; s = s->next) {
     nsegs++;
     if (s->expandable) {
       t.expandable_segs++;
-      if (s->base % a->gran || s->size % a->gran)
+      if (s->base % a->space.gran || s->size % a->space.gran)
         BROKEN("expandable segment %p is not granule-aligned", (void *)s->base);
     } else {
       reserved += s->size;
@@ -185,25 +185,27 @@ int ga_check_locked(ga_allocator_t *a) {
   }
   for (int p = 0; p < 2; p++) {
     size_t total = 0;
-    broken += check_tree(&a->pools[p], p, &total);
-    for (ga_private *v = a->privates; v; v = v->next) broken += check_tree(&v->pools[p], p, &total);
+    broken += check_tree(&a->pol.trees[p], p, &total);
+    for (ga_private *v = a->pol.capture.privates; v; v = v->next)
+      broken += check_tree(&v->trees[p], p, &total);
     if (total != t.free_blocks[p])
       BROKEN("free trees %d hold %zu blocks, segments have %zu free", p, total, t.free_blocks[p]);
   }
   broken += check_pages(a, &t, &reserved);
   size_t restoring = 0; /* mapped again by a failed wake, contents still to copy back */
-  for (size_t i = 0; i < a->nsleepers; i++) restoring += a->sleepers[i].restore != 0;
-  if (t.asleep_granules + restoring != a->nsleepers)
+  for (size_t i = 0; i < a->pol.sleep.nsleepers; i++) restoring += a->pol.sleep.sleepers[i].restore != 0;
+  if (t.asleep_granules + restoring != a->pol.sleep.nsleepers)
     BROKEN("%zu granules are asleep in segments and %zu wait for their contents, %zu recorded",
-           t.asleep_granules, restoring, a->nsleepers);
-  if (a->map.count != t.allocated_blocks)
-    BROKEN("block map holds %zu pointers, segments have %zu allocated blocks", a->map.count,
+           t.asleep_granules, restoring, a->pol.sleep.nsleepers);
+  if (a->pol.map.count != t.allocated_blocks)
+    BROKEN("block map holds %zu pointers, segments have %zu allocated blocks", a->pol.map.count,
            t.allocated_blocks);
-  if (a->npending + a->ndeferred != t.pending_events)
-    BROKEN("%zu pending events and %zu deferred frees, blocks wait on %zu", a->npending, a->ndeferred,
-           t.pending_events);
-  if (nsegs != a->nsegs || reserved != a->reserved)
-    BROKEN("segment count/bytes %zu/%zu, recorded %zu/%zu", nsegs, reserved, a->nsegs, a->reserved);
+  if (a->pol.streams.npending + a->pol.capture.ndeferred != t.pending_events)
+    BROKEN("%zu pending events and %zu deferred frees, blocks wait on %zu", a->pol.streams.npending,
+           a->pol.capture.ndeferred, t.pending_events);
+  if (nsegs != a->space.nsegs || reserved != a->space.reserved)
+    BROKEN("segment count/bytes %zu/%zu, recorded %zu/%zu", nsegs, reserved, a->space.nsegs,
+           a->space.reserved);
   const ga_stats_t *st = &a->stats;
   broken += check_stat("allocation", st->allocation, t.allocation);
   broken += check_stat("allocated_bytes", st->allocated_bytes, t.allocated_bytes);
@@ -224,7 +226,7 @@ int ga_check_locked(ga_allocator_t *a) {
   int64_t alloc = st->allocated_bytes[0].current, active = st->active_bytes[0].current,
           res = st->reserved_bytes[0].current;
   /* Sleeping allocations (ga_sleep) stay active without memory behind them. */
-  int64_t asleep = (int64_t)(a->nsleepers * a->gran);
+  int64_t asleep = (int64_t)(a->pol.sleep.nsleepers * a->space.gran);
   if (!(alloc <= active && active <= res + asleep))
     BROKEN("allocated %lld <= active %lld <= reserved %lld (+ %lld asleep) does not hold", (long long)alloc,
            (long long)active, (long long)res, (long long)asleep);
@@ -233,19 +235,19 @@ int ga_check_locked(ga_allocator_t *a) {
   /* The device agrees on what we hold (when it can tell: the simulated device). */
   ga_device_usage u;
   if (ga_dev_usage(a->dev, &u) == 0) {
-    size_t native = a->nsegs - t.expandable_segs;
+    size_t native = a->space.nsegs - t.expandable_segs;
     if (u.live_mallocs != native)
       BROKEN("the device has %zu live mallocs, the allocator %zu native segments", u.live_mallocs, native);
     if (u.live_reservations != t.expandable_segs)
       BROKEN("the device has %zu reservations, the allocator %zu expandable segments", u.live_reservations,
              t.expandable_segs);
-    if (u.live_handles != a->nphys)
-      BROKEN("the device has %zu handles, the allocator %zu", u.live_handles, a->nphys);
+    if (u.live_handles != a->space.nhandles)
+      BROKEN("the device has %zu handles, the allocator %zu", u.live_handles, a->space.nhandles);
     if (u.live_mappings != t.mapped_granules)
       BROKEN("the device has %zu mappings, the allocator maps %zu granules", u.live_mappings,
              t.mapped_granules);
-    size_t events = a->npending + a->nevent_cache;
-    for (int i = 0; i < a->nfences; i++) events += a->fences[i].ev != NULL;
+    size_t events = a->pol.streams.npending + a->pol.streams.nevent_cache;
+    for (int i = 0; i < a->pol.streams.nfences; i++) events += a->pol.streams.fences[i].ev != NULL;
     if (u.live_events != events)
       BROKEN("the device has %zu events, the allocator holds %zu", u.live_events, events);
   }

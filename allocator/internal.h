@@ -64,31 +64,45 @@ struct ga_block {
   ga_stream_t *uses;      /* other streams that used the block (record_stream) */
   uint32_t nuses, capuses;
   uint64_t gc_base;  /* pool's get_free_block count when it became free */
-  uint64_t free_seq; /* a->free_clock when its memory was last freed by a client */
-  uint8_t tag;       /* 0 = none, else index + 1 in a->tags */
+  uint64_t free_seq; /* a->pol.streams.free_clock when its memory was last freed by a client */
+  uint8_t tag;       /* 0 = none, else index + 1 in a->pol.sleep.tags */
   uint8_t asleep;    /* some of its granules are asleep (ga_sleep) */
 };
 
-typedef struct ga_phys ga_phys;
+typedef struct ga_handle ga_handle;
 
-/* Marks a granule of a sleeping allocation in segment backing (ph NULL). */
-#define GA_PIECE_ASLEEP UINT32_MAX
+/* ---- Words ----
+ * granule  the 2 MiB unit of the device (its granularity): of address space
+ *          (a segment's granule i) and of physical memory (granule idx of a
+ *          handle, a ga_granule). Expandable segments map, unmap and move
+ *          memory granule by granule.
+ * handle   one physical allocation (cuMemCreate), of one or more granules;
+ *          its size when created is the page size of its pool
+ *          (expandable_page_size_mb for the large pool, 2 MiB for the small).
+ * pool     small (requests up to 1 MiB) or large: GA_P_SMALL / GA_P_LARGE.
+ * free tree  the best-fit index of free blocks (policy/free_tree.c), one per
+ *          pool, and one pair per private pool.
+ * private pool  memory kept apart for a CUDA-graph capture (policy/private.c).
+ */
 
-/* A granule of physical memory: granule `idx` of handle `ph`. */
-typedef struct ga_piece {
-  ga_phys *ph;
+/* Marks a granule of a sleeping allocation in ga_segment.granules (handle NULL). */
+#define GA_GRANULE_ASLEEP UINT32_MAX
+
+/* A granule of physical memory: granule `idx` of `handle`. */
+typedef struct ga_granule {
+  ga_handle *handle;
   uint32_t idx;
-} ga_piece;
+} ga_granule;
 
 /* A physical allocation (create): `size` bytes in granules, each either
- * mapped somewhere or in the page cache. */
-struct ga_phys {
+ * mapped into a segment or in the page cache. */
+struct ga_handle {
   ga_mem_handle h;
   size_t size;
-  uint32_t ngran;       /* granules in the handle */
-  uint32_t nmapped;     /* granules mapped into a segment */
-  uint8_t pool;         /* pool whose growth created it (for per-pool stats) */
-  ga_phys *prev, *next; /* all handles of the allocator */
+  uint32_t ngran;         /* granules in the handle */
+  uint32_t nmapped;       /* granules mapped into a segment */
+  uint8_t pool;           /* pool whose growth created it (for per-pool stats) */
+  ga_handle *prev, *next; /* all handles of the allocator */
 };
 
 struct ga_segment {
@@ -96,25 +110,25 @@ struct ga_segment {
   size_t size;
   uint8_t pool;
   uint8_t expandable;      /* a reserved range mapped granule by granule */
-  struct ga_private *priv; /* private pool owning it, or NULL */
+  struct ga_private *priv; /* private pool owning it, or NULL (an opaque tag below policy/) */
   ga_stream_t stream;
   ga_block *head;          /* block at base */
   ga_segment *prev, *next; /* all segments of the allocator */
-  ga_piece *backing;       /* expandable: memory behind granule i (ph NULL = unmapped) */
-  size_t nbacking;         /* entries allocated in backing */
+  ga_granule *granules;    /* expandable: the memory behind granule i (handle NULL: none) */
+  size_t ngranules;        /* entries allocated in granules */
 };
 
-typedef struct ga_pool {
-  ga_block *root;    /* free tree ordered by (stream, size, ptr) */
+typedef struct ga_free_tree {
+  ga_block *root;    /* a treap ordered by (stream, size, ptr) */
   size_t count;      /* blocks in the tree */
   uint64_t gc_calls; /* get_free_block calls, the GC age clock */
-} ga_pool;
+} ga_free_tree;
 
 /* A private pool (CUDA-graph capture, ga_begin_allocate_to_pool): its own
- * free trees and native segments, kept out of general reuse until released. */
+ * free trees and segments, kept out of general reuse until released. */
 typedef struct ga_private {
   uint64_t id;
-  ga_pool pools[2];
+  ga_free_tree trees[2];  /* by pool */
   ga_stream_t streams[8]; /* streams whose allocations it serves now */
   int nstreams;
   int released; /* ga_release_pool called: segments go back once free */
@@ -135,6 +149,62 @@ typedef struct ga_sleeper {
   int restore;    /* mapped again, but the contents are not back yet */
 } ga_sleeper;
 
+/* Per stream: what is known to have completed. */
+typedef struct ga_fence {
+  ga_stream_t stream;
+  uint64_t safe_seq; /* memory freed at or before this seq is no longer in use */
+  ga_event ev;       /* recorded when the stream was last checked, or NULL */
+  uint64_t ev_seq;   /* free_clock when ev was recorded */
+} ga_fence;
+
+/* What policy/ owns: what to hand out, to whom, and when. */
+typedef struct ga_policy {
+  ga_free_tree trees[2]; /* the general free trees, by pool */
+  ga_blockmap map;       /* pointer handed out -> its block */
+  size_t device_total;   /* total device memory, from mem_info at create */
+  size_t allowed_max;    /* memory fraction limit in bytes; SIZE_MAX = none */
+  double fraction;
+  size_t large_page; /* bytes of a handle created for the large pool */
+  struct {           /* policy/stream.c: stream-ordered reuse */
+    ga_pending *pending;
+    size_t npending, cap_pending;
+    ga_event *event_cache; /* recycled events */
+    size_t nevent_cache, cap_event_cache;
+    uint64_t free_clock; /* counts client frees (free_seq) */
+    ga_fence fences[16];
+    int nfences;
+  } streams;
+  struct {                /* policy/private.c: CUDA-graph capture */
+    ga_private *privates; /* private pools */
+    int routing;          /* streams routed to private pools now: a capture is underway */
+    ga_block **deferred;  /* frees with stream uses made during a capture */
+    size_t ndeferred, cap_deferred;
+  } capture;
+  struct {             /* policy/sleep.c: tags, sleep and wake */
+    char tags[32][32]; /* allocation tags, by index */
+    int ntags;
+    ga_sleeper *sleepers; /* granules released by ga_sleep, to map again at wake */
+    size_t nsleepers, cap_sleepers;
+  } sleep;
+} ga_policy;
+
+/* What segment/ owns: where the bytes live. */
+typedef struct ga_space {
+  ga_segment *segs; /* every segment */
+  size_t nsegs;
+  size_t reserved;       /* bytes obtained from the device (native segments + handles) */
+  ga_block *block_cache; /* recycled block structs, linked by ->next */
+  size_t gran;           /* device granularity (2 MiB): the unit of map/unmap */
+  size_t reserve_size;   /* address space reserved per expandable segment */
+  ga_handle *handles;    /* every live handle */
+  size_t nhandles;
+  ga_granule *cache; /* the page cache: unmapped granules of live handles */
+  size_t ncache, cap_cache;
+  int access[65]; /* devices given access to expandable memory: this one first */
+  int naccess;
+  int regrant; /* a granule is mapped without its peers' access: grant again before handing out */
+} ga_space;
+
 struct ga_allocator {
   /* Held by every public call. On a line of its own (two, for the adjacent-
    * line prefetcher), so threads waiting on it do not pull the lines the
@@ -142,49 +212,11 @@ struct ga_allocator {
   _Alignas(128) ga_lock mu;
   _Alignas(128) ga_config cfg;
   ga_device *dev;
-  int owns_dev;
-  size_t device_total; /* total device memory, from mem_info at create */
-  size_t allowed_max;  /* memory fraction limit; SIZE_MAX = none */
-  double fraction;
-  ga_pool pools[2];
-  ga_blockmap map;
-  ga_segment *segs;
-  size_t nsegs;
-  size_t reserved; /* total_allocated_memory: bytes obtained from the device */
-  ga_pending *pending;
-  size_t npending, cap_pending;
-  ga_event *event_cache; /* recycled events */
-  size_t nevent_cache, cap_event_cache;
-  ga_block *block_cache; /* recycled block structs, linked by ->next */
   ga_stats_t stats;
-  /* Expandable segments */
-  size_t gran;         /* device granularity (2 MiB): the unit of map/unmap */
-  size_t large_page;   /* create unit for the large pool */
-  size_t reserve_size; /* address space reserved per expandable segment */
-  ga_phys *phys;       /* every live physical handle */
-  size_t nphys;
-  ga_piece *cache; /* unmapped granules of live handles */
-  size_t ncache, cap_cache;
   ga_history history;
-  uint64_t free_clock; /* counts client frees (free_seq) */
-  struct ga_fence {    /* per stream: what is known to have completed */
-    ga_stream_t stream;
-    uint64_t safe_seq; /* memory freed at or before this seq is no longer in use */
-    ga_event ev;       /* recorded when the stream was last checked, or NULL */
-    uint64_t ev_seq;   /* free_clock when ev was recorded */
-  } fences[16];
-  int nfences;
-  ga_private *privates; /* private pools (graph capture) */
-  int routing;          /* streams routed to private pools now: a capture is underway */
-  ga_block **deferred;  /* frees with stream uses made during a capture */
-  size_t ndeferred, cap_deferred;
-  char tags[32][32]; /* allocation tags, by index */
-  int ntags;
-  struct ga_sleeper *sleepers; /* granules released by ga_sleep, to map again at wake */
-  size_t nsleepers, cap_sleepers;
-  int access[65]; /* devices given access to expandable memory: this one first */
-  int naccess;
-  int regrant;         /* a granule is mapped without its peers' access: grant again before handing out */
+  ga_policy pol;
+  ga_space space;
+  int owns_dev;        /* ga_destroy destroys the device too */
   char conf_text[512]; /* the configuration string it was created with */
 };
 
@@ -207,22 +239,22 @@ static inline int ga_vec_set(void *slot, void *nv) {
   ((n) <= (cap) ? 0 : ga_vec_set(&(v), ga_vec_grow((v), &(cap), (n), sizeof *(v))))
 
 /* ---- Free trees (policy/pool.c) ---- */
-void ga_pool_insert(ga_pool *p, ga_block *b);
-void ga_pool_remove(ga_pool *p, ga_block *b);
-void ga_pool_rekey(ga_pool *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y);
+void ga_free_tree_insert(ga_free_tree *p, ga_block *b);
+void ga_free_tree_remove(ga_free_tree *p, ga_block *b);
+void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y);
 /* Smallest block >= (stream, size, ptr) in tree order, or NULL. */
-ga_block *ga_pool_lower_bound(const ga_pool *p, ga_stream_t stream, size_t size, uintptr_t ptr);
+ga_block *ga_free_tree_lower_bound(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr);
 /* Largest block < (stream, size, ptr), or NULL. */
-ga_block *ga_pool_before(const ga_pool *p, ga_stream_t stream, size_t size, uintptr_t ptr);
+ga_block *ga_free_tree_before(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr);
 /* Calls fn on every block in order; stops early when fn returns non-zero.
  * fn must not change the tree. */
-int ga_pool_walk(const ga_pool *p, int (*fn)(ga_block *, void *), void *arg);
+int ga_free_tree_walk(const ga_free_tree *p, int (*fn)(ga_block *, void *), void *arg);
 /* Is the tree ordered and a heap? Counts nodes into *n. */
-int ga_pool_valid(const ga_pool *p, size_t *n);
+int ga_free_tree_valid(const ga_free_tree *p, size_t *n);
 
 /* The free trees a block belongs to: its private pool's or the general ones. */
-static inline ga_pool *ga_trees_of(ga_allocator_t *a, const ga_block *b) {
-  return b->seg->priv ? b->seg->priv->pools : a->pools;
+static inline ga_free_tree *ga_trees_of(ga_allocator_t *a, const ga_block *b) {
+  return b->seg->priv ? b->seg->priv->trees : a->pol.trees;
 }
 
 /* ---- Blocks (policy/block.c) ---- */
@@ -298,11 +330,11 @@ ga_block *ga_block_split_off_locked(ga_allocator_t *a, ga_block *b, size_t at);
 int ga_pages_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
                            uintptr_t keep_hi, int *fraction_refused);
 /* Takes the first cached granule (pre: ncache > 0). */
-ga_piece ga_pages_take_locked(ga_allocator_t *a);
+ga_granule ga_pages_take_locked(ga_allocator_t *a);
 /* Room in the cache for n more granules. -1 on host OOM. */
 int ga_pages_room_locked(ga_allocator_t *a, size_t n);
 /* Puts a granule into the page cache. -1 on host OOM. */
-int ga_pages_put_locked(ga_allocator_t *a, ga_piece p);
+int ga_pages_put_locked(ga_allocator_t *a, ga_granule p);
 /* Releases handles whose granules are all cached, while the cache holds more
  * than `keep` bytes. 0 or the GA_DEV_* code of a failed release. */
 int ga_pages_trim_locked(ga_allocator_t *a, size_t keep);
@@ -366,7 +398,7 @@ static inline void ga_history_add_locked(ga_allocator_t *a, int action, uintptr_
 /* ---- Peer devices (policy/peers.c) ---- */
 /* ga_enable_peer_access. */
 ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer);
-/* Grants a->access again everywhere (after a->regrant was set); clears it.
+/* Grants a->space.access again everywhere (after a->space.regrant was set); clears it.
  * 0 or a GA_DEV_* code. */
 int ga_peers_regrant_locked(ga_allocator_t *a);
 

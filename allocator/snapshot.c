@@ -48,9 +48,9 @@ static int by_address(const void *x, const void *y) {
 }
 
 void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
-  ga_segment **segs = malloc((a->nsegs + 1) * sizeof *segs);
+  ga_segment **segs = malloc((a->space.nsegs + 1) * sizeof *segs);
   size_t n = 0;
-  for (ga_segment *s = a->segs; s && segs; s = s->next) segs[n++] = s;
+  for (ga_segment *s = a->space.segs; s && segs; s = s->next) segs[n++] = s;
   if (segs) qsort(segs, n, sizeof *segs, by_address);
   ga_text_put(o, "{\"segments\":[");
   int comma = 0;

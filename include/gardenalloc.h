@@ -114,12 +114,16 @@ typedef struct ga_stat {
   X(mapped_bytes, "bytes of physical memory mapped into expandable segments") \
   X(page_cache_bytes, "bytes of physical memory held but not mapped (page cache)")
 
-#define GA_EXTRA_SCALARS(X)                                                       \
-  X(mapped_pages, "2 MiB granules mapped into expandable segments")               \
-  X(cached_pages, "2 MiB granules in the page cache")                             \
-  X(num_unmap_syncs, "stream synchronisations before unmapping memory")           \
-  X(num_pages_moved, "granules unmapped from free memory to be mapped elsewhere") \
-  X(asleep_pages, "2 MiB granules of live allocations given back by ga_sleep")
+#define GA_EXTRA_SCALARS(X)                                                          \
+  X(mapped_granules, "2 MiB granules mapped into expandable segments")               \
+  X(cached_granules, "2 MiB granules in the page cache")                             \
+  X(num_unmap_syncs, "stream synchronisations before unmapping memory")              \
+  X(num_granules_moved, "granules unmapped from free memory to be mapped elsewhere") \
+  X(asleep_granules, "2 MiB granules of live allocations given back by ga_sleep")    \
+  X(mapped_pages, "the same as mapped_granules (the name in version 0.1)")           \
+  X(cached_pages, "the same as cached_granules (the name in version 0.1)")           \
+  X(num_pages_moved, "the same as num_granules_moved (the name in version 0.1)")     \
+  X(asleep_pages, "the same as asleep_granules (the name in version 0.1)")
 
 /** Statistics, as torch.cuda.memory_stats() reports them, plus device calls. */
 typedef struct ga_stats {

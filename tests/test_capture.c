@@ -105,11 +105,11 @@ Test(capture, expandable_mode_does_not_move_pages_during_a_capture) {
   /* Only S2's free pages could serve this; moving them would synchronise S2. */
   cr_assert_eq(ga_malloc(fx_a, 40 * MiB, s3, &b), GA_ERR_OOM);
   cr_assert_eq(broken(), 0);
-  cr_assert_eq(fx_stats().num_pages_moved, 0);
+  cr_assert_eq(fx_stats().num_granules_moved, 0);
   cr_assert_eq(fx_stats().num_unmap_syncs, 0);
   capture(0);
   b = fx_alloc_on(40 * MiB, s3); /* after the capture the pages move */
-  cr_assert_gt(fx_stats().num_pages_moved, 0);
+  cr_assert_gt(fx_stats().num_granules_moved, 0);
   fx_free(b);
   cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK);
 }
@@ -122,9 +122,9 @@ Test(capture, private_pools_use_expandable_segments) {
   capture(1);
   char *g = fx_alloc_on(5 * MiB, S1);
   char *h = fx_alloc_on(7 * MiB, S1);
-  const ga_block *b = ga_blockmap_get(&fx_a->map, (uintptr_t)g);
+  const ga_block *b = ga_blockmap_get(&fx_a->pol.map, (uintptr_t)g);
   cr_assert(b->seg->expandable && b->seg->priv != NULL, "an expandable segment of the pool");
-  cr_assert_eq(((const ga_block *)ga_blockmap_get(&fx_a->map, (uintptr_t)h))->seg, b->seg,
+  cr_assert_eq(((const ga_block *)ga_blockmap_get(&fx_a->pol.map, (uintptr_t)h))->seg, b->seg,
                "the pool's segment grows");
   fx_free(g);
   capture(0);
@@ -141,7 +141,7 @@ Test(capture, private_pools_use_expandable_segments) {
   cr_assert_eq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 12 * MiB, "the pool keeps its memory");
   cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK, "%s", ga_last_error());
   cr_assert_eq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 0, "released: every page went back");
-  cr_assert_eq(fx_a->privates, NULL, "the pool is gone with its last segment");
+  cr_assert_eq(fx_a->pol.capture.privates, NULL, "the pool is gone with its last segment");
 }
 
 Test(capture, bad_pool_calls_are_refused) {

@@ -52,7 +52,7 @@ static uint64_t want_access = 1; /* device 0, and 1 once peer access is on */
  * (Reading an unmapped one would crash.) */
 static int mapped(const live *l) {
   uint64_t mask;
-  const ga_block *b = ga_blockmap_get(&fx_a->map, (uintptr_t)l->p);
+  const ga_block *b = ga_blockmap_get(&fx_a->pol.map, (uintptr_t)l->p);
   if (!b) return 0;
   if (!b->seg->expandable) return 1; /* a malloc'd segment */
   /* (A refused ga_enable_peer_access may have granted some ranges already.) */
@@ -191,7 +191,7 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
     cr_assert_eq(ga_check(fx_a), 0, "step %d (op %u) broke an invariant (see stderr)", step, op);
     for (int i = 0; i < n && (step % 16 == 0 || every); i++) {
       if (asleep && v[i].kv) continue;
-      const ga_block *b = ga_blockmap_get(&fx_a->map, (uintptr_t)v[i].p);
+      const ga_block *b = ga_blockmap_get(&fx_a->pol.map, (uintptr_t)v[i].p);
       uint64_t m0 = 0, m1 = 0;
       int r0 = fx_access(v[i].p, &m0), r1 = fx_access(v[i].p + v[i].size - 1, &m1);
       cr_assert(

@@ -70,7 +70,7 @@ Test(expandable, freed_pages_between_live_blocks_serve_a_larger_request) {
   ga_stats_t s = fx_stats();
   cr_assert_eq(s.device_calls[GA_CALL_CREATE], creates, "no new physical memory");
   cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 64 * MiB);
-  cr_assert_eq(s.num_pages_moved, 16);
+  cr_assert_eq(s.num_granules_moved, 16);
   cr_assert(fx_verify(p[1], 16 * MiB, 1) && fx_verify(p[3], 16 * MiB, 3), "live blocks keep every byte");
   fx_free(p[1]);
   fx_free(p[3]);
@@ -241,7 +241,7 @@ Test(expandable, every_live_byte_survives_thousands_of_seeded_operations_on_two_
       stamp(&live[i], 0, &bad);
     }
     if (step % 500 == 499) ga_empty_cache(fx_a);
-    int64_t moved = fx_stats().num_pages_moved;
+    int64_t moved = fx_stats().num_granules_moved;
     if (moved != moved_before) { /* pages moved: check every live block */
       for (int j = 0; j < SLOTS; j++)
         if (live[j].p) stamp(&live[j], 1, &bad);
@@ -402,7 +402,7 @@ static int64_t syncs_for_two_moves(int hold) {
   ga_stream_t s4 = fx_stream(4);
   void *b2 = fx_alloc_on(24 * MiB, s4); /* c's pages: c was freed before s3's fence */
   int64_t syncs = fx_stats().num_unmap_syncs;
-  cr_assert_eq(fx_stats().num_pages_moved, 20);
+  cr_assert_eq(fx_stats().num_granules_moved, 20);
   fx_hold(s3, 0);
   fx_free(b1);
   fx_free(b2);
@@ -424,10 +424,10 @@ Test(expandable, when_full_creates_memory_while_the_device_has_room) {
   fx_free(p[0]);
   fx_free(p[2]);
   char *q = fx_alloc(32 * MiB); /* 32 MiB still free on the device: no move */
-  cr_assert_eq(fx_stats().num_pages_moved, 0);
+  cr_assert_eq(fx_stats().num_granules_moved, 0);
   assert_reserved(96 * MiB);
   char *r = fx_alloc(32 * MiB); /* the device is full now: the freed pages move */
-  cr_assert_eq(fx_stats().num_pages_moved, 16);
+  cr_assert_eq(fx_stats().num_granules_moved, 16);
   assert_reserved(96 * MiB);
   fx_free(p[1]);
   fx_free(p[3]);

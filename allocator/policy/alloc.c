@@ -21,13 +21,13 @@ static size_t partial(uintptr_t lo, uintptr_t hi, size_t g) {
 }
 static size_t stranded(const ga_allocator_t *a, const ga_block *b, size_t size) {
   uintptr_t lo = b->ptr, hi = b->ptr + b->size;
-  size_t front = partial(lo + size, hi, a->gran), back = partial(lo, hi - size, a->gran);
+  size_t front = partial(lo + size, hi, a->space.gran), back = partial(lo, hi - size, a->space.gran);
   return front < back ? front : back;
 }
 
 /* The private pool serving `stream` now, or NULL. */
 static ga_private *routed(ga_allocator_t *a, ga_stream_t stream) {
-  for (ga_private *v = a->privates; v; v = v->next)
+  for (ga_private *v = a->pol.capture.privates; v; v = v->next)
     for (int i = 0; i < v->nstreams; i++)
       if (v->streams[i] == stream) return v;
   return NULL;
@@ -35,11 +35,11 @@ static ga_private *routed(ga_allocator_t *a, ga_stream_t stream) {
 
 /* Best fit on (stream, size, address) with the oversize rules; the block
  * found stays in its tree. */
-static ga_block *get_free_block(ga_allocator_t *a, ga_pool *trees, int pool, ga_stream_t stream,
+static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool, ga_stream_t stream,
                                 size_t size) {
-  ga_pool *p = &trees[pool];
-  if (a->allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
-  ga_block *b = ga_pool_lower_bound(p, stream, size, 0);
+  ga_free_tree *p = &trees[pool];
+  if (a->pol.allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
+  ga_block *b = ga_free_tree_lower_bound(p, stream, size, 0);
   if (!b || b->stream != stream) return NULL;
   if (b->seg->expandable) {
     /* Among the few best fits, take the one that strands the least free
@@ -47,8 +47,9 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_pool *trees, int pool, ga_
     ga_block *best = b;
     size_t best_w = stranded(a, b, size);
     int k = 0;
-    for (ga_block *n = ga_pool_lower_bound(p, stream, b->size, b->ptr + 1); n && n->stream == stream && k < 8;
-         n = ga_pool_lower_bound(p, stream, n->size, n->ptr + 1), k++) {
+    for (ga_block *n = ga_free_tree_lower_bound(p, stream, b->size, b->ptr + 1);
+         n && n->stream == stream && k < 8;
+         n = ga_free_tree_lower_bound(p, stream, n->size, n->ptr + 1), k++) {
       size_t w = stranded(a, n, size);
       if (w < best_w) best = n, best_w = w;
     }
@@ -64,15 +65,15 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_pool *trees, int pool, ga_
  * PyTorch's cudaMalloc does), so they do not invalidate it. Returns whether
  * the mode was changed (*prev then holds the mode to restore). */
 static int relax_capture(ga_allocator_t *a, int *prev) {
-  return a->routing && ga_dev_capture_mode(a->dev, 1, prev) == 0;
+  return a->pol.capture.routing && ga_dev_capture_mode(a->dev, 1, prev) == 0;
 }
 
 /* A new segment, within the memory fraction. 0, a GA_DEV_* code, or -1. */
 static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream_t stream, int retry,
                        int *fraction_refused, ga_block **out) {
   if (retry) a->stats.num_alloc_retries++;
-  if (a->allowed_max != SIZE_MAX &&
-      (a->reserved > a->allowed_max || alloc_size > a->allowed_max - a->reserved)) {
+  if (a->pol.allowed_max != SIZE_MAX &&
+      (a->space.reserved > a->pol.allowed_max || alloc_size > a->pol.allowed_max - a->space.reserved)) {
     *fraction_refused = 1;
     return GA_DEV_EOOM;
   }
@@ -101,7 +102,7 @@ static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t r
     if (r < 0) return -r;
     if (r > 0) rc = alloc_block(a, alloc_size, pool, stream, 0, refused, b);
   }
-  if (rc == GA_DEV_EOOM && !a->routing) { /* flushing waits on streams: never during a capture */
+  if (rc == GA_DEV_EOOM && !a->pol.capture.routing) { /* flushing waits on streams: never during a capture */
     int r = ga_reclaim_all_locked(a);
     if (r) return r;
     rc = alloc_block(a, alloc_size, pool, stream, 1, refused, b);
@@ -115,7 +116,7 @@ static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t r
 static int grow_expandable(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t rounded,
                            int *refused, ga_block **b) {
   int rc = ga_expandable_grow_locked(a, priv, pool, stream, rounded, refused, b);
-  if (rc != GA_DEV_EOOM || a->routing) return rc;
+  if (rc != GA_DEV_EOOM || a->pol.capture.routing) return rc;
   int r = ga_stream_sync_all_locked(a);
   if (r) return r;
   a->stats.num_alloc_retries++;
@@ -131,10 +132,11 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
                  size);
     return GA_ERR_OOM;
   }
-  if (a->npending && !a->routing) ga_stream_process_events_locked(a); /* not during a capture */
+  if (a->pol.streams.npending && !a->pol.capture.routing)
+    ga_stream_process_events_locked(a); /* not during a capture */
   /* A page mapped earlier without its peers' access is fixed before anything
    * is handed out. */
-  if (a->regrant) {
+  if (a->space.regrant) {
     int prev = 0, relax = relax_capture(a, &prev), rc = ga_peers_regrant_locked(a);
     if (relax) (void)ga_dev_capture_mode(a->dev, prev, NULL);
     if (rc) {
@@ -145,8 +147,8 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   size_t rounded = ga_round_size(&a->cfg, size);
   int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
   int fresh = 0, refused = 0, rc, prev_mode = 0, in_tree = 1;
-  ga_private *priv = a->routing ? routed(a, stream) : NULL;
-  ga_block *b = get_free_block(a, priv ? priv->pools : a->pools, pool, stream, rounded);
+  ga_private *priv = a->pol.capture.routing ? routed(a, stream) : NULL;
+  ga_block *b = get_free_block(a, priv ? priv->trees : a->pol.trees, pool, stream, rounded);
   if (!b) {
     in_tree = 0;
     int relax = relax_capture(a, &prev_mode);
@@ -184,7 +186,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
 /* Names what is wrong with a pointer that is not a live allocation. */
 static void diagnose_bad_free(ga_allocator_t *a, const char *fn, void *ptr) {
   uintptr_t p = (uintptr_t)ptr;
-  for (ga_segment *s = a->segs; s; s = s->next) {
+  for (ga_segment *s = a->space.segs; s; s = s->next) {
     if (p < s->base || p - s->base >= s->size) continue;
     for (ga_block *b = s->head; b; b = b->next) {
       if (p < b->ptr || p - b->ptr >= b->size) continue;
@@ -208,13 +210,13 @@ static void diagnose_bad_free(ga_allocator_t *a, const char *fn, void *ptr) {
 }
 
 ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
-  ga_block *b = ga_blockmap_take(&a->map, (uintptr_t)ptr);
+  ga_block *b = ga_blockmap_take(&a->pol.map, (uintptr_t)ptr);
   if (!b) {
     diagnose_bad_free(a, "ga_free", ptr);
     return GA_ERR_BAD_POINTER;
   }
   if (b->asleep) {
-    (void)ga_blockmap_put(&a->map, b->ptr, b); /* cannot grow: it was just taken out */
+    (void)ga_blockmap_put(&a->pol.map, b->ptr, b); /* cannot grow: it was just taken out */
     ga_error_set("ga_free: %p is asleep (ga_sleep); call ga_wake before freeing it", ptr);
     return GA_ERR_INVALID;
   }
@@ -233,7 +235,7 @@ ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr) 
 }
 
 const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p) {
-  for (ga_segment *s = a->segs; s; s = s->next) {
+  for (ga_segment *s = a->space.segs; s; s = s->next) {
     if (p < s->base || p - s->base >= s->size) continue;
     for (ga_block *b = s->head; b; b = b->next)
       if (p >= b->ptr && p - b->ptr < b->size) return b->state == GA_BLOCK_ALLOCATED ? b : NULL;
@@ -257,16 +259,16 @@ void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded,
   ga_oom_facts f = {.device = a->dev->ordinal,
                     .tried = tried,
                     .rounded = rounded,
-                    .gran = a->gran,
-                    .total = a->device_total,
-                    .allowed = a->allowed_max,
+                    .gran = a->space.gran,
+                    .total = a->pol.device_total,
+                    .allowed = a->pol.allowed_max,
                     .allocated = (size_t)a->stats.allocated_bytes[GA_POOL_ALL].current,
-                    .reserved = a->reserved,
+                    .reserved = a->space.reserved,
                     .expandable = a->cfg.expandable_segments,
                     .fraction_refused = fraction_refused};
   f.have_free = ga_dev_mem_info(a->dev, &f.free, &f.total) == 0;
   ga_history_add_locked(a, GA_H_OOM, f.free, rounded, NULL); /* PyTorch records the rounded request */
-  for (int p = 0; p < 2; p++) ga_pool_walk(&a->pools[p], free_facts, &f);
+  for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], free_facts, &f);
   if (f.expandable) f.stranded = ga_pages_partial_free_locked(a);
   ga_report_oom(&f);
 }

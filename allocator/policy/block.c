@@ -53,9 +53,9 @@ static int should_split(const ga_allocator_t *a, const ga_block *b, size_t size)
 /* ---- Block structs ---- */
 
 ga_block *ga_block_new_locked(ga_allocator_t *a) {
-  ga_block *b = a->block_cache;
+  ga_block *b = a->space.block_cache;
   if (b)
-    a->block_cache = b->next;
+    a->space.block_cache = b->next;
   else if (!(b = malloc(sizeof *b)))
     return NULL;
   *b = (ga_block){0};
@@ -67,15 +67,15 @@ void ga_block_delete_locked(ga_allocator_t *a, ga_block *b) {
     free(b->uses);
     b->uses = NULL;
   }
-  b->next = a->block_cache;
-  a->block_cache = b;
+  b->next = a->space.block_cache;
+  a->space.block_cache = b;
 }
 
 /* ---- Free trees with the inactive_split bookkeeping ---- */
 
 /* b (about to join tree p) becomes FREE; returns whether it counts in
  * inactive_split (a split block of a native segment). */
-static int becomes_free(const ga_pool *p, ga_block *b) {
+static int becomes_free(const ga_free_tree *p, ga_block *b) {
   b->state = GA_BLOCK_FREE;
   b->gc_base = p->gc_calls;
   b->counted_split = (uint8_t)(ga_block_is_split(b) && !b->seg->expandable);
@@ -83,16 +83,16 @@ static int becomes_free(const ga_pool *p, ga_block *b) {
 }
 
 void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
-  ga_pool *p = &ga_trees_of(a, b)[b->pool];
+  ga_free_tree *p = &ga_trees_of(a, b)[b->pool];
   if (becomes_free(p, b)) {
     ga_pstat_inc(a->stats.inactive_split, b->pool, 1);
     ga_pstat_inc(a->stats.inactive_split_bytes, b->pool, b->size);
   }
-  ga_pool_insert(p, b);
+  ga_free_tree_insert(p, b);
 }
 
 void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
-  ga_pool_remove(&ga_trees_of(a, b)[b->pool], b);
+  ga_free_tree_remove(&ga_trees_of(a, b)[b->pool], b);
   if (b->counted_split) {
     ga_pstat_dec(a->stats.inactive_split, b->pool, 1);
     ga_pstat_dec(a->stats.inactive_split_bytes, b->pool, b->size);
@@ -108,7 +108,7 @@ void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
  * times with `gone_bytes`. */
 static void retree(ga_allocator_t *a, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y, int gone,
                    size_t gone_bytes) {
-  ga_pool *p = &ga_trees_of(a, x)[x->pool];
+  ga_free_tree *p = &ga_trees_of(a, x)[x->pool];
   int was = x->counted_split;
   x->counted_split = 0;
   int counted = becomes_free(p, y);
@@ -122,7 +122,7 @@ static void retree(ga_allocator_t *a, ga_block *x, size_t xsize, uintptr_t xptr,
     ga_pstat_inc(a->stats.inactive_split_bytes, y->pool, (uint64_t)bytes);
   else if (bytes < 0)
     ga_pstat_dec(a->stats.inactive_split_bytes, y->pool, (uint64_t)-bytes);
-  ga_pool_rekey(p, x, xsize, xptr, y);
+  ga_free_tree_rekey(p, x, xsize, xptr, y);
 }
 
 /* ---- Hand out and take back ---- */
@@ -137,11 +137,11 @@ static size_t whole_granules(uintptr_t lo, uintptr_t hi, size_t g) {
 static int take_back(const ga_allocator_t *a, const ga_block *b, size_t rounded) {
   if (!b->seg->expandable) return 0;
   uintptr_t lo = b->ptr, hi = b->ptr + b->size;
-  return whole_granules(lo, hi - rounded, a->gran) > whole_granules(lo + rounded, hi, a->gran);
+  return whole_granules(lo, hi - rounded, a->space.gran) > whole_granules(lo + rounded, hi, a->space.gran);
 }
 
 ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded, int in_tree) {
-  if (ga_blockmap_reserve(&a->map)) return NULL;
+  if (ga_blockmap_reserve(&a->pol.map)) return NULL;
   if (should_split(a, b, rounded)) {
     int back = take_back(a, b, rounded);
     size_t bsize = b->size;
@@ -162,8 +162,8 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   }
   b->state = GA_BLOCK_ALLOCATED;
   b->requested = size;
-  b->tag = 0;                                /* the struct may have served a tagged allocation before */
-  (void)ga_blockmap_put(&a->map, b->ptr, b); /* cannot fail: room reserved above */
+  b->tag = 0;                                    /* the struct may have served a tagged allocation before */
+  (void)ga_blockmap_put(&a->pol.map, b->ptr, b); /* cannot fail: room reserved above */
   ga_stats_t *s = &a->stats;
   ga_pstat_inc(s->allocation, b->pool, 1);
   ga_pstat_inc(s->allocated_bytes, b->pool, b->size);
@@ -221,7 +221,7 @@ ga_block *ga_block_merge_insert_locked(ga_allocator_t *a, ga_block *b) {
     int gone = 0;
     if (n) {
       /* n leaves the tree; its inactive_split share joins p's net change. */
-      ga_pool_remove(&ga_trees_of(a, n)[n->pool], n);
+      ga_free_tree_remove(&ga_trees_of(a, n)[n->pool], n);
       gone = n->counted_split;
       gone_bytes = gone ? n->size : 0;
       n->counted_split = 0;
@@ -257,7 +257,7 @@ ga_block *ga_block_merge_unmapped_locked(ga_allocator_t *a, ga_block *b) {
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
   size_t size = b->size, requested = b->requested;
   int pool = b->pool;
-  b->free_seq = ++a->free_clock;
+  b->free_seq = ++a->pol.streams.free_clock;
   ga_history_add_locked(a, GA_H_FREE_COMPLETED, b->ptr, requested, b->stream);
   ga_block_merge_insert_locked(a, b); /* b may be merged into its predecessor */
   ga_stats_t *s = &a->stats;

@@ -11,21 +11,21 @@ ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer) {
                  peer, a->dev->ordinal);
     return GA_ERR_INVALID;
   }
-  for (int i = 0; i < a->naccess; i++)
-    if (a->access[i] == peer) return GA_OK;
-  a->access[a->naccess] = peer;
-  int rc = ga_expandable_grant_locked(a, a->access, a->naccess + 1);
+  for (int i = 0; i < a->space.naccess; i++)
+    if (a->space.access[i] == peer) return GA_OK;
+  a->space.access[a->space.naccess] = peer;
+  int rc = ga_expandable_grant_locked(a, a->space.access, a->space.naccess + 1);
   if (rc) {
     ga_error_set("ga_enable_peer_access: %s", a->dev->error);
-    (void)ga_expandable_grant_locked(a, a->access, a->naccess); /* back to what it was */
+    (void)ga_expandable_grant_locked(a, a->space.access, a->space.naccess); /* back to what it was */
     return GA_ERR_DEVICE;
   }
-  a->naccess++;
+  a->space.naccess++;
   return GA_OK;
 }
 
 int ga_peers_regrant_locked(ga_allocator_t *a) {
-  int rc = ga_expandable_grant_locked(a, a->access, a->naccess);
-  if (!rc) a->regrant = 0;
+  int rc = ga_expandable_grant_locked(a, a->space.access, a->space.naccess);
+  if (!rc) a->space.regrant = 0;
   return rc;
 }

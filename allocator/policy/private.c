@@ -14,13 +14,13 @@
 #include "../internal.h"
 
 static ga_private *find(ga_allocator_t *a, uint64_t id) {
-  for (ga_private *v = a->privates; v; v = v->next)
+  for (ga_private *v = a->pol.capture.privates; v; v = v->next)
     if (v->id == id) return v;
   return NULL;
 }
 
 static void unlink_private(ga_allocator_t *a, ga_private *v) {
-  for (ga_private **p = &a->privates; *p; p = &(*p)->next)
+  for (ga_private **p = &a->pol.capture.privates; *p; p = &(*p)->next)
     if (*p == v) {
       *p = v->next;
       free(v);
@@ -40,8 +40,8 @@ static int release_free_segments(ga_allocator_t *a, ga_private *v) {
     for (;;) {
       ga_block *b = NULL;
       /* Take any unsplit free block (the tree changes after each release). */
-      for (ga_block *x = ga_pool_lower_bound(&v->pools[p], NULL, 0, 0); x;
-           x = ga_pool_lower_bound(&v->pools[p], x->stream, x->size, x->ptr + 1))
+      for (ga_block *x = ga_free_tree_lower_bound(&v->trees[p], NULL, 0, 0); x;
+           x = ga_free_tree_lower_bound(&v->trees[p], x->stream, x->size, x->ptr + 1))
         if (!ga_block_is_split(x) && !x->seg->expandable) {
           b = x;
           break;
@@ -63,12 +63,12 @@ static int release_free_segments(ga_allocator_t *a, ga_private *v) {
 /* Native segments of v (the rest are expandable). */
 static size_t native_segments(ga_allocator_t *a, ga_private *v) {
   size_t n = v->nsegs;
-  for (ga_segment *s = a->segs; s; s = s->next) n -= s->priv == v && s->expandable;
+  for (ga_segment *s = a->space.segs; s; s = s->next) n -= s->priv == v && s->expandable;
   return n;
 }
 
 int ga_private_release_all_locked(ga_allocator_t *a) {
-  for (ga_private *v = a->privates, *next; v; v = next) {
+  for (ga_private *v = a->pol.capture.privates, *next; v; v = next) {
     next = v->next;
     if (!v->released || v->nstreams || !native_segments(a, v)) continue;
     int rc = release_free_segments(a, v);
@@ -89,8 +89,8 @@ ga_status_t ga_private_begin_locked(ga_allocator_t *a, uint64_t pool, ga_stream_
   } else {
     if (!find(a, pool)) { /* a new pool */
       v->id = pool;
-      v->next = a->privates;
-      a->privates = v;
+      v->next = a->pol.capture.privates;
+      a->pol.capture.privates = v;
     }
     int known = 0;
     for (int i = 0; i < v->nstreams; i++) known |= v->streams[i] == stream;
@@ -99,7 +99,7 @@ ga_status_t ga_private_begin_locked(ga_allocator_t *a, uint64_t pool, ga_stream_
       st = GA_ERR_INVALID;
     } else if (!known) {
       v->streams[v->nstreams++] = stream;
-      a->routing++;
+      a->pol.capture.routing++;
     }
   }
   return st;
@@ -108,9 +108,9 @@ ga_status_t ga_private_begin_locked(ga_allocator_t *a, uint64_t pool, ga_stream_
 /* The pool serves no stream any more; a capture that ended releases the
  * frees it deferred. */
 static void stop_routing(ga_allocator_t *a, ga_private *v) {
-  a->routing -= v->nstreams;
+  a->pol.capture.routing -= v->nstreams;
   v->nstreams = 0;
-  if (!a->routing) ga_stream_capture_ended_locked(a);
+  if (!a->pol.capture.routing) ga_stream_capture_ended_locked(a);
 }
 
 ga_status_t ga_private_end_locked(ga_allocator_t *a, uint64_t pool) {
@@ -142,7 +142,7 @@ ga_status_t ga_private_release_locked(ga_allocator_t *a, uint64_t pool) {
       /* Expandable memory goes back now unless another capture is underway
        * (that waits for its streams); else at the next empty_cache. Either
        * step may free v once its last segment is gone. */
-      if (native < v->nsegs && !a->routing) rc = ga_expandable_release_locked(a, v);
+      if (native < v->nsegs && !a->pol.capture.routing) rc = ga_expandable_release_locked(a, v);
       if (!rc && native) rc = release_free_segments(a, v);
     }
     if (rc) {
@@ -154,9 +154,9 @@ ga_status_t ga_private_release_locked(ga_allocator_t *a, uint64_t pool) {
 }
 
 void ga_private_teardown_locked(ga_allocator_t *a) {
-  while (a->privates) {
-    ga_private *v = a->privates;
-    a->privates = v->next;
+  while (a->pol.capture.privates) {
+    ga_private *v = a->pol.capture.privates;
+    a->pol.capture.privates = v->next;
     free(v);
   }
 }

@@ -36,17 +36,17 @@ static int collect_unsplit(ga_block *b, void *arg) {
 /* ---- Garbage collection ---- */
 
 static int gc_enabled(const ga_allocator_t *a) {
-  return a->allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0;
+  return a->pol.allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0;
 }
 
 int ga_reclaim_gc_locked(ga_allocator_t *a) {
   if (!gc_enabled(a)) return 0;
-  ga_pool *p = &a->pools[GA_P_LARGE];
-  size_t threshold = (size_t)(a->cfg.gc_threshold * (double)a->allowed_max);
-  if (a->reserved <= threshold) return 0;
-  size_t target = a->reserved - threshold, reclaimed = 0;
+  ga_free_tree *p = &a->pol.trees[GA_P_LARGE];
+  size_t threshold = (size_t)(a->cfg.gc_threshold * (double)a->pol.allowed_max);
+  if (a->space.reserved <= threshold) return 0;
+  size_t target = a->space.reserved - threshold, reclaimed = 0;
   blist l = {0};
-  ga_pool_walk(p, collect_unsplit, &l);
+  ga_free_tree_walk(p, collect_unsplit, &l);
   double total_age = 0.0;
   for (size_t i = 0; i < l.n; i++) total_age += (double)(p->gc_calls - l.v[i]->gc_base);
   size_t left = l.n;
@@ -79,9 +79,9 @@ int ga_reclaim_gc_locked(ga_allocator_t *a) {
 int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size) {
   size_t max_split = a->cfg.max_split_size;
   if (max_split == SIZE_MAX) return 0;
-  ga_pool *p = &a->pools[pool];
+  ga_free_tree *p = &a->pol.trees[pool];
   size_t key = size < max_split ? max_split : size;
-  ga_block *b = ga_pool_lower_bound(p, stream, key, 0);
+  ga_block *b = ga_free_tree_lower_bound(p, stream, key, 0);
   if (b && b->stream == stream && !ga_block_is_split(b) && !b->seg->expandable) {
     int rc = release_free_block(a, b);
     return rc ? -rc : 1;
@@ -90,9 +90,9 @@ int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, 
   /* No single block is large enough: free oversize blocks of this stream,
    * largest first, until enough was freed. */
   size_t released = 0;
-  ga_block *it = ga_pool_before(p, stream, key, 0);
+  ga_block *it = ga_free_tree_before(p, stream, key, 0);
   while (it && released < key && it->size >= max_split && it->stream == stream) {
-    ga_block *prev = ga_pool_before(p, it->stream, it->size, it->ptr);
+    ga_block *prev = ga_free_tree_before(p, it->stream, it->size, it->ptr);
     if (!ga_block_is_split(it) && !it->seg->expandable) {
       size_t sz = it->size;
       int rc = release_free_block(a, it);
@@ -113,7 +113,7 @@ int ga_reclaim_all_locked(ga_allocator_t *a) {
   int rc_sync = ga_stream_sync_all_locked(a), rc = 0;
   for (int pool = GA_P_LARGE; pool >= GA_P_SMALL && !rc; pool--) {
     blist l = {0};
-    ga_pool_walk(&a->pools[pool], collect_unsplit, &l);
+    ga_free_tree_walk(&a->pol.trees[pool], collect_unsplit, &l);
     for (size_t i = 0; i < l.n && !rc; i++) rc = release_free_block(a, l.v[i]);
     free(l.v);
     if (l.oom && !rc) rc = GA_DEV_EDRIVER;

@@ -28,31 +28,32 @@ int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
 }
 
 static int event_get(ga_allocator_t *a, ga_event *ev) {
-  if (a->nevent_cache) {
-    *ev = a->event_cache[--a->nevent_cache];
+  if (a->pol.streams.nevent_cache) {
+    *ev = a->pol.streams.event_cache[--a->pol.streams.nevent_cache];
     return 0;
   }
   return ga_dev_event_create(a->dev, ev);
 }
 
 static void event_put(ga_allocator_t *a, ga_event ev) {
-  if (GA_VEC_ROOM(a->event_cache, a->cap_event_cache, a->nevent_cache + 1)) {
+  if (GA_VEC_ROOM(a->pol.streams.event_cache, a->pol.streams.cap_event_cache,
+                  a->pol.streams.nevent_cache + 1)) {
     (void)ga_dev_event_destroy(a->dev, ev);
     return;
   }
-  a->event_cache[a->nevent_cache++] = ev;
+  a->pol.streams.event_cache[a->pol.streams.nevent_cache++] = ev;
 }
 
 /* Defers the reuse of `b` until work now queued on `s` is done. */
 static void defer_on(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
   ga_event ev;
-  if (GA_VEC_ROOM(a->pending, a->cap_pending, a->npending + 1)) goto sync;
+  if (GA_VEC_ROOM(a->pol.streams.pending, a->pol.streams.cap_pending, a->pol.streams.npending + 1)) goto sync;
   if (event_get(a, &ev)) goto sync;
   if (ga_dev_event_record(a->dev, ev, s)) {
     event_put(a, ev);
     goto sync;
   }
-  a->pending[a->npending++] = (ga_pending){ev, b};
+  a->pol.streams.pending[a->pol.streams.npending++] = (ga_pending){ev, b};
   b->event_count++;
   return;
 sync:
@@ -62,11 +63,11 @@ sync:
 
 void ga_stream_free_locked(ga_allocator_t *a, ga_block *b) {
   b->state = GA_BLOCK_PENDING;
-  if (b->nuses && a->routing) {
+  if (b->nuses && a->pol.capture.routing) {
     /* During a capture no event is recorded: the free waits for its end. */
-    if (!GA_VEC_ROOM(a->deferred, a->cap_deferred, a->ndeferred + 1)) {
+    if (!GA_VEC_ROOM(a->pol.capture.deferred, a->pol.capture.cap_deferred, a->pol.capture.ndeferred + 1)) {
       b->event_count = 1;
-      a->deferred[a->ndeferred++] = b;
+      a->pol.capture.deferred[a->pol.capture.ndeferred++] = b;
       return;
     }
   }
@@ -77,15 +78,15 @@ void ga_stream_free_locked(ga_allocator_t *a, ga_block *b) {
 
 /* Retires pending entry i (its event completed). */
 static void retire(ga_allocator_t *a, size_t i) {
-  ga_pending p = a->pending[i];
-  a->pending[i] = a->pending[--a->npending];
+  ga_pending p = a->pol.streams.pending[i];
+  a->pol.streams.pending[i] = a->pol.streams.pending[--a->pol.streams.npending];
   event_put(a, p.ev);
   if (--p.block->event_count == 0) ga_block_free_locked(a, p.block);
 }
 
 void ga_stream_process_events_locked(ga_allocator_t *a) {
-  for (size_t i = 0; i < a->npending;) {
-    if (ga_dev_event_query(a->dev, a->pending[i].ev) == 0)
+  for (size_t i = 0; i < a->pol.streams.npending;) {
+    if (ga_dev_event_query(a->dev, a->pol.streams.pending[i].ev) == 0)
       retire(a, i);
     else
       i++;
@@ -95,8 +96,8 @@ void ga_stream_process_events_locked(ga_allocator_t *a) {
 int ga_stream_sync_all_locked(ga_allocator_t *a) {
   a->stats.num_sync_all_streams++;
   int rc = 0;
-  for (size_t i = 0; i < a->npending;) {
-    int r = ga_dev_event_synchronize(a->dev, a->pending[i].ev);
+  for (size_t i = 0; i < a->pol.streams.npending;) {
+    int r = ga_dev_event_synchronize(a->dev, a->pol.streams.pending[i].ev);
     if (r == 0)
       retire(a, i);
     else
@@ -106,10 +107,10 @@ int ga_stream_sync_all_locked(ga_allocator_t *a) {
 }
 
 void ga_stream_capture_ended_locked(ga_allocator_t *a) {
-  size_t n = a->ndeferred;
-  a->ndeferred = 0;
+  size_t n = a->pol.capture.ndeferred;
+  a->pol.capture.ndeferred = 0;
   for (size_t i = 0; i < n; i++) {
-    ga_block *b = a->deferred[i];
+    ga_block *b = a->pol.capture.deferred[i];
     b->event_count = 0;
     ga_stream_free_locked(a, b);
   }
@@ -118,11 +119,13 @@ void ga_stream_capture_ended_locked(ga_allocator_t *a) {
 /* ---- Fences: knowing, without waiting, that freed memory is idle ---- */
 
 static struct ga_fence *fence_of(ga_allocator_t *a, ga_stream_t s, int create) {
-  for (int i = 0; i < a->nfences; i++)
-    if (a->fences[i].stream == s) return &a->fences[i];
-  if (!create || a->nfences == (int)(sizeof a->fences / sizeof a->fences[0])) return NULL;
-  a->fences[a->nfences] = (struct ga_fence){.stream = s};
-  return &a->fences[a->nfences++];
+  for (int i = 0; i < a->pol.streams.nfences; i++)
+    if (a->pol.streams.fences[i].stream == s) return &a->pol.streams.fences[i];
+  if (!create ||
+      a->pol.streams.nfences == (int)(sizeof a->pol.streams.fences / sizeof a->pol.streams.fences[0]))
+    return NULL;
+  a->pol.streams.fences[a->pol.streams.nfences] = (struct ga_fence){.stream = s};
+  return &a->pol.streams.fences[a->pol.streams.nfences++];
 }
 
 int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int *waited) {
@@ -136,36 +139,38 @@ int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_
   int rc = ga_dev_stream_synchronize(a->dev, stream);
   if (rc) return rc;
   *waited = 1;
-  if (f) f->safe_seq = a->free_clock;
+  if (f) f->safe_seq = a->pol.streams.free_clock;
   return 0;
 }
 
 void ga_stream_fence_watch_locked(ga_allocator_t *a, ga_stream_t stream) { (void)fence_of(a, stream, 1); }
 
 void ga_stream_fences_refresh_locked(ga_allocator_t *a) {
-  for (int i = 0; i < a->nfences; i++) {
-    struct ga_fence *f = &a->fences[i];
-    if (f->ev && f->ev_seq == a->free_clock) continue; /* nothing freed since */
+  for (int i = 0; i < a->pol.streams.nfences; i++) {
+    struct ga_fence *f = &a->pol.streams.fences[i];
+    if (f->ev && f->ev_seq == a->pol.streams.free_clock) continue; /* nothing freed since */
     if (!f->ev && event_get(a, &f->ev)) continue;
     if (ga_dev_event_record(a->dev, f->ev, f->stream) == 0)
-      f->ev_seq = a->free_clock;
+      f->ev_seq = a->pol.streams.free_clock;
     else
       f->ev_seq = 0;
   }
 }
 
 void ga_stream_teardown_locked(ga_allocator_t *a) {
-  for (int i = 0; i < a->nfences; i++)
-    if (a->fences[i].ev) (void)ga_dev_event_destroy(a->dev, a->fences[i].ev);
-  a->nfences = 0;
-  free(a->deferred);
-  a->deferred = NULL;
-  a->ndeferred = a->cap_deferred = 0;
-  for (size_t i = 0; i < a->npending; i++) (void)ga_dev_event_destroy(a->dev, a->pending[i].ev);
-  for (size_t i = 0; i < a->nevent_cache; i++) (void)ga_dev_event_destroy(a->dev, a->event_cache[i]);
-  free(a->pending);
-  free(a->event_cache);
-  a->pending = NULL;
-  a->event_cache = NULL;
-  a->npending = a->nevent_cache = 0;
+  for (int i = 0; i < a->pol.streams.nfences; i++)
+    if (a->pol.streams.fences[i].ev) (void)ga_dev_event_destroy(a->dev, a->pol.streams.fences[i].ev);
+  a->pol.streams.nfences = 0;
+  free(a->pol.capture.deferred);
+  a->pol.capture.deferred = NULL;
+  a->pol.capture.ndeferred = a->pol.capture.cap_deferred = 0;
+  for (size_t i = 0; i < a->pol.streams.npending; i++)
+    (void)ga_dev_event_destroy(a->dev, a->pol.streams.pending[i].ev);
+  for (size_t i = 0; i < a->pol.streams.nevent_cache; i++)
+    (void)ga_dev_event_destroy(a->dev, a->pol.streams.event_cache[i]);
+  free(a->pol.streams.pending);
+  free(a->pol.streams.event_cache);
+  a->pol.streams.pending = NULL;
+  a->pol.streams.event_cache = NULL;
+  a->pol.streams.npending = a->pol.streams.nevent_cache = 0;
 }

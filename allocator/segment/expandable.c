@@ -32,15 +32,15 @@ static int spare_blocks(ga_allocator_t *a, int n) {
   return ok ? 0 : -1;
 }
 
-static int backing_room(ga_segment *s, size_t granules) {
-  if (granules <= s->nbacking) return 0;
-  size_t n = s->nbacking ? s->nbacking : 64;
+static int granules_room(ga_segment *s, size_t granules) {
+  if (granules <= s->ngranules) return 0;
+  size_t n = s->ngranules ? s->ngranules : 64;
   while (n < granules) n *= 2;
-  ga_piece *v = realloc(s->backing, n * sizeof *v);
+  ga_granule *v = realloc(s->granules, n * sizeof *v);
   if (!v) return -1;
-  for (size_t i = s->nbacking; i < n; i++) v[i] = (ga_piece){0};
-  s->backing = v;
-  s->nbacking = n;
+  for (size_t i = s->ngranules; i < n; i++) v[i] = (ga_granule){0};
+  s->granules = v;
+  s->ngranules = n;
   return 0;
 }
 
@@ -48,13 +48,13 @@ static int backing_room(ga_segment *s, size_t granules) {
 
 static int segment_new(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t min_size,
                        ga_segment **out) {
-  size_t size = a->reserve_size > min_size ? a->reserve_size : round_up(min_size, a->gran);
+  size_t size = a->space.reserve_size > min_size ? a->space.reserve_size : round_up(min_size, a->space.gran);
   ga_segment *s = calloc(1, sizeof *s);
   ga_block *b = ga_block_new_locked(a);
   void *va = NULL;
   int rc = -1;
   if (!s || !b) goto fail;
-  if ((rc = ga_dev_reserve(a->dev, size, a->gran, &va))) goto fail;
+  if ((rc = ga_dev_reserve(a->dev, size, a->space.gran, &va))) goto fail;
   *s = (ga_segment){.base = (uintptr_t)va,
                     .size = size,
                     .pool = (uint8_t)pool,
@@ -69,10 +69,10 @@ static int segment_new(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_
   b->pool = (uint8_t)pool;
   b->seg = s;
   b->state = GA_BLOCK_UNMAPPED;
-  s->next = a->segs;
-  if (a->segs) a->segs->prev = s;
-  a->segs = s;
-  a->nsegs++;
+  s->next = a->space.segs;
+  if (a->space.segs) a->space.segs->prev = s;
+  a->space.segs = s;
+  a->space.nsegs++;
   *out = s;
   return 0;
 fail:
@@ -88,11 +88,11 @@ static int segment_delete(ga_allocator_t *a, ga_segment *s) {
   if (s->prev)
     s->prev->next = s->next;
   else
-    a->segs = s->next;
+    a->space.segs = s->next;
   if (s->next) s->next->prev = s->prev;
-  a->nsegs--;
+  a->space.nsegs--;
   ga_block_delete_locked(a, s->head);
-  free(s->backing);
+  free(s->granules);
   free(s);
   if (priv) ga_private_segment_gone_locked(a, priv); /* may free a released pool */
   return 0;
@@ -105,7 +105,7 @@ static int segment_delete(ga_allocator_t *a, ga_segment *s) {
  * reaches unmapped space; *run_end is where the run ends. */
 static ga_block *find_run(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
                           uintptr_t *run_end) {
-  for (ga_segment *s = a->segs; s; s = s->next) {
+  for (ga_segment *s = a->space.segs; s; s = s->next) {
     if (!s->expandable || s->pool != pool || s->stream != stream || s->priv != priv) continue;
     ga_block *start = NULL;
     size_t total = 0;
@@ -145,7 +145,7 @@ static ga_block *mapped_prefix(ga_allocator_t *a, ga_block *u, size_t bytes) {
 static int unmap_after(ga_allocator_t *a, void *va) {
   char why[sizeof a->dev->error], unmap_why[sizeof a->dev->error];
   memcpy(why, a->dev->error, sizeof why);
-  int rc = ga_dev_unmap(a->dev, va, a->gran);
+  int rc = ga_dev_unmap(a->dev, va, a->space.gran);
   if (rc) {
     memcpy(unmap_why, a->dev->error, sizeof unmap_why);
     ga_dev_set_error(a->dev, "%s; taking the page back failed too: %s", why, unmap_why);
@@ -159,30 +159,31 @@ static int unmap_after(ga_allocator_t *a, void *va) {
  * *merged gets the FREE block they joined (NULL when none was mapped). */
 static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, ga_block **merged) {
   ga_segment *s = u->seg;
-  size_t first = (u->ptr - s->base) / a->gran, done = 0;
-  int rc = backing_room(s, first + want) ? -1 : 0;
+  size_t first = (u->ptr - s->base) / a->space.gran, done = 0;
+  int rc = granules_room(s, first + want) ? -1 : 0;
   while (!rc && done < want) {
-    ga_piece p = ga_pages_take_locked(a);
-    void *va = (void *)(u->ptr + done * a->gran);
-    rc = ga_dev_map(a->dev, va, a->gran, p.ph->h, p.idx * a->gran);
+    ga_granule p = ga_pages_take_locked(a);
+    void *va = (void *)(u->ptr + done * a->space.gran);
+    rc = ga_dev_map(a->dev, va, a->space.gran, p.handle->h, p.idx * a->space.gran);
     /* A new mapping has no access yet: this device and the peers granted
      * access get it now. A page they cannot use is taken back, or, if even
      * that fails, kept and granted again before any block is handed out
-     * (a->regrant). */
-    if (!rc && (rc = ga_dev_set_access(a->dev, va, a->gran, a->access, a->naccess)) && !unmap_after(a, va))
-      a->regrant = 1;
+     * (a->space.regrant). */
+    if (!rc && (rc = ga_dev_set_access(a->dev, va, a->space.gran, a->space.access, a->space.naccess)) &&
+        !unmap_after(a, va))
+      a->space.regrant = 1;
     else if (rc) {
       (void)ga_pages_put_locked(a, p); /* room: it was just taken */
       break;
     }
-    s->backing[first + done] = p;
-    p.ph->nmapped++;
+    s->granules[first + done] = p;
+    p.handle->nmapped++;
     done++;
     if (rc) break;
   }
-  ga_stat_add(&a->stats.mapped_bytes, (int64_t)(done * a->gran));
-  if (done) ga_history_add_locked(a, GA_H_SEGMENT_MAP, u->ptr, done * a->gran, s->stream);
-  *merged = done ? mapped_prefix(a, u, done * a->gran) : NULL;
+  ga_stat_add(&a->stats.mapped_bytes, (int64_t)(done * a->space.gran));
+  if (done) ga_history_add_locked(a, GA_H_SEGMENT_MAP, u->ptr, done * a->space.gran, s->stream);
+  *merged = done ? mapped_prefix(a, u, done * a->space.gran) : NULL;
   return rc;
 }
 
@@ -198,12 +199,12 @@ int ga_expandable_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_
     run = s->head;
     run_end = s->base + s->size;
   }
-  uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, a->gran);
+  uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, a->space.gran);
   size_t n = 0;
   for (ga_block *b = run; b && b->ptr < hi; b = b->next)
     if (b->state == GA_BLOCK_UNMAPPED)
-      n += ((b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g) - b->ptr) / a->gran;
-  size_t page = pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->large_page;
+      n += ((b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g) - b->ptr) / a->space.gran;
+  size_t page = pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
   /* Free memory outside the range may move here; `run` survives any merge
    * (the earlier block of a merge is the one kept). */
   int rc = ga_pages_obtain_locked(a, n, pool, page, lo, hi_g, fraction_refused);
@@ -217,7 +218,7 @@ int ga_expandable_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_
     uintptr_t end = b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g;
     if (spare_blocks(a, 2)) return -1;
     ga_block *merged;
-    rc = map_granules(a, b, (end - b->ptr) / a->gran, &merged);
+    rc = map_granules(a, b, (end - b->ptr) / a->space.gran, &merged);
     if (rc) return rc;
     m = merged;
     b = m->next;
@@ -233,28 +234,28 @@ int ga_expandable_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_
 
 int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1) {
   ga_segment *s = b->seg;
-  size_t k = g1 - g0, first = (g0 * a->gran - s->base) / a->gran;
+  size_t k = g1 - g0, first = (g0 * a->space.gran - s->base) / a->space.gran;
   /* Room first: after the unmap nothing may fail. */
   if (spare_blocks(a, 2) || ga_pages_room_locked(a, k)) return -1;
-  int rc = ga_dev_unmap(a->dev, (void *)(g0 * a->gran), k * a->gran);
+  int rc = ga_dev_unmap(a->dev, (void *)(g0 * a->space.gran), k * a->space.gran);
   if (rc) return rc;
   for (size_t i = 0; i < k; i++) {
-    ga_piece p = s->backing[first + i];
-    s->backing[first + i] = (ga_piece){0};
-    p.ph->nmapped--;
+    ga_granule p = s->granules[first + i];
+    s->granules[first + i] = (ga_granule){0};
+    p.handle->nmapped--;
     (void)ga_pages_put_locked(a, p);
   }
-  ga_stat_add(&a->stats.mapped_bytes, -(int64_t)(k * a->gran));
-  ga_history_add_locked(a, GA_H_SEGMENT_UNMAP, g0 * a->gran, k * a->gran, s->stream);
+  ga_stat_add(&a->stats.mapped_bytes, -(int64_t)(k * a->space.gran));
+  ga_history_add_locked(a, GA_H_SEGMENT_UNMAP, g0 * a->space.gran, k * a->space.gran, s->stream);
   /* b = [FREE front][UNMAPPED middle][FREE back] */
   ga_block_from_free_tree_locked(a, b);
   ga_block *mid = b;
-  if (g0 * a->gran > b->ptr) {
-    mid = ga_block_split_off_locked(a, b, g0 * a->gran - b->ptr);
+  if (g0 * a->space.gran > b->ptr) {
+    mid = ga_block_split_off_locked(a, b, g0 * a->space.gran - b->ptr);
     ga_block_to_free_tree_locked(a, b);
   }
-  if (g1 * a->gran < mid->ptr + mid->size) {
-    ga_block *back = ga_block_split_off_locked(a, mid, k * a->gran);
+  if (g1 * a->space.gran < mid->ptr + mid->size) {
+    ga_block *back = ga_block_split_off_locked(a, mid, k * a->space.gran);
     ga_block_to_free_tree_locked(a, back);
   }
   ga_block_merge_unmapped_locked(a, mid);
@@ -267,15 +268,16 @@ typedef struct frees {
 } frees;
 
 int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n) {
-  for (ga_segment *s = a->segs; s; s = s->next) {
+  for (ga_segment *s = a->space.segs; s; s = s->next) {
     if (!s->expandable) continue;
     /* Each run of mapped granules (asleep and unmapped ones have no backing). */
-    size_t ngran = s->size / a->gran < s->nbacking ? s->size / a->gran : s->nbacking;
+    size_t ngran = s->size / a->space.gran < s->ngranules ? s->size / a->space.gran : s->ngranules;
     for (size_t g = 0; g < ngran; g++) {
-      if (!s->backing[g].ph) continue;
+      if (!s->granules[g].handle) continue;
       size_t end = g + 1;
-      while (end < ngran && s->backing[end].ph) end++;
-      int rc = ga_dev_set_access(a->dev, (void *)(s->base + g * a->gran), (end - g) * a->gran, devices, n);
+      while (end < ngran && s->granules[end].handle) end++;
+      int rc = ga_dev_set_access(a->dev, (void *)(s->base + g * a->space.gran), (end - g) * a->space.gran,
+                                 devices, n);
       if (rc) return rc;
       g = end;
     }
@@ -294,13 +296,13 @@ static int releasable(const ga_segment *s, const ga_private *only) {
 int ga_expandable_release_locked(ga_allocator_t *a, ga_private *only) {
   int rc = 0;
   frees f = {0};
-  for (ga_segment *s = a->segs, *next; s && !rc; s = next) {
+  for (ga_segment *s = a->space.segs, *next; s && !rc; s = next) {
     next = s->next;
     if (!releasable(s, only)) continue;
     /* Collect first: unmapping a free block never touches another FREE one. */
     f.n = 0;
     for (ga_block *b = s->head; b; b = b->next) {
-      size_t g0 = (b->ptr + a->gran - 1) / a->gran, g1 = (b->ptr + b->size) / a->gran;
+      size_t g0 = (b->ptr + a->space.gran - 1) / a->space.gran, g1 = (b->ptr + b->size) / a->space.gran;
       if (b->state != GA_BLOCK_FREE || g1 <= g0) continue;
       if (GA_VEC_ROOM(f.v, f.cap, f.n + 1)) {
         rc = -1;
@@ -315,7 +317,8 @@ int ga_expandable_release_locked(ga_allocator_t *a, ga_private *only) {
     }
     for (size_t i = 0; i < f.n && !rc; i++) {
       ga_block *b = f.v[i];
-      rc = ga_expandable_unmap_locked(a, b, (b->ptr + a->gran - 1) / a->gran, (b->ptr + b->size) / a->gran);
+      rc = ga_expandable_unmap_locked(a, b, (b->ptr + a->space.gran - 1) / a->space.gran,
+                                      (b->ptr + b->size) / a->space.gran);
     }
     if (!rc && !s->head->next && s->head->state == GA_BLOCK_UNMAPPED) rc = segment_delete(a, s);
   }
@@ -327,18 +330,18 @@ int ga_expandable_release_locked(ga_allocator_t *a, ga_private *only) {
 int ga_expandable_release_all_locked(ga_allocator_t *a) { return ga_expandable_release_locked(a, NULL); }
 
 void ga_expandable_teardown_locked(ga_allocator_t *a) {
-  for (ga_segment *s = a->segs; s; s = s->next) {
+  for (ga_segment *s = a->space.segs; s; s = s->next) {
     if (!s->expandable) continue;
     for (ga_block *b = s->head; b; b = b->next) {
       if (b->state == GA_BLOCK_UNMAPPED) continue;
       /* Every granule touching a mapped block, once. */
-      size_t g0 = b->ptr / a->gran, g1 = (b->ptr + b->size + a->gran - 1) / a->gran;
+      size_t g0 = b->ptr / a->space.gran, g1 = (b->ptr + b->size + a->space.gran - 1) / a->space.gran;
       for (size_t g = g0; g < g1; g++) {
-        ga_piece *p = &s->backing[g - s->base / a->gran];
-        if (!p->ph) continue;
-        (void)ga_dev_unmap(a->dev, (void *)(g * a->gran), a->gran);
-        p->ph->nmapped--;
-        *p = (ga_piece){0};
+        ga_granule *p = &s->granules[g - s->base / a->space.gran];
+        if (!p->handle) continue;
+        (void)ga_dev_unmap(a->dev, (void *)(g * a->space.gran), a->space.gran);
+        p->handle->nmapped--;
+        *p = (ga_granule){0};
       }
     }
     (void)ga_dev_unreserve(a->dev, (void *)s->base, s->size);

@@ -15,10 +15,10 @@ static void account(ga_allocator_t *a, const ga_segment *seg, int sign) {
   ga_pstat_add(s->reserved_bytes, seg->pool, sign * (int64_t)seg->size);
   if (seg->size >= a->cfg.max_split_size) ga_stat_add(&s->oversize_segments, sign);
   if (sign > 0) {
-    a->reserved += seg->size;
+    a->space.reserved += seg->size;
     s->num_device_alloc++;
   } else {
-    a->reserved -= seg->size;
+    a->space.reserved -= seg->size;
     s->num_device_free++;
   }
 }
@@ -38,10 +38,10 @@ int ga_native_segment_new_locked(ga_allocator_t *a, size_t size, int pool, ga_st
   b->stream = stream;
   b->pool = (uint8_t)pool;
   b->seg = seg;
-  seg->next = a->segs;
-  if (a->segs) a->segs->prev = seg;
-  a->segs = seg;
-  a->nsegs++;
+  seg->next = a->space.segs;
+  if (a->space.segs) a->space.segs->prev = seg;
+  a->space.segs = seg;
+  a->space.nsegs++;
   account(a, seg, +1);
   ga_history_add_locked(a, GA_H_SEGMENT_ALLOC, seg->base, size, stream);
   *out = b;
@@ -62,9 +62,9 @@ int ga_native_segment_release_locked(ga_allocator_t *a, ga_block *b) {
   if (seg->prev)
     seg->prev->next = seg->next;
   else
-    a->segs = seg->next;
+    a->space.segs = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
-  a->nsegs--;
+  a->space.nsegs--;
   free(seg);
   ga_block_delete_locked(a, b);
   return 0;

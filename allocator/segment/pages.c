@@ -22,43 +22,43 @@
 /* ---- The cache ---- */
 
 int ga_pages_room_locked(ga_allocator_t *a, size_t n) {
-  return GA_VEC_ROOM(a->cache, a->cap_cache, a->ncache + n);
+  return GA_VEC_ROOM(a->space.cache, a->space.cap_cache, a->space.ncache + n);
 }
 
-int ga_pages_put_locked(ga_allocator_t *a, ga_piece p) {
+int ga_pages_put_locked(ga_allocator_t *a, ga_granule p) {
   if (ga_pages_room_locked(a, 1)) return -1;
-  a->cache[a->ncache++] = p;
-  ga_stat_add(&a->stats.page_cache_bytes, (int64_t)a->gran);
+  a->space.cache[a->space.ncache++] = p;
+  ga_stat_add(&a->stats.page_cache_bytes, (int64_t)a->space.gran);
   return 0;
 }
 
-ga_piece ga_pages_take_locked(ga_allocator_t *a) {
-  ga_stat_add(&a->stats.page_cache_bytes, -(int64_t)a->gran);
-  return a->cache[--a->ncache];
+ga_granule ga_pages_take_locked(ga_allocator_t *a) {
+  ga_stat_add(&a->stats.page_cache_bytes, -(int64_t)a->space.gran);
+  return a->space.cache[--a->space.ncache];
 }
 
 /* ---- Handles ---- */
 
-static void phys_unlink(ga_allocator_t *a, ga_phys *ph) {
+static void phys_unlink(ga_allocator_t *a, ga_handle *ph) {
   if (ph->prev)
     ph->prev->next = ph->next;
   else
-    a->phys = ph->next;
+    a->space.handles = ph->next;
   if (ph->next) ph->next->prev = ph->prev;
-  a->nphys--;
+  a->space.nhandles--;
 }
 
 /* Releases a handle whose pieces are all cached. 0 or a GA_DEV_* code. */
-static int phys_release(ga_allocator_t *a, ga_phys *ph) {
+static int phys_release(ga_allocator_t *a, ga_handle *ph) {
   int rc = ga_dev_release(a->dev, ph->h);
   if (rc) return rc;
   size_t kept = 0;
-  for (size_t i = 0; i < a->ncache; i++)
-    if (a->cache[i].ph != ph) a->cache[kept++] = a->cache[i];
-  ga_stat_add(&a->stats.page_cache_bytes, -(int64_t)((a->ncache - kept) * a->gran));
-  a->ncache = kept;
+  for (size_t i = 0; i < a->space.ncache; i++)
+    if (a->space.cache[i].handle != ph) a->space.cache[kept++] = a->space.cache[i];
+  ga_stat_add(&a->stats.page_cache_bytes, -(int64_t)((a->space.ncache - kept) * a->space.gran));
+  a->space.ncache = kept;
   ga_pstat_add(a->stats.reserved_bytes, ph->pool, -(int64_t)ph->size);
-  a->reserved -= ph->size;
+  a->space.reserved -= ph->size;
   a->stats.num_device_free++;
   phys_unlink(a, ph);
   free(ph);
@@ -66,7 +66,7 @@ static int phys_release(ga_allocator_t *a, ga_phys *ph) {
 }
 
 int ga_pages_trim_locked(ga_allocator_t *a, size_t keep) {
-  for (ga_phys *ph = a->phys, *next; ph && a->ncache * a->gran > keep; ph = next) {
+  for (ga_handle *ph = a->space.handles, *next; ph && a->space.ncache * a->space.gran > keep; ph = next) {
     next = ph->next;
     if (ph->nmapped) continue;
     int rc = phys_release(a, ph);
@@ -77,8 +77,8 @@ int ga_pages_trim_locked(ga_allocator_t *a, size_t keep) {
 
 /* A new handle of `size` bytes, all of it into the cache. */
 static int phys_create(ga_allocator_t *a, size_t size, int pool) {
-  ga_phys *ph = calloc(1, sizeof *ph);
-  if (!ph || ga_pages_room_locked(a, size / a->gran)) {
+  ga_handle *ph = calloc(1, sizeof *ph);
+  if (!ph || ga_pages_room_locked(a, size / a->space.gran)) {
     free(ph);
     return -1;
   }
@@ -88,16 +88,16 @@ static int phys_create(ga_allocator_t *a, size_t size, int pool) {
     return rc;
   }
   ph->size = size;
-  ph->ngran = (uint32_t)(size / a->gran);
+  ph->ngran = (uint32_t)(size / a->space.gran);
   ph->pool = (uint8_t)pool;
-  ph->next = a->phys;
-  if (a->phys) a->phys->prev = ph;
-  a->phys = ph;
-  a->nphys++;
+  ph->next = a->space.handles;
+  if (a->space.handles) a->space.handles->prev = ph;
+  a->space.handles = ph;
+  a->space.nhandles++;
   ga_pstat_add(a->stats.reserved_bytes, pool, (int64_t)size);
-  a->reserved += size;
+  a->space.reserved += size;
   a->stats.num_device_alloc++;
-  for (uint32_t i = 0; i < ph->ngran; i++) (void)ga_pages_put_locked(a, (ga_piece){ph, i});
+  for (uint32_t i = 0; i < ph->ngran; i++) (void)ga_pages_put_locked(a, (ga_granule){ph, i});
   return 0;
 }
 
@@ -146,8 +146,10 @@ static int by_size(const void *x, const void *y) {
 /* Moves up to `want` whole free granules into the cache, smallest free
  * blocks first (the large ones stay able to serve large requests). */
 static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t keep_hi) {
-  cand c = {.klo = keep_lo / a->gran, .khi = (keep_hi + a->gran - 1) / a->gran, .gran = a->gran};
-  for (int p = 0; p < 2; p++) ga_pool_walk(&a->pools[p], collect, &c);
+  cand c = {.klo = keep_lo / a->space.gran,
+            .khi = (keep_hi + a->space.gran - 1) / a->space.gran,
+            .gran = a->space.gran};
+  for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], collect, &c);
   if (c.oom) {
     free(c.v);
     return -1;
@@ -164,7 +166,7 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
     if ((rc = ga_stream_fence_locked(a, b->stream, b->free_seq, &waited))) break;
     a->stats.num_unmap_syncs += waited;
     if ((rc = ga_expandable_unmap_locked(a, b, g1 - k, g1))) break;
-    a->stats.num_pages_moved += (int64_t)k;
+    a->stats.num_granules_moved += (int64_t)k;
     want -= k;
   }
   /* Fence every stream with free memory that may move: a later move of
@@ -180,9 +182,10 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
 /* New handles until the cache holds n granules: at most one page each and
  * never more than needed, so nothing is created that no range asked for. */
 static int create_until(ga_allocator_t *a, size_t n, int pool, size_t page, int *fraction_refused) {
-  while (a->ncache < n) {
-    size_t need = (n - a->ncache) * a->gran, size = need < page ? need : page;
-    if (a->allowed_max != SIZE_MAX && (a->reserved > a->allowed_max || size > a->allowed_max - a->reserved)) {
+  while (a->space.ncache < n) {
+    size_t need = (n - a->space.ncache) * a->space.gran, size = need < page ? need : page;
+    if (a->pol.allowed_max != SIZE_MAX &&
+        (a->space.reserved > a->pol.allowed_max || size > a->pol.allowed_max - a->space.reserved)) {
       *fraction_refused = 1;
       return GA_DEV_EOOM;
     }
@@ -204,7 +207,9 @@ int ga_pages_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, u
   }
   /* Moving pages may synchronise their streams: never during a capture. */
   int rc = 0;
-  if (a->ncache < n && !a->routing && (rc = steal(a, n - a->ncache, keep_lo, keep_hi))) return rc;
+  if (a->space.ncache < n && !a->pol.capture.routing &&
+      (rc = steal(a, n - a->space.ncache, keep_lo, keep_hi)))
+    return rc;
   return create_until(a, n, pool, page, fraction_refused);
 }
 
@@ -218,19 +223,19 @@ static int add_partial(ga_block *b, void *arg) {
 }
 
 size_t ga_pages_partial_free_locked(ga_allocator_t *a) {
-  size_t sum[2] = {0, a->gran};
-  for (int p = 0; p < 2; p++) ga_pool_walk(&a->pools[p], add_partial, sum);
+  size_t sum[2] = {0, a->space.gran};
+  for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], add_partial, sum);
   return sum[0];
 }
 
 void ga_pages_teardown_locked(ga_allocator_t *a) {
-  while (a->phys) {
-    ga_phys *ph = a->phys;
+  while (a->space.handles) {
+    ga_handle *ph = a->space.handles;
     (void)ga_dev_release(a->dev, ph->h);
     phys_unlink(a, ph);
     free(ph);
   }
-  free(a->cache);
-  a->cache = NULL;
-  a->ncache = a->cap_cache = 0;
+  free(a->space.cache);
+  a->space.cache = NULL;
+  a->space.ncache = a->space.cap_cache = 0;
 }

@@ -4,7 +4,7 @@
  * lower_bound(stream, size) gives PyTorch's best fit: the smallest block of
  * that stream at least `size` bytes long, the lowest address among equals.
  * Priorities are a hash of the block address (kept by a block that takes
- * another's node in ga_pool_rekey), so the shape is deterministic for a
+ * another's node in ga_free_tree_rekey), so the shape is deterministic for a
  * given history and the expected depth is O(log n).
  * Owns nothing: blocks are the allocator's; this file only links them.
  */
@@ -71,14 +71,14 @@ static ga_block *remove_node(ga_block *t, ga_block *b) {
   return t;
 }
 
-void ga_pool_insert(ga_pool *p, ga_block *b) {
+void ga_free_tree_insert(ga_free_tree *p, ga_block *b) {
   b->left = b->right = NULL;
   b->prio = prio_of(b->ptr);
   p->root = insert(p->root, b);
   p->count++;
 }
 
-void ga_pool_remove(ga_pool *p, ga_block *b) {
+void ga_free_tree_remove(ga_free_tree *p, ga_block *b) {
   p->root = remove_node(p->root, b);
   b->left = b->right = NULL;
   p->count--;
@@ -91,7 +91,7 @@ void ga_pool_remove(ga_pool *p, ga_block *b) {
  * is the common case of a split (the remainder replaces the block it came
  * from) and of a merge (the merged block replaces the neighbour it
  * absorbed). Otherwise x is removed and y inserted. */
-void ga_pool_rekey(ga_pool *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y) {
+void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y) {
   ga_block **link = &p->root, *lo = NULL, *hi = NULL;
   while (*link && *link != x) {
     ga_block *t = *link;
@@ -126,7 +126,7 @@ void ga_pool_rekey(ga_pool *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_blo
   p->root = insert(p->root, y);
 }
 
-ga_block *ga_pool_lower_bound(const ga_pool *p, ga_stream_t stream, size_t size, uintptr_t ptr) {
+ga_block *ga_free_tree_lower_bound(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr) {
   ga_block *best = NULL;
   for (ga_block *t = p->root; t;) {
     if (cmp(t, stream, size, ptr) >= 0) {
@@ -139,7 +139,7 @@ ga_block *ga_pool_lower_bound(const ga_pool *p, ga_stream_t stream, size_t size,
   return best;
 }
 
-ga_block *ga_pool_before(const ga_pool *p, ga_stream_t stream, size_t size, uintptr_t ptr) {
+ga_block *ga_free_tree_before(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr) {
   ga_block *best = NULL;
   for (ga_block *t = p->root; t;) {
     if (cmp(t, stream, size, ptr) < 0) {
@@ -160,7 +160,7 @@ static int walk(ga_block *t, int (*fn)(ga_block *, void *), void *arg) {
   return r ? r : walk(t->right, fn, arg);
 }
 
-int ga_pool_walk(const ga_pool *p, int (*fn)(ga_block *, void *), void *arg) {
+int ga_free_tree_walk(const ga_free_tree *p, int (*fn)(ga_block *, void *), void *arg) {
   return walk(p->root, fn, arg);
 }
 
@@ -174,7 +174,7 @@ static int valid(const ga_block *t, const ga_block **last, size_t *n) {
   return valid(t->right, last, n);
 }
 
-int ga_pool_valid(const ga_pool *p, size_t *n) {
+int ga_free_tree_valid(const ga_free_tree *p, size_t *n) {
   const ga_block *last = NULL;
   *n = 0;
   return valid(p->root, &last, n);
