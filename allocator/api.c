@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "inspect.h"
-#include "internal.h"
+#include "policy/policy.h"
 
 /* ---- The prologue every entry point shares ---- */
 
@@ -56,39 +56,26 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
                           ga_allocator_t **out) {
   /* Aligned as its lock's line is (sizeof is a multiple of the alignment). */
   ga_allocator_t *a = aligned_alloc(_Alignof(ga_allocator_t), sizeof *a);
-  if (a) memset(a, 0, sizeof *a);
-  if (!a || ga_blockmap_init(&a->pol.map)) {
-    free(a);
+  size_t free_b = 0, total = 0;
+  if (!a) {
     ga_error_set("ga_create: host out of memory");
     return GA_ERR_HOST_MEMORY;
   }
-  size_t free_b = 0, total = 0;
+  memset(a, 0, sizeof *a);
   if (ga_dev_mem_info(dev, &free_b, &total)) {
     ga_error_set("ga_create: cannot query device memory: %s", dev->error);
-    ga_blockmap_destroy(&a->pol.map);
     free(a);
     return GA_ERR_DEVICE;
   }
   ga_lock_init(&a->mu);
   a->cfg = *cfg;
-  snprintf(a->conf_text, sizeof a->conf_text, "%s", conf ? conf : "");
   a->dev = dev;
   a->owns_dev = owns;
-  a->pol.device_total = total;
-  a->pol.allowed_max = SIZE_MAX;
-  a->pol.fraction = 1.0;
-  a->space.access[0] = dev->ordinal;
-  a->space.naccess = 1;
-  a->stats.max_split_size = cfg->max_split_size == SIZE_MAX ? -1 : (int64_t)cfg->max_split_size;
-  if (ga_dev_granularity(dev, &a->space.gran) || a->space.gran == 0) a->space.gran = GA_SMALL_BUFFER;
-  a->pol.large_page = cfg->expandable_page_size ? cfg->expandable_page_size : cfg->large_segment_size;
-  a->pol.large_page = (a->pol.large_page + a->space.gran - 1) / a->space.gran * a->space.gran;
-  /* PyTorch reserves 1.125x the device's memory per expandable segment. */
-  size_t want = total / 8 * 9;
-  a->space.reserve_size = (want + a->pol.large_page - 1) / a->pol.large_page * a->pol.large_page;
-  if (cfg->memory_fraction < 1.0) {
-    a->pol.fraction = cfg->memory_fraction;
-    a->pol.allowed_max = (size_t)(cfg->memory_fraction * (double)total);
+  snprintf(a->conf_text, sizeof a->conf_text, "%s", conf ? conf : "");
+  if (ga_policy_init_locked(a, total)) {
+    ga_error_set("ga_create: host out of memory");
+    free(a);
+    return GA_ERR_HOST_MEMORY;
   }
   *out = a;
   return GA_OK;
@@ -149,30 +136,7 @@ ga_device *ga_allocator_device(ga_allocator_t *a) { return a ? a->dev : NULL; }
 void ga_destroy(ga_allocator_t *a) {
   if (!a) return;
   ga_lock_acquire(&a->mu);
-  (void)ga_stream_sync_all_locked(a);
-  ga_stream_teardown_locked(a);
-  ga_sleep_teardown_locked(a);
-  ga_private_teardown_locked(a);
-  ga_expandable_teardown_locked(a);
-  ga_pages_teardown_locked(a);
-  while (a->space.segs) {
-    ga_segment *s = a->space.segs;
-    a->space.segs = s->next;
-    if (!s->expandable) (void)ga_dev_free(a->dev, (void *)s->base);
-    free(s->granules);
-    for (ga_block *b = s->head, *n; b; b = n) {
-      n = b->next;
-      free(b->uses);
-      free(b);
-    }
-    free(s);
-  }
-  while (a->space.block_cache) {
-    ga_block *b = a->space.block_cache;
-    a->space.block_cache = b->next;
-    free(b);
-  }
-  ga_blockmap_destroy(&a->pol.map);
+  ga_policy_teardown_locked(a);
   ga_history_free(&a->history);
   if (a->owns_dev) ga_dev_destroy(a->dev);
   ga_lock_release(&a->mu);
@@ -338,17 +302,17 @@ const char *ga_device_call_name(ga_device_call_t kind) { return ga_dev_call_name
 
 ga_status_t ga_begin_allocate_to_pool(ga_allocator_t *a, uint64_t pool, ga_stream_t stream) {
   ENTER("ga_begin_allocate_to_pool");
-  return leave(a, ga_private_begin_locked(a, pool, stream));
+  return leave(a, ga_capture_begin_locked(a, pool, stream));
 }
 
 ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool) {
   ENTER("ga_end_allocate_to_pool");
-  return leave(a, ga_private_end_locked(a, pool));
+  return leave(a, ga_capture_end_locked(a, pool));
 }
 
 ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {
   ENTER("ga_release_pool");
-  return leave(a, ga_private_release_locked(a, pool));
+  return leave(a, ga_capture_release_locked(a, pool));
 }
 
 /* ---- Tags, sleep and wake ---- */

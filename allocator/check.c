@@ -80,9 +80,9 @@ static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t 
       BROKEN("free blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
     if (ga_free_tree_lower_bound(&ga_trees_of(a, b)[b->pool], b->stream, b->size, b->ptr) != b)
       BROKEN("free block %p is not in its free tree", (void *)b->ptr);
-    if (b->counted_split != (uint8_t)(ga_block_is_split(b) && !s->expandable))
+    if (b->counted_split != (uint8_t)(ga_tiles_is_split(b) && !s->expandable))
       BROKEN("free block %p: split flag out of date", (void *)b->ptr);
-    if (ga_block_is_split(b) && !s->expandable)
+    if (ga_tiles_is_split(b) && !s->expandable)
       add3(t->inactive, b->pool, 1), add3(t->inactive_bytes, b->pool, (int64_t)b->size);
     return broken;
   }

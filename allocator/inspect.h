@@ -5,7 +5,7 @@
 #ifndef GA_INSPECT_H
 #define GA_INSPECT_H
 
-#include "internal.h"
+#include "policy/policy.h"
 
 /* The number of broken invariants, each described on stderr. Caller holds
  * the lock. */

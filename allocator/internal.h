@@ -1,15 +1,22 @@
-/* internal.h — the allocator's shared structures and internal functions.
+/* internal.h — the records every layer shares: blocks, segments, handles,
+ * private pools, and the allocator itself, grouped by the layer that owns
+ * each part. The functions of each layer are declared in its own header:
+ * policy/policy.h and segment/segment.h (device/device.h below them; the
+ * leaves config.h, errors.h, text.h, report.h, history.h, stats.h and
+ * blockmap.h below all).
  *
- * Layers: api.c (validate, lock, dispatch) → policy/ (what to hand out) →
- * segment/ (where the bytes live) → device/ (how memory is obtained).
- * Functions named *_locked require the caller to hold a->mu.
+ * Layers: api.c (validate, lock, dispatch) -> policy/ (what to hand out) ->
+ * segment/ (where the bytes live) -> device/ (how memory is obtained). No
+ * layer calls up; scripts/layers.py checks it. Functions named *_locked
+ * require the caller to hold a->mu.
  *
  * Block states:
- *   FREE      in its pool's free tree, merged with free neighbours
+ *   FREE      in its pool's free tree (in_tree), merged with free neighbours
  *   ALLOCATED in the block map, handed to a client
  *   PENDING   freed by the client, waiting for events on other streams
  *   UNMAPPED  (expandable segments) reserved address space with no memory
  *             behind it; granule-aligned; merged with UNMAPPED neighbours
+ * A FREE block is out of its tree only inside one policy operation.
  * Invariants (ga_check verifies each): the blocks of a segment tile it in
  * address order; no two FREE blocks are neighbours; every FREE block is in
  * exactly one free tree and every ALLOCATED block in the map; the statistics
@@ -18,7 +25,7 @@
 #ifndef GA_INTERNAL_H
 #define GA_INTERNAL_H
 
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +33,7 @@
 
 #include "blockmap.h"
 #include "config.h"
+#include "debug.h"
 #include "device/device.h"
 #include "errors.h"
 #include "gardenalloc.h"
@@ -60,6 +68,7 @@ struct ga_block {
   uint8_t pool;           /* GA_P_SMALL or GA_P_LARGE */
   uint8_t state;          /* GA_BLOCK_* */
   uint8_t counted_split;  /* counted in inactive_split while in the free tree */
+  uint8_t in_tree;        /* in a free tree now (kept by policy/free_tree.c) */
   uint32_t event_count;   /* pending events before a PENDING block is free */
   ga_stream_t *uses;      /* other streams that used the block (record_stream) */
   uint32_t nuses, capuses;
@@ -220,6 +229,10 @@ struct ga_allocator {
   char conf_text[512]; /* the configuration string it was created with */
 };
 
+/* ---- Preconditions (debug.h: GA_ASSERT) ---- */
+/* The caller holds the allocator's lock (someone does: the futex has no owner). */
+#define GA_ASSERT_LOCKED(a) GA_ASSERT(atomic_load_explicit(&(a)->mu.state, memory_order_relaxed) != 0)
+
 /* ---- Growable arrays ---- */
 static inline void *ga_vec_grow(void *v, size_t *cap, size_t n, size_t elem) {
   size_t c = *cap ? *cap : 16;
@@ -229,178 +242,21 @@ static inline void *ga_vec_grow(void *v, size_t *cap, size_t n, size_t elem) {
   return nv;
 }
 static inline int ga_vec_set(void *slot, void *nv) {
-  if (!nv) return -1;
+  if (!nv) return GA_DEV_ENOMEM;
   memcpy(slot, &nv, sizeof nv);
   return 0;
 }
-/* Room for n elements in the array v of capacity cap (doubling). 0, or -1 on
- * host OOM with v unchanged. */
+/* Room for n elements in the array v of capacity cap (doubling). 0, or
+ * GA_DEV_ENOMEM with v unchanged. */
 #define GA_VEC_ROOM(v, cap, n) \
   ((n) <= (cap) ? 0 : ga_vec_set(&(v), ga_vec_grow((v), &(cap), (n), sizeof *(v))))
 
-/* ---- Free trees (policy/pool.c) ---- */
-void ga_free_tree_insert(ga_free_tree *p, ga_block *b);
-void ga_free_tree_remove(ga_free_tree *p, ga_block *b);
-void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y);
-/* Smallest block >= (stream, size, ptr) in tree order, or NULL. */
-ga_block *ga_free_tree_lower_bound(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr);
-/* Largest block < (stream, size, ptr), or NULL. */
-ga_block *ga_free_tree_before(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr);
-/* Calls fn on every block in order; stops early when fn returns non-zero.
- * fn must not change the tree. */
-int ga_free_tree_walk(const ga_free_tree *p, int (*fn)(ga_block *, void *), void *arg);
-/* Is the tree ordered and a heap? Counts nodes into *n. */
-int ga_free_tree_valid(const ga_free_tree *p, size_t *n);
-
-/* The free trees a block belongs to: its private pool's or the general ones. */
-static inline ga_free_tree *ga_trees_of(ga_allocator_t *a, const ga_block *b) {
-  return b->seg->priv ? b->seg->priv->trees : a->pol.trees;
-}
-
-/* ---- Blocks (policy/block.c) ---- */
-size_t ga_round_size(const ga_config *c, size_t size);
-size_t ga_allocation_size_for(const ga_config *c, size_t rounded);
-ga_block *ga_block_new_locked(ga_allocator_t *a);
-void ga_block_delete_locked(ga_allocator_t *a, ga_block *b);
-static inline int ga_block_is_split(const ga_block *b) { return b->prev || b->next; }
-/* Puts a block into its pool's free tree, counting inactive_split. */
-void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b);
-/* Takes a block out of its free tree, undoing the inactive_split count. */
-void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b);
-/* Hands out `b` (in its free tree when in_tree, else in none) for `size`
- * bytes asked, rounded to `rounded`; returns the allocated block (the front
- * of b, or in expandable segments possibly its back), NULL on host OOM (b
- * unchanged, still where it was). */
-ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded, int in_tree);
-/* Makes an ALLOCATED/PENDING block FREE: merge with free neighbours, insert. */
-void ga_block_free_locked(ga_allocator_t *a, ga_block *b);
-
-/* ---- Streams (policy/stream.c) ---- */
-int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s);
-/* Client free of an allocated block: events for other streams, else free. */
-void ga_stream_free_locked(ga_allocator_t *a, ga_block *b);
-/* Frees the blocks whose events have completed. */
-void ga_stream_process_events_locked(ga_allocator_t *a);
-/* Waits for every pending event and frees the blocks. 0 or a device code. */
-int ga_stream_sync_all_locked(ga_allocator_t *a);
-/* ga_begin_allocate_to_pool, ga_end_allocate_to_pool, ga_release_pool
- * (policy/private.c). */
-ga_status_t ga_private_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t stream);
-ga_status_t ga_private_end_locked(ga_allocator_t *a, uint64_t id);
-ga_status_t ga_private_release_locked(ga_allocator_t *a, uint64_t id);
-/* empty_cache: the free segments of released private pools go back. */
-int ga_private_release_all_locked(ga_allocator_t *a);
-void ga_private_teardown_locked(ga_allocator_t *a);
-/* A capture ended: the frees it deferred record their events now. */
-void ga_stream_capture_ended_locked(ga_allocator_t *a);
-/* A segment of private pool v went back to the device. */
-void ga_private_segment_gone_locked(ga_allocator_t *a, ga_private *v);
-/* Is memory freed on `stream` at free_seq surely no longer used by it? Waits
- * (stream synchronize) only when an earlier fence has not passed that point.
- * 0, or a GA_DEV_* code; *waited tells whether it synchronised. */
-int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int *waited);
-/* Keeps a fence for `stream` from now on (it has free memory that may move). */
-void ga_stream_fence_watch_locked(ga_allocator_t *a, ga_stream_t stream);
-/* Records fences on the streams watched, for the next time. */
-void ga_stream_fences_refresh_locked(ga_allocator_t *a);
-/* Destroys the cached events (at teardown). */
-void ga_stream_teardown_locked(ga_allocator_t *a);
-
-/* ---- Native segments (segment/native.c) ---- */
-/* Obtains a segment of `size` bytes; *out is its single FREE-to-be block (not
- * in a tree). Returns 0, a GA_DEV_* code, or -1 on host OOM. */
-int ga_native_segment_new_locked(ga_allocator_t *a, size_t size, int pool, ga_stream_t stream,
-                                 ga_block **out);
-/* Gives a whole-segment block (not in a tree) back to the device. */
-int ga_native_segment_release_locked(ga_allocator_t *a, ga_block *b);
-
-/* Merges a FREE-to-be block with FREE neighbours and inserts it (no stats). */
-ga_block *ga_block_merge_insert_locked(ga_allocator_t *a, ga_block *b);
-/* Marks b UNMAPPED and merges it with UNMAPPED neighbours. */
-ga_block *ga_block_merge_unmapped_locked(ga_allocator_t *a, ga_block *b);
-/* Splits `b` at offset `at` (0 < at < size): b keeps the front, the new block
- * (same state, not in any tree) the rest. NULL on host OOM. */
-ga_block *ga_block_split_off_locked(ga_allocator_t *a, ga_block *b, size_t at);
-
-/* ---- Physical pages (segment/pages.c) ---- */
-/* Makes at least n granules available in the page cache: cached ones first,
- * then granules of free pages anywhere (never inside [keep_lo, keep_hi)),
- * then new pages of `page` bytes (smaller when the device is nearly full).
- * 0, GA_DEV_* code (EOOM when even that cannot hold them), or -1 host OOM. */
-int ga_pages_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
-                           uintptr_t keep_hi, int *fraction_refused);
-/* Takes the first cached granule (pre: ncache > 0). */
-ga_granule ga_pages_take_locked(ga_allocator_t *a);
-/* Room in the cache for n more granules. -1 on host OOM. */
-int ga_pages_room_locked(ga_allocator_t *a, size_t n);
-/* Puts a granule into the page cache. -1 on host OOM. */
-int ga_pages_put_locked(ga_allocator_t *a, ga_granule p);
-/* Releases handles whose granules are all cached, while the cache holds more
- * than `keep` bytes. 0 or the GA_DEV_* code of a failed release. */
-int ga_pages_trim_locked(ga_allocator_t *a, size_t keep);
-/* Bytes of free cached memory that lie in partly used granules. */
-size_t ga_pages_partial_free_locked(ga_allocator_t *a);
-/* Gives every handle back at teardown (mappings must be gone). */
-void ga_pages_teardown_locked(ga_allocator_t *a);
-
-/* ---- Expandable segments (segment/expandable.c) ---- */
-/* Finds or makes room for `size` contiguous bytes on (pool, stream) by
- * mapping granules; *out is a FREE block of at least `size` bytes, taken out
- * of its tree. 0, a GA_DEV_* code, or -1 on host OOM. */
-int ga_expandable_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
-                              int *fraction_refused, ga_block **out);
-/* Unmaps granules [g0, g1) of FREE block b's segment, all inside b, into the
- * page cache. The caller has synchronised b's stream. 0 or a GA_DEV_* code. */
-int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1);
-/* empty_cache: unmaps every whole free granule of the general segments and
- * of released private pools no stream uses, drops empty segments.
- * 0 or a GA_DEV_* code. */
-int ga_expandable_release_all_locked(ga_allocator_t *a);
-/* The same for the segments of one private pool only. */
-int ga_expandable_release_locked(ga_allocator_t *a, ga_private *only);
-/* Sets access for `devices` on every mapped range. 0 or a GA_DEV_* code. */
-int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n);
-/* ga_tag, ga_sleep, ga_wake (segment/sleep.c). */
-ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag);
-ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags);
-ga_status_t ga_wake_locked(ga_allocator_t *a);
-/* Frees what ga_sleep kept on the host. */
-void ga_sleep_teardown_locked(ga_allocator_t *a);
-/* Teardown: unmaps and unreserves every expandable segment. */
-void ga_expandable_teardown_locked(ga_allocator_t *a);
-
-/* ---- Reclaim (policy/reclaim.c) ---- */
-int ga_reclaim_gc_locked(ga_allocator_t *a);
-/* Frees oversize cached blocks to make room; 1 if it freed enough, 0 if not,
- * negative GA_DEV_* code negated on device failure. */
-int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size);
-/* empty_cache: sync events, release every unsplit cached block. 0 or GA_DEV_*. */
-int ga_reclaim_all_locked(ga_allocator_t *a);
-
-/* ---- Allocation (policy/alloc.c) ---- */
-ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out);
-ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr);
-/* Sets the error text for a pointer that is not a live allocation. */
-ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr);
-/* The live allocation whose bytes include p, or NULL. */
-const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p);
-/* Writes the OOM report into the thread's error text and records the OOM in
- * the history: `tried` is the device allocation attempted (PyTorch's "Tried
- * to allocate"), `rounded` the rounded request. */
-void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused);
-
+/* ---- History ---- */
 /* Records one history entry when recording is on. */
 static inline void ga_history_add_locked(ga_allocator_t *a, int action, uintptr_t addr, size_t size,
                                          ga_stream_t stream) {
   if (ga_history_on(&a->history)) ga_history_add(&a->history, action, addr, size, (uintptr_t)stream);
 }
-
-/* ---- Peer devices (policy/peers.c) ---- */
-/* ga_enable_peer_access. */
-ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer);
-/* Grants a->space.access again everywhere (after a->space.regrant was set); clears it.
- * 0 or a GA_DEV_* code. */
-int ga_peers_regrant_locked(ga_allocator_t *a);
 
 /* ---- For tests: an allocator on a device the caller owns ---- */
 GA_API ga_status_t ga_create_on_device(const char *conf, ga_device *dev, ga_allocator_t **out);

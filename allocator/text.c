@@ -1,10 +1,13 @@
 /* text.c — the calling thread's error text, text buffers, size format.
- * A leaf: includes nothing of the allocator but its own header.
+ * and the failure report of a broken precondition (debug.h). A leaf.
  */
 #include "text.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "debug.h"
 
 static _Thread_local char tls_error[2048];
 
@@ -41,4 +44,9 @@ void ga_format_size(size_t bytes, char *buf, size_t len) {
     snprintf(buf, len, "%.2f MiB", (double)bytes / MiB);
   else
     snprintf(buf, len, "%.2f GiB", (double)bytes / GiB);
+}
+
+void ga_assert_fail(const char *file, int line, const char *rule) {
+  fprintf(stderr, "gardenalloc: %s:%d: broken rule: %s\n", file, line, rule);
+  abort();
 }

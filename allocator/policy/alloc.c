@@ -10,7 +10,7 @@
  */
 #include <stdio.h>
 
-#include "../internal.h"
+#include "policy.h"
 
 /* Free bytes that taking `size` from b would leave in partly used granules
  * (the better of front and back placement). */
@@ -23,14 +23,6 @@ static size_t stranded(const ga_allocator_t *a, const ga_block *b, size_t size) 
   uintptr_t lo = b->ptr, hi = b->ptr + b->size;
   size_t front = partial(lo + size, hi, a->space.gran), back = partial(lo, hi - size, a->space.gran);
   return front < back ? front : back;
-}
-
-/* The private pool serving `stream` now, or NULL. */
-static ga_private *routed(ga_allocator_t *a, ga_stream_t stream) {
-  for (ga_private *v = a->pol.capture.privates; v; v = v->next)
-    for (int i = 0; i < v->nstreams; i++)
-      if (v->streams[i] == stream) return v;
-  return NULL;
 }
 
 /* Best fit on (stream, size, address) with the oversize rules; the block
@@ -68,7 +60,7 @@ static int relax_capture(ga_allocator_t *a, int *prev) {
   return a->pol.capture.routing && ga_dev_capture_mode(a->dev, 1, prev) == 0;
 }
 
-/* A new segment, within the memory fraction. 0, a GA_DEV_* code, or -1. */
+/* A new native segment, within the memory fraction. */
 static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream_t stream, int retry,
                        int *fraction_refused, ga_block **out) {
   if (retry) a->stats.num_alloc_retries++;
@@ -78,11 +70,11 @@ static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream
     return GA_DEV_EOOM;
   }
   *fraction_refused = 0;
-  return ga_native_segment_new_locked(a, alloc_size, pool, stream, out);
+  return ga_native_new_locked(a, alloc_size, pool, stream, out);
 }
 
 static ga_status_t device_error(ga_allocator_t *a, const char *what, int rc) {
-  if (rc < 0) {
+  if (rc == GA_DEV_ENOMEM) {
     ga_error_set("ga_malloc: host out of memory while %s", what);
     return GA_ERR_HOST_MEMORY;
   }
@@ -91,16 +83,16 @@ static ga_status_t device_error(ga_allocator_t *a, const char *what, int rc) {
 }
 
 /* Native mode's ladder: GC, a new segment, free oversize blocks and retry,
- * flush everything and retry. 0, EOOM, another GA_DEV_* code or -1. */
+ * flush everything and retry. */
 static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t rounded, size_t alloc_size,
                        int *refused, ga_block **b) {
   int rc;
   if ((rc = ga_reclaim_gc_locked(a))) return rc;
   rc = alloc_block(a, alloc_size, pool, stream, 0, refused, b);
   if (rc == GA_DEV_EOOM) {
-    int r = ga_reclaim_oversize_locked(a, pool, stream, rounded);
-    if (r < 0) return -r;
-    if (r > 0) rc = alloc_block(a, alloc_size, pool, stream, 0, refused, b);
+    int enough, r = ga_reclaim_oversize_locked(a, pool, stream, rounded, &enough);
+    if (r) return r;
+    if (enough) rc = alloc_block(a, alloc_size, pool, stream, 0, refused, b);
   }
   if (rc == GA_DEV_EOOM && !a->pol.capture.routing) { /* flushing waits on streams: never during a capture */
     int r = ga_reclaim_all_locked(a);
@@ -115,12 +107,12 @@ static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t r
  * memory to move, and retry once. */
 static int grow_expandable(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t rounded,
                            int *refused, ga_block **b) {
-  int rc = ga_expandable_grow_locked(a, priv, pool, stream, rounded, refused, b);
+  int rc = ga_move_grow_locked(a, priv, pool, stream, rounded, refused, b);
   if (rc != GA_DEV_EOOM || a->pol.capture.routing) return rc;
   int r = ga_stream_sync_all_locked(a);
   if (r) return r;
   a->stats.num_alloc_retries++;
-  rc = ga_expandable_grow_locked(a, priv, pool, stream, rounded, refused, b);
+  rc = ga_move_grow_locked(a, priv, pool, stream, rounded, refused, b);
   /* Memory pressure: what this failed request gathered goes back. */
   if (rc == GA_DEV_EOOM) (void)ga_pages_trim_locked(a, 0);
   return rc;
@@ -137,7 +129,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   /* A page mapped earlier without its peers' access is fixed before anything
    * is handed out. */
   if (a->space.regrant) {
-    int prev = 0, relax = relax_capture(a, &prev), rc = ga_peers_regrant_locked(a);
+    int prev = 0, relax = relax_capture(a, &prev), rc = ga_expandable_regrant_locked(a);
     if (relax) (void)ga_dev_capture_mode(a->dev, prev, NULL);
     if (rc) {
       ga_error_set("ga_malloc: cannot give peer devices access to expandable memory: %s", a->dev->error);
@@ -147,7 +139,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   size_t rounded = ga_round_size(&a->cfg, size);
   int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
   int fresh = 0, refused = 0, rc, prev_mode = 0, in_tree = 1;
-  ga_private *priv = a->pol.capture.routing ? routed(a, stream) : NULL;
+  ga_private *priv = a->pol.capture.routing ? ga_private_routed_locked(a, stream) : NULL;
   ga_block *b = get_free_block(a, priv ? priv->trees : a->pol.trees, pool, stream, rounded);
   if (!b) {
     in_tree = 0;
@@ -159,7 +151,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
                     : grow_native(a, pool, stream, rounded, alloc_size, &refused, &b);
     if (!rc && priv && !expandable) { /* a new native segment joins the pool */
       b->seg->priv = priv;
-      priv->nsegs++;
+      ga_private_segment_new_locked(a, priv);
     }
     if (relax) (void)ga_dev_capture_mode(a->dev, prev_mode, NULL);
     if (rc == GA_DEV_EOOM) {
@@ -173,7 +165,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   if (!got) {
     /* Host OOM for bookkeeping: put the block back where it came from. */
     if (fresh)
-      (void)ga_native_segment_release_locked(a, b);
+      (void)ga_reclaim_native_locked(a, b);
     else if (!in_tree)
       ga_block_to_free_tree_locked(a, b);
     ga_error_set("ga_malloc: host out of memory for bookkeeping (%zu bytes asked)", size);
@@ -269,6 +261,6 @@ void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded,
   f.have_free = ga_dev_mem_info(a->dev, &f.free, &f.total) == 0;
   ga_history_add_locked(a, GA_H_OOM, f.free, rounded, NULL); /* PyTorch records the rounded request */
   for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], free_facts, &f);
-  if (f.expandable) f.stranded = ga_pages_partial_free_locked(a);
+  if (f.expandable) f.stranded = ga_move_stranded_locked(a);
   ga_report_oom(&f);
 }

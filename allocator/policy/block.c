@@ -9,7 +9,7 @@
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "policy.h"
 
 /* ---- Sizes ---- */
 
@@ -50,27 +50,6 @@ static int should_split(const ga_allocator_t *a, const ga_block *b, size_t size)
   return size < a->cfg.max_split_size && remaining > GA_SMALL_SIZE;
 }
 
-/* ---- Block structs ---- */
-
-ga_block *ga_block_new_locked(ga_allocator_t *a) {
-  ga_block *b = a->space.block_cache;
-  if (b)
-    a->space.block_cache = b->next;
-  else if (!(b = malloc(sizeof *b)))
-    return NULL;
-  *b = (ga_block){0};
-  return b;
-}
-
-void ga_block_delete_locked(ga_allocator_t *a, ga_block *b) {
-  if (b->uses) {
-    free(b->uses);
-    b->uses = NULL;
-  }
-  b->next = a->space.block_cache;
-  a->space.block_cache = b;
-}
-
 /* ---- Free trees with the inactive_split bookkeeping ---- */
 
 /* b (about to join tree p) becomes FREE; returns whether it counts in
@@ -78,7 +57,7 @@ void ga_block_delete_locked(ga_allocator_t *a, ga_block *b) {
 static int becomes_free(const ga_free_tree *p, ga_block *b) {
   b->state = GA_BLOCK_FREE;
   b->gc_base = p->gc_calls;
-  b->counted_split = (uint8_t)(ga_block_is_split(b) && !b->seg->expandable);
+  b->counted_split = (uint8_t)(ga_tiles_is_split(b) && !b->seg->expandable);
   return b->counted_split;
 }
 
@@ -145,7 +124,7 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   if (should_split(a, b, rounded)) {
     int back = take_back(a, b, rounded);
     size_t bsize = b->size;
-    ga_block *rest = ga_block_split_off_locked(a, b, back ? b->size - rounded : rounded);
+    ga_block *rest = ga_tiles_split_locked(a, b, back ? b->size - rounded : rounded);
     if (!rest) return NULL;
     if (back) {
       ga_block *front = b;
@@ -175,43 +154,8 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   return b;
 }
 
-ga_block *ga_block_split_off_locked(ga_allocator_t *a, ga_block *b, size_t at) {
-  ga_block *rest = ga_block_new_locked(a);
-  if (!rest) return NULL;
-  rest->ptr = b->ptr + at;
-  rest->size = b->size - at;
-  rest->stream = b->stream;
-  rest->seg = b->seg;
-  rest->pool = b->pool;
-  rest->free_seq = b->free_seq;
-  rest->state = b->state;
-  rest->prev = b;
-  rest->next = b->next;
-  if (b->next) b->next->prev = rest;
-  b->next = rest;
-  b->size = at;
-  return rest;
-}
-
-/* x takes over its next neighbour's place in the list (x has already
- * counted y's bytes); returns y, out of the list but not yet recycled. */
-static ga_block *unlink_next(ga_block *x) {
-  ga_block *y = x->next;
-  if (y->free_seq > x->free_seq) x->free_seq = y->free_seq; /* the latest free of the two */
-  x->next = y->next;
-  if (x->next) x->next->prev = x;
-  return y;
-}
-
-/* x absorbs its next neighbour (same state; a FREE one has left its tree).
- * The earlier struct always survives, so a pointer to the first block of a
- * run stays valid while later blocks merge into it. */
-static void absorb_next(ga_allocator_t *a, ga_block *x) {
-  x->size += x->next->size;
-  ga_block_delete_locked(a, unlink_next(x));
-}
-
-ga_block *ga_block_merge_insert_locked(ga_allocator_t *a, ga_block *b) {
+/* Merges a FREE-to-be block with its FREE neighbours and inserts it (no stats). */
+static ga_block *merge_insert(ga_allocator_t *a, ga_block *b) {
   b->requested = 0;
   ga_block *p = b->prev && b->prev->state == GA_BLOCK_FREE ? b->prev : NULL;
   ga_block *n = b->next && b->next->state == GA_BLOCK_FREE ? b->next : NULL;
@@ -226,31 +170,20 @@ ga_block *ga_block_merge_insert_locked(ga_allocator_t *a, ga_block *b) {
       gone_bytes = gone ? n->size : 0;
       n->counted_split = 0;
     }
-    absorb_next(a, p);
-    if (n) absorb_next(a, p);
+    ga_tiles_absorb_next_locked(a, p);
+    if (n) ga_tiles_absorb_next_locked(a, p);
     retree(a, p, psize, p->ptr, p, gone, gone_bytes);
     return p;
   }
   if (n) {
     /* b takes n's node; n's struct (and key) lives until the tree is updated. */
     b->size += n->size;
-    (void)unlink_next(b);
+    (void)ga_tiles_unlink_next(b);
     retree(a, n, n->size, n->ptr, b, 0, 0);
-    ga_block_delete_locked(a, n);
+    ga_tiles_delete_locked(a, n);
     return b;
   }
   ga_block_to_free_tree_locked(a, b);
-  return b;
-}
-
-/* Merges an UNMAPPED block with UNMAPPED neighbours. */
-ga_block *ga_block_merge_unmapped_locked(ga_allocator_t *a, ga_block *b) {
-  b->state = GA_BLOCK_UNMAPPED;
-  if (b->prev && b->prev->state == GA_BLOCK_UNMAPPED) {
-    b = b->prev;
-    absorb_next(a, b);
-  }
-  if (b->next && b->next->state == GA_BLOCK_UNMAPPED) absorb_next(a, b);
   return b;
 }
 
@@ -259,7 +192,7 @@ void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
   int pool = b->pool;
   b->free_seq = ++a->pol.streams.free_clock;
   ga_history_add_locked(a, GA_H_FREE_COMPLETED, b->ptr, requested, b->stream);
-  ga_block_merge_insert_locked(a, b); /* b may be merged into its predecessor */
+  merge_insert(a, b); /* b may be merged into its predecessor */
   ga_stats_t *s = &a->stats;
   ga_pstat_dec(s->active, pool, 1);
   ga_pstat_dec(s->active_bytes, pool, size);

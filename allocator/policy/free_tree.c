@@ -1,4 +1,4 @@
-/* pool.c — the free-block index of a pool: a treap ordered by
+/* free_tree.c — a free tree: the best-fit index of free blocks, a treap ordered by
  * (stream, size, address).
  *
  * lower_bound(stream, size) gives PyTorch's best fit: the smallest block of
@@ -8,7 +8,7 @@
  * given history and the expected depth is O(log n).
  * Owns nothing: blocks are the allocator's; this file only links them.
  */
-#include "../internal.h"
+#include "policy.h"
 
 static uint32_t prio_of(uintptr_t p) {
   uint64_t h = (uint64_t)p * 0x9e3779b97f4a7c15ULL;
@@ -72,6 +72,8 @@ static ga_block *remove_node(ga_block *t, ga_block *b) {
 }
 
 void ga_free_tree_insert(ga_free_tree *p, ga_block *b) {
+  GA_ASSERT(!b->in_tree && b->state == GA_BLOCK_FREE);
+  b->in_tree = 1;
   b->left = b->right = NULL;
   b->prio = prio_of(b->ptr);
   p->root = insert(p->root, b);
@@ -79,6 +81,8 @@ void ga_free_tree_insert(ga_free_tree *p, ga_block *b) {
 }
 
 void ga_free_tree_remove(ga_free_tree *p, ga_block *b) {
+  GA_ASSERT(b->in_tree);
+  b->in_tree = 0;
   p->root = remove_node(p->root, b);
   b->left = b->right = NULL;
   p->count--;
@@ -92,6 +96,9 @@ void ga_free_tree_remove(ga_free_tree *p, ga_block *b) {
  * from) and of a merge (the merged block replaces the neighbour it
  * absorbed). Otherwise x is removed and y inserted. */
 void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y) {
+  GA_ASSERT(x->in_tree && (y == x || !y->in_tree) && y->state == GA_BLOCK_FREE);
+  x->in_tree = 0;
+  y->in_tree = 1;
   ga_block **link = &p->root, *lo = NULL, *hi = NULL;
   while (*link && *link != x) {
     ga_block *t = *link;
@@ -169,6 +176,7 @@ static int valid(const ga_block *t, const ga_block **last, size_t *n) {
   if (!valid(t->left, last, n)) return 0;
   if (*last && cmp(*last, t->stream, t->size, t->ptr) >= 0) return 0;
   if ((t->left && t->left->prio > t->prio) || (t->right && t->right->prio > t->prio)) return 0;
+  if (!t->in_tree) return 0;
   *last = t;
   (*n)++;
   return valid(t->right, last, n);

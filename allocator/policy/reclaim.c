@@ -7,12 +7,19 @@
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "policy.h"
 
-/* Gives a whole-segment FREE block back. 0 or a GA_DEV_* code. */
+int ga_reclaim_native_locked(ga_allocator_t *a, ga_block *b) {
+  ga_private *owner = b->seg->priv;
+  int rc = ga_native_release_locked(a, b);
+  if (!rc && owner) ga_private_segment_gone_locked(a, owner); /* may free a released pool */
+  return rc;
+}
+
+/* Gives a whole-segment FREE block (in its tree) back. */
 static int release_free_block(ga_allocator_t *a, ga_block *b) {
   ga_block_from_free_tree_locked(a, b);
-  int rc = ga_native_segment_release_locked(a, b);
+  int rc = ga_reclaim_native_locked(a, b);
   if (rc) ga_block_to_free_tree_locked(a, b);
   return rc;
 }
@@ -27,7 +34,7 @@ typedef struct blist {
 
 static int collect_unsplit(ga_block *b, void *arg) {
   blist *l = arg;
-  if (ga_block_is_split(b) || b->seg->expandable) return 0;
+  if (ga_tiles_is_split(b) || b->seg->expandable) return 0;
   if (GA_VEC_ROOM(l->v, l->cap, l->n + 1)) return l->oom = 1;
   l->v[l->n++] = b;
   return 0;
@@ -76,32 +83,35 @@ int ga_reclaim_gc_locked(ga_allocator_t *a) {
 
 /* ---- Oversize blocks (step 4.4 of the ladder) ---- */
 
-int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size) {
+int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size, int *enough) {
   size_t max_split = a->cfg.max_split_size;
+  *enough = 0;
   if (max_split == SIZE_MAX) return 0;
-  ga_free_tree *p = &a->pol.trees[pool];
+  ga_free_tree *t = &a->pol.trees[pool];
   size_t key = size < max_split ? max_split : size;
-  ga_block *b = ga_free_tree_lower_bound(p, stream, key, 0);
-  if (b && b->stream == stream && !ga_block_is_split(b) && !b->seg->expandable) {
+  ga_block *b = ga_free_tree_lower_bound(t, stream, key, 0);
+  if (b && b->stream == stream && !ga_tiles_is_split(b) && !b->seg->expandable) {
     int rc = release_free_block(a, b);
-    return rc ? -rc : 1;
+    *enough = rc == 0;
+    return rc;
   }
   if (b && b->stream == stream) return 0; /* a split block cannot be given back */
   /* No single block is large enough: free oversize blocks of this stream,
    * largest first, until enough was freed. */
   size_t released = 0;
-  ga_block *it = ga_free_tree_before(p, stream, key, 0);
+  ga_block *it = ga_free_tree_before(t, stream, key, 0);
   while (it && released < key && it->size >= max_split && it->stream == stream) {
-    ga_block *prev = ga_free_tree_before(p, it->stream, it->size, it->ptr);
-    if (!ga_block_is_split(it) && !it->seg->expandable) {
+    ga_block *prev = ga_free_tree_before(t, it->stream, it->size, it->ptr);
+    if (!ga_tiles_is_split(it) && !it->seg->expandable) {
       size_t sz = it->size;
       int rc = release_free_block(a, it);
-      if (rc) return -rc;
+      if (rc) return rc;
       released += sz;
     }
     it = prev;
   }
-  return released >= key;
+  *enough = released >= key;
+  return 0;
 }
 
 /* ---- Everything (empty_cache, last step of the native ladder) ----
@@ -116,9 +126,93 @@ int ga_reclaim_all_locked(ga_allocator_t *a) {
     ga_free_tree_walk(&a->pol.trees[pool], collect_unsplit, &l);
     for (size_t i = 0; i < l.n && !rc; i++) rc = release_free_block(a, l.v[i]);
     free(l.v);
-    if (l.oom && !rc) rc = GA_DEV_EDRIVER;
+    if (l.oom && !rc) rc = GA_DEV_ENOMEM;
   }
-  if (!rc) rc = ga_expandable_release_all_locked(a);
-  if (!rc) rc = ga_private_release_all_locked(a);
+  if (!rc) rc = ga_reclaim_expandable_locked(a, NULL);
+  /* Released private pools: their free native segments. */
+  for (ga_private *v = a->pol.capture.privates, *next; v && !rc; v = next) {
+    next = v->next;
+    if (v->released && !v->nstreams && ga_private_native_segments_locked(a, v))
+      rc = ga_reclaim_private_locked(a, v);
+  }
   return rc ? rc : rc_sync;
+}
+
+/* ---- Expandable segments: whole free granules, empty reservations ---- */
+
+typedef struct frees {
+  ga_block **v;
+  size_t n, cap;
+} frees;
+
+/* May the free memory of s go back? General segments, and those of a
+ * released pool that no stream uses any more (`only`: that pool's alone). */
+static int releasable(const ga_segment *s, const ga_private *only) {
+  if (!s->expandable) return 0;
+  if (only) return s->priv == only;
+  return !s->priv || (s->priv->released && !s->priv->nstreams);
+}
+
+/* Unmaps the whole free granules of s; gives s back when nothing is mapped. */
+static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
+  size_t g = a->space.gran;
+  int rc = 0;
+  /* Collect first: unmapping a free block never touches another FREE one. */
+  f->n = 0;
+  for (ga_block *b = s->head; b; b = b->next) {
+    size_t g0 = (b->ptr + g - 1) / g, g1 = (b->ptr + b->size) / g;
+    if (b->state != GA_BLOCK_FREE || g1 <= g0) continue;
+    if ((rc = GA_VEC_ROOM(f->v, f->cap, f->n + 1))) return rc;
+    f->v[f->n++] = b;
+  }
+  if (f->n) {
+    /* Work queued before the frees may still touch this memory. */
+    if ((rc = ga_dev_stream_synchronize(a->dev, s->stream))) return rc;
+    a->stats.num_unmap_syncs++;
+  }
+  for (size_t i = 0; i < f->n && !rc; i++) {
+    ga_block *b = f->v[i];
+    rc = ga_move_unmap_free_locked(a, b, (b->ptr + g - 1) / g, (b->ptr + b->size) / g);
+  }
+  if (!rc && !s->head->next && s->head->state == GA_BLOCK_UNMAPPED) {
+    ga_private *owner = s->priv;
+    rc = ga_expandable_delete_locked(a, s);
+    if (!rc && owner) ga_private_segment_gone_locked(a, owner); /* may free a released pool */
+  }
+  return rc;
+}
+
+int ga_reclaim_expandable_locked(ga_allocator_t *a, ga_private *only) {
+  int rc = 0;
+  frees f = {0};
+  for (ga_segment *s = a->space.segs, *next; s && !rc; s = next) {
+    next = s->next;
+    if (releasable(s, only)) rc = release_segment(a, s, &f);
+  }
+  free(f.v);
+  int rc2 = ga_pages_trim_locked(a, 0);
+  return rc ? rc : rc2;
+}
+
+/* ---- Private pools: their free native segments ---- */
+
+int ga_reclaim_private_locked(ga_allocator_t *a, ga_private *v) {
+  for (int p = 0; p < 2; p++) {
+    for (;;) {
+      ga_block *b = NULL;
+      /* Take any unsplit free block (the tree changes after each release). */
+      for (ga_block *x = ga_free_tree_lower_bound(&v->trees[p], NULL, 0, 0); x;
+           x = ga_free_tree_lower_bound(&v->trees[p], x->stream, x->size, x->ptr + 1))
+        if (!ga_tiles_is_split(x) && !x->seg->expandable) {
+          b = x;
+          break;
+        }
+      if (!b) break;
+      int last = v->nsegs == 1 && v->released && v->nstreams == 0;
+      int rc = release_free_block(a, b);
+      if (rc) return rc;
+      if (last) return 0; /* v is gone */
+    }
+  }
+  return 0;
 }

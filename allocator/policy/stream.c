@@ -9,7 +9,7 @@
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "policy.h"
 
 int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
   (void)a;

@@ -1,13 +1,13 @@
 /* native.c — native segments: one device malloc each.
  *
  * A segment is what one device malloc returned. Its blocks tile it; blocks of
- * different segments never merge. This file owns the segment list, the
- * reserved-bytes total and the segment/reserved statistics; it must not look
- * at free trees (the policy decides what to give back).
+ * different segments never merge. Records the segment and reserved-bytes
+ * statistics and the segment history entries. Which segment goes back, and
+ * when, is the policy's choice.
  */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "segment.h"
 
 static void account(ga_allocator_t *a, const ga_segment *seg, int sign) {
   ga_stats_t *s = &a->stats;
@@ -23,12 +23,11 @@ static void account(ga_allocator_t *a, const ga_segment *seg, int sign) {
   }
 }
 
-int ga_native_segment_new_locked(ga_allocator_t *a, size_t size, int pool, ga_stream_t stream,
-                                 ga_block **out) {
+int ga_native_new_locked(ga_allocator_t *a, size_t size, int pool, ga_stream_t stream, ga_block **out) {
   ga_segment *seg = malloc(sizeof *seg);
-  ga_block *b = ga_block_new_locked(a);
+  ga_block *b = ga_tiles_new_locked(a);
   void *ptr = NULL;
-  int rc = -1;
+  int rc = GA_DEV_ENOMEM;
   if (!seg || !b) goto fail;
   if ((rc = ga_dev_malloc(a->dev, size, &ptr))) goto fail;
   *seg =
@@ -38,34 +37,27 @@ int ga_native_segment_new_locked(ga_allocator_t *a, size_t size, int pool, ga_st
   b->stream = stream;
   b->pool = (uint8_t)pool;
   b->seg = seg;
-  seg->next = a->space.segs;
-  if (a->space.segs) a->space.segs->prev = seg;
-  a->space.segs = seg;
-  a->space.nsegs++;
+  b->state = GA_BLOCK_FREE;
+  ga_tiles_link_locked(a, seg);
   account(a, seg, +1);
   ga_history_add_locked(a, GA_H_SEGMENT_ALLOC, seg->base, size, stream);
   *out = b;
   return 0;
 fail:
   free(seg);
-  if (b) ga_block_delete_locked(a, b);
+  if (b) ga_tiles_delete_locked(a, b);
   return rc;
 }
 
-int ga_native_segment_release_locked(ga_allocator_t *a, ga_block *b) {
+int ga_native_release_locked(ga_allocator_t *a, ga_block *b) {
   ga_segment *seg = b->seg;
+  GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree && !ga_tiles_is_split(b) && !seg->expandable);
   int rc = ga_dev_free(a->dev, (void *)seg->base);
   if (rc) return rc;
   account(a, seg, -1);
-  if (seg->priv) ga_private_segment_gone_locked(a, seg->priv);
   ga_history_add_locked(a, GA_H_SEGMENT_FREE, seg->base, seg->size, seg->stream);
-  if (seg->prev)
-    seg->prev->next = seg->next;
-  else
-    a->space.segs = seg->next;
-  if (seg->next) seg->next->prev = seg->prev;
-  a->space.nsegs--;
+  ga_tiles_unlink_locked(a, seg);
   free(seg);
-  ga_block_delete_locked(a, b);
+  ga_tiles_delete_locked(a, b);
   return 0;
 }

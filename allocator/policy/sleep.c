@@ -8,11 +8,13 @@
  * marked asleep, and its memory goes to the page cache, from which whole
  * pages go back to the device. Wake maps memory again at the same addresses.
  * Sleeping allocations cannot be freed until then (ga_free refuses them).
+ * This file decides (tags, which granules sleep, the wake ladder); the
+ * granule mechanics are segment/expandable.c's.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "policy.h"
 
 /* ---- Tags ---- */
 
@@ -60,57 +62,44 @@ static int sleeps(uint32_t mask, const ga_block *b) {
   return b->state == GA_BLOCK_ALLOCATED && b->tag && (mask >> (b->tag - 1)) & 1;
 }
 
-/* Does only sleeping memory occupy granule g (absolute index) of s? b is the
- * block holding its first byte. */
-static int granule_sleeps(ga_allocator_t *a, uint32_t mask, const ga_block *b, size_t g) {
-  uintptr_t end = (g + 1) * a->space.gran;
+/* Does only sleeping memory occupy granule i of b's segment? b is the block
+ * holding its first byte. */
+static int granule_sleeps(ga_allocator_t *a, uint32_t mask, const ga_block *b, size_t i) {
+  uintptr_t end = b->seg->base + (i + 1) * a->space.gran;
   for (; b && b->ptr < end; b = b->next)
     if (!sleeps(mask, b)) return 0;
   return 1;
 }
 
-static int sleep_granule(ga_allocator_t *a, ga_segment *s, size_t g, int offload) {
-  size_t i = g - s->base / a->space.gran;
-  void *va = (void *)(g * a->space.gran), *host = NULL;
-  if (GA_VEC_ROOM(a->pol.sleep.sleepers, a->pol.sleep.cap_sleepers, a->pol.sleep.nsleepers + 1) ||
-      ga_pages_room_locked(a, 1))
-    return -1;
-  if (offload) {
-    if (!(host = malloc(a->space.gran))) return -1;
-    int rc = ga_dev_copy(a->dev, host, va, a->space.gran, 1);
-    if (rc) {
-      free(host);
-      return rc;
-    }
-  }
-  int rc = ga_dev_unmap(a->dev, va, a->space.gran);
+/* Granule i of s goes to sleep: its bytes to the host when offloading, its
+ * memory to the page cache, its place recorded for the wake. */
+static int sleep_granule(ga_allocator_t *a, ga_segment *s, size_t i, int offload) {
+  void *host = NULL;
+  int rc = GA_VEC_ROOM(a->pol.sleep.sleepers, a->pol.sleep.cap_sleepers, a->pol.sleep.nsleepers + 1);
+  if (!rc && offload && !(host = malloc(a->space.gran))) rc = GA_DEV_ENOMEM;
+  if (!rc) rc = ga_expandable_sleep_granule_locked(a, s, i, host);
   if (rc) {
     free(host);
     return rc;
   }
-  ga_granule p = s->granules[i];
-  p.handle->nmapped--;
-  (void)ga_pages_put_locked(a, p);
-  s->granules[i] = (ga_granule){.handle = NULL, .idx = GA_GRANULE_ASLEEP};
   a->pol.sleep.sleepers[a->pol.sleep.nsleepers++] = (ga_sleeper){s, i, host, 0};
-  ga_stat_dec(&a->stats.mapped_bytes, a->space.gran);
-  ga_history_add_locked(a, GA_H_SEGMENT_UNMAP, (uintptr_t)va, a->space.gran, s->stream);
   return 0;
 }
 
 static int sleep_segment(ga_allocator_t *a, ga_segment *s, uint32_t mask, int offload) {
+  size_t g = a->space.gran;
   for (ga_block *b = s->head; b; b = b->next) {
     if (!sleeps(mask, b)) continue;
-    size_t g0 = b->ptr / a->space.gran, g1 = (b->ptr + b->size + a->space.gran - 1) / a->space.gran;
-    for (size_t g = g0; g < g1; g++) {
-      ga_granule *p = &s->granules[g - s->base / a->space.gran];
-      if (!p->handle) continue; /* already asleep (shared with the previous block) */
+    size_t i0 = (b->ptr - s->base) / g, i1 = (b->ptr - s->base + b->size + g - 1) / g;
+    for (size_t i = i0; i < i1; i++) {
+      if (!s->granules[i].handle) continue; /* already asleep (shared with the previous block) */
+      uintptr_t start = s->base + i * g;
       const ga_block *first = b;
-      while (first->prev && first->ptr > g * a->space.gran) first = first->prev;
-      if (!granule_sleeps(a, mask, first, g)) continue;
-      int rc = sleep_granule(a, s, g, offload);
+      while (first->prev && first->ptr > start) first = first->prev;
+      if (!granule_sleeps(a, mask, first, i)) continue;
+      int rc = sleep_granule(a, s, i, offload);
       if (rc) return rc;
-      for (ga_block *x = (ga_block *)first; x && x->ptr < (g + 1) * a->space.gran; x = x->next) x->asleep = 1;
+      for (ga_block *x = (ga_block *)first; x && x->ptr < start + g; x = x->next) x->asleep = 1;
     }
   }
   return 0;
@@ -123,7 +112,7 @@ static void all_awake(ga_allocator_t *a) {
 }
 
 /* Granules a failed wake mapped again but could neither fill nor unmap:
- * copy their contents back now. 0 or the failing call's code. */
+ * finish them now (access, contents). */
 static int restore_pending(ga_allocator_t *a) {
   for (size_t i = 0; i < a->pol.sleep.nsleepers;) {
     ga_sleeper *z = &a->pol.sleep.sleepers[i];
@@ -131,9 +120,7 @@ static int restore_pending(ga_allocator_t *a) {
       i++;
       continue;
     }
-    void *va = (void *)(z->seg->base + z->granule * a->space.gran);
-    int rc = ga_dev_set_access(a->dev, va, a->space.gran, a->space.access, a->space.naccess);
-    if (!rc && z->host) rc = ga_dev_copy(a->dev, z->host, va, a->space.gran, 0);
+    int rc = ga_expandable_fill_locked(a, z->seg, z->granule, z->host);
     if (rc) return rc;
     free(z->host);
     *z = a->pol.sleep.sleepers[--a->pol.sleep.nsleepers];
@@ -155,15 +142,15 @@ ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags)
     ga_error_set("ga_sleep: a previous ga_wake left contents to restore, and that failed: %s", a->dev->error);
     st = GA_ERR_DEVICE;
   } else if ((rc = ga_dev_synchronize(a->dev)) || (rc = ga_reclaim_all_locked(a))) {
-    ga_error_set("ga_sleep: %s", a->dev->error);
-    st = GA_ERR_DEVICE;
+    ga_error_set("ga_sleep: %s", rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
+    st = rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
   } else if (mask) {
     for (ga_segment *s = a->space.segs; s && !rc; s = s->next)
       if (s->expandable) rc = sleep_segment(a, s, mask, flags & GA_SLEEP_OFFLOAD);
     if (rc) {
       ga_error_set("ga_sleep: %s; %zu pages sleep, the rest stays mapped",
-                   rc < 0 ? "host out of memory" : a->dev->error, a->pol.sleep.nsleepers);
-      st = rc < 0 ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
+                   rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error, a->pol.sleep.nsleepers);
+      st = rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
     }
     (void)ga_pages_trim_locked(a, 0); /* pages with nothing mapped go back */
   }
@@ -172,55 +159,51 @@ ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags)
 
 /* ---- Wake ---- */
 
+/* Maps the last sleeper's granule again with its contents. */
+static int wake_one(ga_allocator_t *a) {
+  ga_sleeper *z = &a->pol.sleep.sleepers[a->pol.sleep.nsleepers - 1];
+  int stuck;
+  int rc = ga_expandable_map_granule_locked(a, z->seg, z->granule, z->host, &stuck);
+  if (rc) {
+    /* It stays asleep; a mapping that could not be taken back is its memory
+     * now, and the contents (kept) are copied in by the next wake. */
+    z->restore = stuck;
+    return rc;
+  }
+  ga_history_add_locked(a, GA_H_SEGMENT_MAP, z->seg->base + z->granule * a->space.gran, a->space.gran,
+                        z->seg->stream);
+  free(z->host);
+  a->pol.sleep.nsleepers--;
+  return 0;
+}
+
 ga_status_t ga_wake_locked(ga_allocator_t *a) {
   int refused = 0, rc = restore_pending(a), restore_failed = rc != 0;
+  size_t g = a->space.gran;
   if (a->pol.sleep.nsleepers && !rc)
-    rc = ga_pages_obtain_locked(a, a->pol.sleep.nsleepers, GA_P_LARGE, a->pol.large_page, 0, 0, &refused);
+    rc = ga_move_obtain_locked(a, a->pol.sleep.nsleepers, GA_P_LARGE, a->pol.large_page, 0, 0, &refused);
   /* Map what the cache holds now, even if not everything could be had. */
   while (!restore_failed && a->pol.sleep.nsleepers && a->space.ncache && (rc == 0 || rc == GA_DEV_EOOM)) {
-    ga_sleeper *z = &a->pol.sleep.sleepers[a->pol.sleep.nsleepers - 1];
-    void *va = (void *)(z->seg->base + z->granule * a->space.gran);
-    ga_granule p = ga_pages_take_locked(a);
-    int r = ga_dev_map(a->dev, va, a->space.gran, p.handle->h, p.idx * a->space.gran), mapped = r == 0;
-    if (!r)
-      r = ga_dev_set_access(a->dev, va, a->space.gran, a->space.access,
-                            a->space.naccess); /* mapped without access */
-    if (!r && z->host) r = ga_dev_copy(a->dev, z->host, va, a->space.gran, 0);
-    if (r) { /* undo this granule; it stays asleep */
-      if (mapped && ga_dev_unmap(a->dev, va, a->space.gran) != 0) {
-        /* Cannot take the mapping back: it is the granule's memory now, and
-         * the contents (kept) are copied in by the next ga_wake. */
-        z->seg->granules[z->granule] = p;
-        p.handle->nmapped++;
-        ga_stat_inc(&a->stats.mapped_bytes, a->space.gran);
-        z->restore = 1;
-      } else {
-        (void)ga_pages_put_locked(a, p); /* room: it was just taken */
-      }
+    int r = wake_one(a);
+    if (r) {
       rc = r;
       break;
     }
-    z->seg->granules[z->granule] = p;
-    p.handle->nmapped++;
-    ga_stat_inc(&a->stats.mapped_bytes, a->space.gran);
-    ga_history_add_locked(a, GA_H_SEGMENT_MAP, (uintptr_t)va, a->space.gran, z->seg->stream);
-    free(z->host);
-    a->pol.sleep.nsleepers--;
   }
   ga_status_t st = GA_OK;
   if (a->pol.sleep.nsleepers) {
     char left[32];
-    ga_format_size(a->pol.sleep.nsleepers * a->space.gran, left, sizeof left);
+    ga_format_size(a->pol.sleep.nsleepers * g, left, sizeof left);
     if (rc == GA_DEV_EOOM && !restore_failed) {
-      ga_alloc_report_oom_locked(a, a->pol.sleep.nsleepers * a->space.gran,
-                                 a->pol.sleep.nsleepers * a->space.gran, refused);
+      ga_alloc_report_oom_locked(a, a->pol.sleep.nsleepers * g, a->pol.sleep.nsleepers * g, refused);
       char report[1800];
-      snprintf(report, sizeof report, "%s", ga_last_error());
+      snprintf(report, sizeof report, "%s", ga_error_text());
       ga_error_set("ga_wake: %s still asleep. %s", left, report);
       st = GA_ERR_OOM;
     } else {
-      ga_error_set("ga_wake: %s still asleep: %s", left, rc < 0 ? "host out of memory" : a->dev->error);
-      st = rc < 0 ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
+      ga_error_set("ga_wake: %s still asleep: %s", left,
+                   rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
+      st = rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
     }
   } else {
     all_awake(a);

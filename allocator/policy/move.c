@@ -1,0 +1,231 @@
+/* move.c — expandable segments: which memory moves where, and when that is
+ * safe.
+ *
+ * Physical memory is a device-wide resource. When a range needs memory, it
+ * comes from the page cache, then from whole free granules anywhere (any
+ * segment, any stream, smallest free blocks first, so large ones stay able to
+ * serve large requests), and only then from new handles
+ * (expandable_move_pages:when_full tries new handles before moving). A
+ * granule is unmapped only once its stream is known to be past the free
+ * (a fence that has passed, else a stream synchronisation), and nothing moves
+ * while a capture is underway (that would synchronise a stream).
+ * segment/expandable.c does the mapping; this file decides.
+ */
+#include <stdlib.h>
+
+#include "policy.h"
+
+static size_t round_up(size_t v, size_t g) { return (v + g - 1) / g * g; }
+
+/* The whole granules [*g0, *g1) of b (absolute numbers); 0 when none. */
+static int whole_granules(const ga_block *b, size_t gran, size_t *g0, size_t *g1) {
+  *g0 = (b->ptr + gran - 1) / gran;
+  *g1 = (b->ptr + b->size) / gran;
+  return *g1 > *g0;
+}
+
+/* ---- Moving whole free granules into the page cache ---- */
+
+int ga_move_unmap_free_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1) {
+  ga_block *front, *back;
+  ga_block_from_free_tree_locked(a, b);
+  int rc = ga_expandable_unmap_locked(a, b, g0, g1, &front, &back);
+  if (rc) {
+    ga_block_to_free_tree_locked(a, b);
+    return rc;
+  }
+  if (front) ga_block_to_free_tree_locked(a, front);
+  if (back) ga_block_to_free_tree_locked(a, back);
+  return 0;
+}
+
+typedef struct cand {
+  struct one {
+    ga_block *b;
+    size_t g0, g1; /* whole free granules of b that may move */
+  } * v;
+  size_t n, cap;
+  size_t klo, khi; /* granules that must stay: the range being mapped */
+  size_t gran;
+  int oom;
+} cand;
+
+static int collect(ga_block *b, void *arg) {
+  cand *c = arg;
+  size_t g0, g1;
+  if (!b->seg->expandable || !whole_granules(b, c->gran, &g0, &g1)) return 0;
+  if (g0 < c->khi && g1 > c->klo) { /* overlaps the range: only the part outside may move */
+    if (g1 > c->khi)
+      g0 = c->khi;
+    else if (g0 < c->klo)
+      g1 = c->klo;
+    else
+      return 0;
+  }
+  if (GA_VEC_ROOM(c->v, c->cap, c->n + 1)) return c->oom = 1;
+  c->v[c->n++] = (struct one){b, g0, g1};
+  return 0;
+}
+
+static int by_size(const void *x, const void *y) {
+  const struct one *a = x, *b = y;
+  if (a->b->size != b->b->size) return a->b->size < b->b->size ? -1 : 1;
+  return a->b->ptr < b->b->ptr ? -1 : a->b->ptr > b->b->ptr;
+}
+
+/* Moves up to `want` whole free granules of the general pools into the page
+ * cache, smallest free blocks first. */
+static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t keep_hi) {
+  size_t g = a->space.gran;
+  cand c = {.klo = keep_lo / g, .khi = round_up(keep_hi, g) / g, .gran = g};
+  for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], collect, &c);
+  if (c.oom) {
+    free(c.v);
+    return GA_DEV_ENOMEM;
+  }
+  if (c.n) qsort(c.v, c.n, sizeof *c.v, by_size);
+  int rc = 0;
+  for (size_t i = 0; i < c.n && want > 0 && !rc; i++) {
+    ga_block *b = c.v[i].b;
+    size_t g0 = c.v[i].g0, g1 = c.v[i].g1;
+    size_t k = g1 - g0 < want ? g1 - g0 : want;
+    /* Work queued on the block's stream before its free may still touch it:
+     * unmap only once the stream is known to be past that free. */
+    int waited;
+    if ((rc = ga_stream_fence_locked(a, b->stream, b->free_seq, &waited))) break;
+    a->stats.num_unmap_syncs += waited;
+    if ((rc = ga_move_unmap_free_locked(a, b, g1 - k, g1))) break;
+    a->stats.num_granules_moved += (int64_t)k;
+    want -= k;
+  }
+  /* Fence every stream with free memory that may move: a later move of
+   * memory freed before this point then needs no wait once it has passed. */
+  for (size_t i = 0; i < c.n; i++) ga_stream_fence_watch_locked(a, c.v[i].b->stream);
+  free(c.v);
+  ga_stream_fences_refresh_locked(a);
+  return rc;
+}
+
+/* ---- Creating memory ---- */
+
+/* New handles until the cache holds n granules: at most one page each and
+ * never more than needed, so nothing is created that no range asked for;
+ * within the memory fraction. */
+static int create_until(ga_allocator_t *a, size_t n, int pool, size_t page, int *fraction_refused) {
+  ga_space *sp = &a->space;
+  while (sp->ncache < n) {
+    size_t need = (n - sp->ncache) * sp->gran, size = need < page ? need : page;
+    size_t limit = a->pol.allowed_max;
+    if (limit != SIZE_MAX && (sp->reserved > limit || size > limit - sp->reserved)) {
+      *fraction_refused = 1;
+      return GA_DEV_EOOM;
+    }
+    int rc = ga_pages_create_locked(a, size, pool);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int ga_move_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
+                          uintptr_t keep_hi, int *fraction_refused) {
+  *fraction_refused = 0;
+  /* expandable_move_pages:when_full: new memory first, moves only when the
+   * device (or the fraction) has no room left. */
+  if (a->cfg.expandable_move_when_full) {
+    int rc = create_until(a, n, pool, page, fraction_refused);
+    if (rc != GA_DEV_EOOM) return rc;
+    *fraction_refused = 0;
+  }
+  /* Moving pages may synchronise their streams: never during a capture. */
+  int rc = 0;
+  size_t have = a->space.ncache;
+  if (have < n && !a->pol.capture.routing && (rc = steal(a, n - have, keep_lo, keep_hi))) return rc;
+  return create_until(a, n, pool, page, fraction_refused);
+}
+
+/* ---- Growing a range ---- */
+
+/* The lowest-address run of FREE/UNMAPPED blocks on (pool, stream) of the
+ * private pool `priv` (NULL: the general pools) that holds `size` bytes and
+ * reaches unmapped space. */
+static ga_block *find_run(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size) {
+  for (ga_segment *s = a->space.segs; s; s = s->next) {
+    if (!s->expandable || s->pool != pool || s->stream != stream || s->priv != priv) continue;
+    ga_block *start = NULL;
+    size_t total = 0;
+    int unmapped = 0;
+    for (ga_block *b = s->head; b; b = b->next) {
+      if (b->state != GA_BLOCK_FREE && b->state != GA_BLOCK_UNMAPPED) {
+        start = NULL;
+        continue;
+      }
+      if (!start) start = b, total = 0, unmapped = 0;
+      total += b->size;
+      unmapped |= b->state == GA_BLOCK_UNMAPPED;
+      if (total >= size && unmapped) return start;
+    }
+  }
+  return NULL;
+}
+
+/* The FREE blocks that mapping [run, hi_g) may merge: from run on, up to one
+ * starting at hi_g. Out of their trees for the map (into: 0), back after. */
+static void run_trees(ga_allocator_t *a, ga_block *run, uintptr_t hi_g, int into) {
+  for (ga_block *b = run; b && b->ptr <= hi_g && (b->state == GA_BLOCK_FREE || b->state == GA_BLOCK_UNMAPPED);
+       b = b->next) {
+    if (b->state != GA_BLOCK_FREE) continue;
+    if (into)
+      ga_block_to_free_tree_locked(a, b);
+    else
+      ga_block_from_free_tree_locked(a, b);
+  }
+}
+
+int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
+                        int *fraction_refused, ga_block **out) {
+  size_t g = a->space.gran;
+  *fraction_refused = 0;
+  ga_block *run = find_run(a, priv, pool, stream, size);
+  if (!run) {
+    ga_segment *s;
+    int rc = ga_expandable_new_locked(a, priv, pool, stream, size, &s);
+    if (rc) return rc;
+    if (priv) ga_private_segment_new_locked(a, priv);
+    run = s->head;
+  }
+  uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, g);
+  size_t n = 0;
+  for (ga_block *b = run; b && b->ptr < hi; b = b->next)
+    if (b->state == GA_BLOCK_UNMAPPED)
+      n += ((b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g) - b->ptr) / g;
+  size_t page = pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
+  /* Free memory outside the range may move here; `run` survives any merge
+   * (the earlier block of a merge is the one kept). */
+  int rc = ga_move_obtain_locked(a, n, pool, page, lo, hi_g, fraction_refused);
+  if (rc) return rc;
+  run_trees(a, run, hi_g, 0);
+  rc = ga_expandable_map_locked(a, run, hi);
+  if (rc) {
+    run_trees(a, run, hi_g, 1); /* what was mapped stays, free */
+    return rc;
+  }
+  /* run is one FREE block of at least size bytes now, in no tree. */
+  *out = run;
+  (void)ga_pages_trim_locked(a, a->cfg.expandable_cache_max); /* a failed release keeps the page cached */
+  return 0;
+}
+
+/* ---- For the OOM report ---- */
+
+static int add_stranded(ga_block *b, void *arg) {
+  size_t *sum = arg, gran = sum[1], g0, g1;
+  if (!b->seg->expandable) return 0;
+  sum[0] += whole_granules(b, gran, &g0, &g1) ? b->size - (g1 - g0) * gran : b->size;
+  return 0;
+}
+
+size_t ga_move_stranded_locked(ga_allocator_t *a) {
+  size_t sum[2] = {0, a->space.gran};
+  for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], add_stranded, sum);
+  return sum[0];
+}

@@ -1,0 +1,174 @@
+/* policy.h — the policy layer: WHAT to hand out, to whom and when.
+ *
+ * Owns the free trees (best fit), splitting and merging with PyTorch's rules,
+ * the block map, stream-ordered reuse (events, fences), the retry ladder and
+ * every choice of what goes back to the device or moves (policy/move.c), the
+ * private pools of CUDA-graph capture, tags and sleep/wake. It calls down
+ * into segment/ for the mechanics and into device/ for streams and events.
+ *
+ * Internal functions return 0 or a GA_DEV_* code (errors.h). The entry
+ * points api.c dispatches to are named after the public call (*_locked) and
+ * return its ga_status_t with the error text set, since only they know what
+ * to say. Every *_locked function needs the allocator's lock.
+ */
+#ifndef GA_POLICY_H
+#define GA_POLICY_H
+
+#include "../internal.h"
+#include "../segment/segment.h"
+
+/* ---- Free trees (free_tree.c) ---- */
+/* pre: b in no tree. */
+void ga_free_tree_insert(ga_free_tree *t, ga_block *b);
+/* pre: b in t. */
+void ga_free_tree_remove(ga_free_tree *t, ga_block *b);
+/* x is in t under the key (x->stream, xsize, xptr); y (x itself, changed, or
+ * a block that took its memory) goes there instead, in one descent when it
+ * fits x's place. */
+void ga_free_tree_rekey(ga_free_tree *t, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y);
+/* Smallest block >= (stream, size, ptr) in tree order, or NULL. */
+ga_block *ga_free_tree_lower_bound(const ga_free_tree *t, ga_stream_t stream, size_t size, uintptr_t ptr);
+/* Largest block < (stream, size, ptr), or NULL. */
+ga_block *ga_free_tree_before(const ga_free_tree *t, ga_stream_t stream, size_t size, uintptr_t ptr);
+/* Calls fn on every block in order; stops early when fn returns non-zero.
+ * fn must not change the tree. */
+int ga_free_tree_walk(const ga_free_tree *t, int (*fn)(ga_block *, void *), void *arg);
+/* Is the tree ordered, a heap, with every node marked in_tree? Counts nodes into *n. */
+int ga_free_tree_valid(const ga_free_tree *t, size_t *n);
+
+/* The free trees a block belongs to: its private pool's or the general ones. */
+static inline ga_free_tree *ga_trees_of(ga_allocator_t *a, const ga_block *b) {
+  return b->seg->priv ? b->seg->priv->trees : a->pol.trees;
+}
+
+/* ---- Blocks (block.c) ---- */
+size_t ga_round_size(const ga_config *c, size_t size);
+size_t ga_allocation_size_for(const ga_config *c, size_t rounded);
+/* Puts a FREE-to-be block into its pool's free tree, counting inactive_split. */
+void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b);
+/* Takes a block out of its free tree, undoing the inactive_split count. */
+void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b);
+/* Hands out `b` (in its free tree when in_tree, else in none) for `size`
+ * bytes asked, rounded to `rounded`; returns the allocated block (the front
+ * of b, or in expandable segments possibly its back), NULL on host OOM (b
+ * unchanged, still where it was). */
+ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded, int in_tree);
+/* Makes an ALLOCATED/PENDING block FREE: merge with free neighbours, insert. */
+void ga_block_free_locked(ga_allocator_t *a, ga_block *b);
+
+/* ---- Streams (stream.c) ---- */
+int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s);
+/* Client free of an allocated block: events for other streams, else free. */
+void ga_stream_free_locked(ga_allocator_t *a, ga_block *b);
+/* Frees the blocks whose events have completed. */
+void ga_stream_process_events_locked(ga_allocator_t *a);
+/* Waits for every pending event and frees the blocks. */
+int ga_stream_sync_all_locked(ga_allocator_t *a);
+/* A capture ended: the frees it deferred record their events now. */
+void ga_stream_capture_ended_locked(ga_allocator_t *a);
+/* Is memory freed on `stream` at free_seq surely no longer used by it? Waits
+ * (stream synchronize) only when an earlier fence has not passed that point;
+ * *waited tells whether it synchronised. */
+int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int *waited);
+/* Keeps a fence for `stream` from now on (it has free memory that may move). */
+void ga_stream_fence_watch_locked(ga_allocator_t *a, ga_stream_t stream);
+/* Records fences on the streams watched, for the next time. */
+void ga_stream_fences_refresh_locked(ga_allocator_t *a);
+/* Destroys the cached events (at teardown). */
+void ga_stream_teardown_locked(ga_allocator_t *a);
+
+/* ---- CUDA-graph capture (capture.c) ---- */
+/* ga_begin_allocate_to_pool, ga_end_allocate_to_pool, ga_release_pool. */
+ga_status_t ga_capture_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t stream);
+ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id);
+ga_status_t ga_capture_release_locked(ga_allocator_t *a, uint64_t id);
+
+/* ---- Private pools' records (private.c) ---- */
+ga_private *ga_private_find_locked(ga_allocator_t *a, uint64_t id);
+/* A new private pool `id` (serving no stream yet). */
+int ga_private_new_locked(ga_allocator_t *a, uint64_t id, ga_private **out);
+/* Frees the record (it holds no segment). */
+void ga_private_drop_locked(ga_allocator_t *a, ga_private *v);
+/* The private pool serving `stream` now, or NULL. */
+ga_private *ga_private_routed_locked(ga_allocator_t *a, ga_stream_t stream);
+/* A segment joined / left private pool v; v is freed when the last segment
+ * of a released pool that serves no stream is gone. */
+void ga_private_segment_new_locked(ga_allocator_t *a, ga_private *v);
+void ga_private_segment_gone_locked(ga_allocator_t *a, ga_private *v);
+/* Native segments of v (the rest are expandable). */
+size_t ga_private_native_segments_locked(ga_allocator_t *a, ga_private *v);
+void ga_private_teardown_locked(ga_allocator_t *a);
+
+/* ---- What moves, and when that is safe (move.c) ---- */
+/* Finds or makes room for `size` contiguous bytes on (priv, pool, stream) in
+ * expandable segments, moving or creating memory; *out is a FREE block of at
+ * least `size` bytes in no tree. EOOM when even moving every free granule
+ * cannot hold it (*fraction_refused: the memory fraction refused it). */
+int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
+                        int *fraction_refused, ga_block **out);
+/* At least n granules in the page cache: cached ones, then whole free
+ * granules anywhere but [keep_lo, keep_hi) (never during a capture), then new
+ * handles of at most `page` bytes; `when_full` order with
+ * expandable_move_pages:when_full. */
+int ga_move_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
+                          uintptr_t keep_hi, int *fraction_refused);
+/* Unmaps granules [g0, g1) of FREE block b (in its tree; its stream known to
+ * be past its free) into the page cache; the free remainders go back to the
+ * tree. On failure b is back in its tree. */
+int ga_move_unmap_free_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1);
+/* Bytes of free cached memory in partly used granules (the OOM report). */
+size_t ga_move_stranded_locked(ga_allocator_t *a);
+
+/* ---- Reclaim (reclaim.c) ---- */
+int ga_reclaim_gc_locked(ga_allocator_t *a);
+/* Frees oversize cached blocks of (pool, stream) to make room for `size`
+ * bytes; *enough says whether it freed enough. */
+int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size, int *enough);
+/* empty_cache: wait for events, give back every unsplit cached native block,
+ * every whole free granule of expandable segments, released private pools. */
+int ga_reclaim_all_locked(ga_allocator_t *a);
+/* Gives a whole-segment FREE block (in no tree) back with its segment, and
+ * keeps its private pool's count. */
+int ga_reclaim_native_locked(ga_allocator_t *a, ga_block *b);
+/* Unmaps every whole free granule of the general expandable segments and of
+ * released private pools no stream uses (`only`: that private pool's), and
+ * gives back empty reservations and unused handles. */
+int ga_reclaim_expandable_locked(ga_allocator_t *a, ga_private *only);
+/* Gives the whole free native segments of private pool v back (v may be
+ * freed with its last one). */
+int ga_reclaim_private_locked(ga_allocator_t *a, ga_private *v);
+
+/* ---- Sleep and wake (sleep.c) ---- */
+/* ga_tag, ga_sleep, ga_wake. */
+ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag);
+ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags);
+ga_status_t ga_wake_locked(ga_allocator_t *a);
+/* Frees what ga_sleep kept on the host. */
+void ga_sleep_teardown_locked(ga_allocator_t *a);
+
+/* ---- Peer devices (peers.c) ---- */
+/* ga_enable_peer_access. */
+ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer);
+
+/* ---- Allocation (alloc.c) ---- */
+/* ga_malloc and ga_free (size > 0, ptr != NULL). */
+ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out);
+ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr);
+/* Sets the error text for a pointer that is not a live allocation. */
+ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr);
+/* The live allocation whose bytes include p, or NULL. */
+const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p);
+/* Writes the OOM report into the thread's error text and records the OOM in
+ * the history: `tried` is the device allocation attempted (PyTorch's "Tried
+ * to allocate"), `rounded` the rounded request. */
+void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused);
+
+/* ---- The layer as a whole (policy.c) ---- */
+/* Sets up the policy of a new allocator for a device of `total` bytes. 0 or
+ * GA_DEV_ENOMEM. */
+int ga_policy_init_locked(ga_allocator_t *a, size_t total);
+/* Waits for pending events, then frees everything the policy holds; the
+ * segment layer goes last (ga_space_teardown_locked). */
+void ga_policy_teardown_locked(ga_allocator_t *a);
+
+#endif /* GA_POLICY_H */

@@ -1,0 +1,135 @@
+/* segment.h — the segment layer: WHERE the bytes live.
+ *
+ * Owns the segment list, the block records that tile each segment (their
+ * address order, sizes and states; "tiles"), native segments (one device
+ * malloc each), expandable segments (a reserved range mapped granule by
+ * granule), the physical handles and the page cache, and which devices may
+ * access expandable memory. Records reserved_bytes, segment, mapped_bytes and
+ * page_cache_bytes, and the segment history entries.
+ *
+ * It knows no free tree and decides nothing: every function here takes and
+ * returns blocks that are in no free tree (the one exception, noted at
+ * ga_tiles_*, is that tile operations leave a block's tree links alone), and
+ * the policy above chooses what to map, unmap, move or give back.
+ * Functions return 0 or a GA_DEV_* code (errors.h); *_locked ones need the
+ * allocator's lock.
+ */
+#ifndef GA_SEGMENT_H
+#define GA_SEGMENT_H
+
+#include "../internal.h"
+
+/* ---- Tiles: block records and the segment list (tiles.c) ----
+ * These change address order, sizes and states only; a block's free-tree
+ * links and the trees are not touched (a caller that keeps a block in a tree
+ * while its key changes re-keys it there). */
+
+/* A zeroed block record, from the recycled ones when there are. NULL on host OOM. */
+ga_block *ga_tiles_new_locked(ga_allocator_t *a);
+/* Recycles a block record (out of every list and tree). */
+void ga_tiles_delete_locked(ga_allocator_t *a, ga_block *b);
+/* At least n recycled records, so that the next n splits cannot fail. */
+int ga_tiles_reserve_locked(ga_allocator_t *a, int n);
+/* Splits b at offset at (0 < at < b->size): b keeps the front, the new record
+ * (same state, stream and free_seq) the rest. NULL on host OOM. */
+ga_block *ga_tiles_split_locked(ga_allocator_t *a, ga_block *b, size_t at);
+/* x takes over its next neighbour's place in the address list (the caller has
+ * added that neighbour's bytes to x, or will); returns the neighbour, out of
+ * the list, not yet recycled. x keeps the later free_seq of the two. */
+ga_block *ga_tiles_unlink_next(ga_block *x);
+/* x absorbs its next neighbour (its bytes and its place), which is recycled. */
+void ga_tiles_absorb_next_locked(ga_allocator_t *a, ga_block *x);
+/* b becomes UNMAPPED and merges with UNMAPPED neighbours; returns the merged
+ * block (the earlier record survives). */
+ga_block *ga_tiles_merge_unmapped_locked(ga_allocator_t *a, ga_block *b);
+/* b (FREE) merges with FREE neighbours, all in no tree; returns the merged
+ * block (the earlier record survives). */
+ga_block *ga_tiles_merge_free_locked(ga_allocator_t *a, ga_block *b);
+/* Adds s to / removes it from the segment list. */
+void ga_tiles_link_locked(ga_allocator_t *a, ga_segment *s);
+void ga_tiles_unlink_locked(ga_allocator_t *a, ga_segment *s);
+/* Whether a block shares its segment with others (it has neighbours). */
+static inline int ga_tiles_is_split(const ga_block *b) { return b->prev || b->next; }
+
+/* ---- Native segments (native.c) ---- */
+
+/* A segment of `size` bytes from the device's malloc; *out is its one block
+ * (state FREE, in no tree). */
+int ga_native_new_locked(ga_allocator_t *a, size_t size, int pool, ga_stream_t stream, ga_block **out);
+/* Gives a whole-segment FREE block (in no tree) back to the device with its
+ * segment. On failure nothing changed. */
+int ga_native_release_locked(ga_allocator_t *a, ga_block *b);
+
+/* ---- Handles and the page cache (pages.c) ---- */
+
+/* Room in the page cache for n more granules. */
+int ga_pages_room_locked(ga_allocator_t *a, size_t n);
+/* Puts a granule into the page cache. */
+int ga_pages_put_locked(ga_allocator_t *a, ga_granule g);
+/* Takes the last granule put into the cache (pre: ncache > 0). */
+ga_granule ga_pages_take_locked(ga_allocator_t *a);
+/* Creates a handle of `size` bytes (a multiple of the granularity) for `pool`;
+ * all its granules go into the page cache. */
+int ga_pages_create_locked(ga_allocator_t *a, size_t size, int pool);
+/* Releases handles whose granules are all cached while the cache holds more
+ * than `keep` bytes. The code of the first release that failed, if any (that
+ * handle stays cached). */
+int ga_pages_trim_locked(ga_allocator_t *a, size_t keep);
+
+/* ---- Expandable segments (expandable.c) ---- */
+
+/* Reserves a new expandable segment for (owner, pool, stream), of the
+ * reservation size or min_size rounded up to a granule if larger; it is one
+ * UNMAPPED block. `owner` is a private pool or NULL (a tag, never read). */
+int ga_expandable_new_locked(ga_allocator_t *a, ga_private *owner, int pool, ga_stream_t stream,
+                             size_t min_size, ga_segment **out);
+/* Gives an expandable segment that is one UNMAPPED block back (unreserve). */
+int ga_expandable_delete_locked(ga_allocator_t *a, ga_segment *s);
+/* Maps granules from the page cache (pre: it holds enough) behind every
+ * UNMAPPED block from `run` up to `hi` rounded up to a granule. Pre: run's
+ * predecessor is not FREE, and every FREE block from run to there (and one
+ * starting at that end) is in no tree. Mapped memory becomes FREE and merges
+ * with its FREE neighbours: on success `run` is one FREE block reaching at
+ * least hi. On failure, a prefix may be mapped (FREE, in no tree) and the
+ * rest is UNMAPPED; nothing is half-mapped. */
+int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi);
+/* Unmaps granules [g0, g1) (absolute granule numbers, all inside b) of FREE
+ * block b (in no tree) into the page cache. The caller knows b's stream is
+ * past its free. On success *front and *back are the FREE parts of b before
+ * and after (NULL when empty), in no tree, and the middle is UNMAPPED. On
+ * failure b is unchanged. */
+int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1, ga_block **front,
+                               ga_block **back);
+/* Maps the last cached granule at granule i of s (pre: ncache > 0, granule i
+ * not mapped), gives the peers access, and copies `host` in when not NULL.
+ * If a step fails the granule goes back to the cache; if even the unmap that
+ * undoes it fails, it stays mapped (counted) and *stuck is set: the caller
+ * must finish it later (ga_expandable_fill_locked) before anyone uses it. */
+int ga_expandable_map_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i, const void *host,
+                                     int *stuck);
+/* The steps after the map for granule i of s: peers' access, then the copy
+ * of `host` (when not NULL). */
+int ga_expandable_fill_locked(ga_allocator_t *a, ga_segment *s, size_t i, const void *host);
+/* Copies granule i of s out to `host` (when not NULL), unmaps it into the
+ * page cache and marks it asleep. */
+int ga_expandable_sleep_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i, void *host);
+/* Grants access to `devices` (this device first) on every mapped range. */
+int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n);
+/* Adds `peer` to the devices given access, now on every mapped range and
+ * on every granule mapped later. On failure the previous set is restored
+ * (best effort) and the code returned. */
+int ga_expandable_access_add_locked(ga_allocator_t *a, int peer);
+/* Grants the current set again everywhere; clears a->space.regrant. */
+int ga_expandable_regrant_locked(ga_allocator_t *a);
+
+/* ---- The layer as a whole (tiles.c) ---- */
+
+/* Sets up the segment layer of a new allocator for a device of `total`
+ * bytes: expandable segments reserve 1.125 x total (as PyTorch), rounded up
+ * to a multiple of `page` bytes (itself rounded up to the granularity). */
+void ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page);
+/* Gives every mapping, reservation, handle and segment back to the device and
+ * frees every record (live allocations included). */
+void ga_space_teardown_locked(ga_allocator_t *a);
+
+#endif /* GA_SEGMENT_H */

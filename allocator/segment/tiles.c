@@ -1,0 +1,180 @@
+/* tiles.c — block records and the segment list: the blocks of a segment tile
+ * it in address order, and these are the only operations that change that
+ * tiling (split, unlink, absorb, merge). They change addresses, sizes and
+ * states, never a free tree: a block a caller keeps in a tree while its key
+ * changes is re-keyed there by the caller. Also the segment layer's set-up
+ * and teardown.
+ */
+#include <stdlib.h>
+
+#include "segment.h"
+
+/* ---- Records ---- */
+
+ga_block *ga_tiles_new_locked(ga_allocator_t *a) {
+  ga_block *b = a->space.block_cache;
+  if (b)
+    a->space.block_cache = b->next;
+  else if (!(b = malloc(sizeof *b)))
+    return NULL;
+  *b = (ga_block){0};
+  return b;
+}
+
+void ga_tiles_delete_locked(ga_allocator_t *a, ga_block *b) {
+  if (b->uses) {
+    free(b->uses);
+    b->uses = NULL;
+  }
+  b->next = a->space.block_cache;
+  a->space.block_cache = b;
+}
+
+int ga_tiles_reserve_locked(ga_allocator_t *a, int n) {
+  ga_block *got[4];
+  GA_ASSERT(n <= 4);
+  int k = 0;
+  for (; k < n; k++)
+    if (!(got[k] = ga_tiles_new_locked(a))) break;
+  int ok = k == n;
+  while (k-- > 0) ga_tiles_delete_locked(a, got[k]);
+  return ok ? 0 : GA_DEV_ENOMEM;
+}
+
+/* ---- Tiling ---- */
+
+ga_block *ga_tiles_split_locked(ga_allocator_t *a, ga_block *b, size_t at) {
+  GA_ASSERT(at > 0 && at < b->size);
+  ga_block *rest = ga_tiles_new_locked(a);
+  if (!rest) return NULL;
+  rest->ptr = b->ptr + at;
+  rest->size = b->size - at;
+  rest->stream = b->stream;
+  rest->seg = b->seg;
+  rest->pool = b->pool;
+  rest->free_seq = b->free_seq;
+  rest->state = b->state;
+  rest->prev = b;
+  rest->next = b->next;
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  b->size = at;
+  return rest;
+}
+
+ga_block *ga_tiles_unlink_next(ga_block *x) {
+  ga_block *y = x->next;
+  GA_ASSERT(y != NULL);
+  if (y->free_seq > x->free_seq) x->free_seq = y->free_seq; /* the latest free of the two */
+  x->next = y->next;
+  if (x->next) x->next->prev = x;
+  return y;
+}
+
+void ga_tiles_absorb_next_locked(ga_allocator_t *a, ga_block *x) {
+  x->size += x->next->size;
+  ga_tiles_delete_locked(a, ga_tiles_unlink_next(x));
+}
+
+ga_block *ga_tiles_merge_unmapped_locked(ga_allocator_t *a, ga_block *b) {
+  b->state = GA_BLOCK_UNMAPPED;
+  if (b->prev && b->prev->state == GA_BLOCK_UNMAPPED) {
+    b = b->prev;
+    ga_tiles_absorb_next_locked(a, b);
+  }
+  if (b->next && b->next->state == GA_BLOCK_UNMAPPED) ga_tiles_absorb_next_locked(a, b);
+  return b;
+}
+
+ga_block *ga_tiles_merge_free_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree);
+  if (b->prev && b->prev->state == GA_BLOCK_FREE) {
+    GA_ASSERT(!b->prev->in_tree);
+    b = b->prev;
+    ga_tiles_absorb_next_locked(a, b);
+  }
+  if (b->next && b->next->state == GA_BLOCK_FREE) {
+    GA_ASSERT(!b->next->in_tree);
+    ga_tiles_absorb_next_locked(a, b);
+  }
+  return b;
+}
+
+/* ---- The segment list ---- */
+
+void ga_tiles_link_locked(ga_allocator_t *a, ga_segment *s) {
+  s->prev = NULL;
+  s->next = a->space.segs;
+  if (a->space.segs) a->space.segs->prev = s;
+  a->space.segs = s;
+  a->space.nsegs++;
+}
+
+void ga_tiles_unlink_locked(ga_allocator_t *a, ga_segment *s) {
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    a->space.segs = s->next;
+  if (s->next) s->next->prev = s->prev;
+  a->space.nsegs--;
+}
+
+/* ---- The layer as a whole ---- */
+
+void ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page) {
+  ga_space *sp = &a->space;
+  sp->access[0] = a->dev->ordinal;
+  sp->naccess = 1;
+  if (ga_dev_granularity(a->dev, &sp->gran) || sp->gran == 0) sp->gran = GA_SMALL_BUFFER;
+  page = (page + sp->gran - 1) / sp->gran * sp->gran;
+  /* PyTorch reserves 1.125x the device's memory per expandable segment. */
+  size_t want = total / 8 * 9;
+  sp->reserve_size = (want + page - 1) / page * page;
+}
+
+static void expandable_teardown(ga_allocator_t *a, ga_segment *s) {
+  size_t g = a->space.gran;
+  for (ga_block *b = s->head; b; b = b->next) {
+    if (b->state == GA_BLOCK_UNMAPPED) continue;
+    /* Every granule touching a mapped block, once. */
+    for (size_t i = (b->ptr - s->base) / g, e = (b->ptr - s->base + b->size + g - 1) / g; i < e; i++) {
+      ga_granule *m = &s->granules[i];
+      if (!m->handle) continue;
+      (void)ga_dev_unmap(a->dev, (void *)(s->base + i * g), g);
+      m->handle->nmapped--;
+      *m = (ga_granule){0};
+    }
+  }
+  (void)ga_dev_unreserve(a->dev, (void *)s->base, s->size);
+}
+
+void ga_space_teardown_locked(ga_allocator_t *a) {
+  ga_space *sp = &a->space;
+  for (ga_segment *s = sp->segs; s; s = s->next)
+    if (s->expandable) expandable_teardown(a, s);
+  while (sp->handles) {
+    ga_handle *h = sp->handles;
+    sp->handles = h->next;
+    (void)ga_dev_release(a->dev, h->h);
+    free(h);
+  }
+  free(sp->cache);
+  while (sp->segs) {
+    ga_segment *s = sp->segs;
+    sp->segs = s->next;
+    if (!s->expandable) (void)ga_dev_free(a->dev, (void *)s->base);
+    free(s->granules);
+    for (ga_block *b = s->head, *n; b; b = n) {
+      n = b->next;
+      free(b->uses);
+      free(b);
+    }
+    free(s);
+  }
+  while (sp->block_cache) {
+    ga_block *b = sp->block_cache;
+    sp->block_cache = b->next;
+    free(b);
+  }
+  *sp = (ga_space){0};
+}

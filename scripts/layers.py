@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""layers.py — checks that the allocator's layers call only downward.
+
+    scripts/layers.py [BUILD_DIR]      (default: build)
+
+Reads the object files of the library (BUILD_DIR/CMakeFiles/ga_objects.dir)
+with nm: a file that references a symbol another file defines calls into
+it. Every call must go to a lower layer, or stay within one layer without a
+circle; the only circle allowed is the device factory (device.c and the
+backends it opens). It also reads the sources: a file includes only the
+headers of its own layer and below, and segment/ never touches the policy's
+state (a->pol). Prints the layers and what crosses them; exits 1 on any
+upward call, forbidden include or circle.
+"""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALLOC = os.path.join(ROOT, "allocator")
+
+# Layers, top first. A file's layer is the first pattern that matches it.
+LAYERS = [
+    ("api", ["api.c", "torch_abi.c", "torch_abi_throw.cpp"]),
+    ("inspect", ["check.c", "snapshot.c", "stats.c"]),
+    ("policy", ["policy/"]),
+    ("segment", ["segment/"]),
+    ("device", ["device/"]),
+    ("leaf", ["config.c", "text.c", "report.c", "history.c", "blockmap.c"]),
+]
+RANK = {name: len(LAYERS) - i for i, (name, _) in enumerate(LAYERS)}
+ALLOWED_CIRCLES = [{"device/device.c", "device/sim.c", "device/cuda.c"}]
+
+# The headers each layer may include (besides the system's and gardenalloc.h).
+HEADER_LAYER = {
+    "policy/policy.h": "policy", "inspect.h": "inspect", "segment/segment.h": "segment",
+    "internal.h": "segment",  # the shared records: segment/ and up
+    "device/device.h": "device", "device/sim.h": "device",
+    "config.h": "leaf", "errors.h": "leaf", "text.h": "leaf", "report.h": "leaf", "history.h": "leaf",
+    "stats.h": "leaf", "blockmap.h": "leaf", "debug.h": "leaf", "lock.h": "leaf",
+}
+
+
+def layer_of(rel):
+    for name, pats in LAYERS:
+        for p in pats:
+            if rel == p or (p.endswith("/") and rel.startswith(p)):
+                return name
+    return None
+
+
+def objects(build):
+    base = os.path.join(build, "CMakeFiles", "ga_objects.dir", "allocator")
+    out = {}
+    for d, _, files in os.walk(base):
+        for f in files:
+            if f.endswith(".o"):
+                path = os.path.join(d, f)
+                rel = os.path.relpath(path, base)[: -len(".o")]
+                out[rel] = path
+    return out
+
+
+def nm(path, flag):
+    res = subprocess.run(["nm", flag, path], capture_output=True, text=True, check=True)
+    syms = set()
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if flag == "-u" and parts:
+            syms.add(parts[-1])
+        elif len(parts) == 3 and parts[1] in "TDBRVW":
+            syms.add(parts[2])
+    return syms
+
+
+def circles(nodes, edges):
+    """Strongly connected components with more than one file (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(comp)
+
+    for v in sorted(nodes):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main():
+    build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
+    objs = objects(build)
+    if not objs:
+        sys.exit(f"layers.py: no object files under {build}/CMakeFiles/ga_objects.dir (build the library first)")
+    defined, used = {}, {}
+    for rel, path in objs.items():
+        for s in nm(path, "--defined-only"):
+            defined[s] = rel
+        used[rel] = nm(path, "-u")
+    edges, names = {}, {}
+    for rel, syms in used.items():
+        for s in syms:
+            to = defined.get(s)
+            if to and to != rel:
+                edges.setdefault(rel, set()).add(to)
+                names.setdefault((rel, to), set()).add(s)
+    bad = []
+    for rel in sorted(objs):
+        if layer_of(rel) is None:
+            bad.append(f"{rel}: in no layer (add it to LAYERS in scripts/layers.py)")
+    for (src, dst), syms in sorted(names.items()):
+        ls, ld = layer_of(src), layer_of(dst)
+        if ls and ld and RANK[ld] > RANK[ls]:
+            bad.append(f"upward call: {src} ({ls}) -> {dst} ({ld}): {', '.join(sorted(syms))}")
+    for comp in circles(objs, edges):
+        if comp not in ALLOWED_CIRCLES:
+            bad.append("circle of calls: " + ", ".join(sorted(comp)))
+    # Includes and state, from the sources.
+    for rel in sorted(objs):
+        src = os.path.join(ALLOC, rel)
+        if not os.path.exists(src):
+            continue
+        text = open(src, encoding="utf-8").read()
+        here = layer_of(rel)
+        for inc in re.findall(r'^#include "([^"]+)"', text, re.M):
+            target = os.path.normpath(os.path.join(os.path.dirname(rel), inc))
+            hl = HEADER_LAYER.get(target)
+            if hl and here and RANK[hl] > RANK[here]:
+                bad.append(f"upward include: {rel} ({here}) includes {target} ({hl})")
+        if here in ("segment", "device", "leaf") and re.search(r"->pol\b|\.pol\b", text):
+            bad.append(f"{rel} ({here}) touches the policy's state (a->pol)")
+    # The picture.
+    print("layers, top first (a file calls only its own layer or those below):")
+    for name, _ in LAYERS:
+        files = sorted(r for r in objs if layer_of(r) == name)
+        print(f"  {name:8} {' '.join(files)}")
+    down = sum(1 for (s, d) in names if layer_of(s) != layer_of(d))
+    print(f"{len(names)} file-to-file call edges, {down} of them between layers")
+    if bad:
+        sys.stdout.flush()
+        print("\n".join(bad), file=sys.stderr)
+        sys.exit(1)
+    print("no upward call, no upward include, no circle but the device factory")
+
+
+if __name__ == "__main__":
+    main()
