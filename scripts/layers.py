@@ -22,7 +22,7 @@ ALLOC = os.path.join(ROOT, "allocator")
 
 # Layers, top first. A file's layer is the first pattern that matches it.
 LAYERS = [
-    ("api", ["api.c", "torch_abi.c", "torch_abi_throw.cpp"]),
+    ("api", ["api.c", "torch_abi.c", "torch_abi_throw.cpp", "env.c"]),  # env.c: a client of the public API
     ("inspect", ["check.c", "snapshot.c", "stats.c"]),
     ("policy", ["policy/"]),
     ("segment", ["segment/"]),
