@@ -379,13 +379,81 @@ Test(expandable, empty_cache_gives_every_free_page_back) {
   cr_assert_eq(u.used, 0);
 }
 
-Test(expandable, the_page_cache_keeps_at_most_its_threshold) {
-  fx_open(EXP ",expandable_cache_max_mb:0", GiB);
-  void *a = fx_alloc(5 * MiB); /* a 6 MiB handle: the unused part waits in the cache... */
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.page_cache_bytes.current, 0, "...or would, but the handle is still partly mapped");
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 6 * MiB);
+/* ---- Placement: what a fit leaves behind in partly used granules ---- */
+
+/* Free [0, 6.5 MiB) of a range mapped to 8 MiB; a 2.5 MiB request taken at
+ * the front would leave one whole free granule, taken at the back two: it
+ * goes at the back, and both granules can move to another stream's range
+ * without creating memory. */
+Test(expandable, a_fit_takes_the_end_that_leaves_whole_granules_free) {
+  fx_open(EXP, GiB);
+  char *a = fx_alloc(6 * MiB + 512 * KiB);
+  void *b = fx_alloc(MiB + 512 * KiB); /* the rest of the 4th granule */
   fx_free(a);
+  char *c = fx_alloc(2 * MiB + 512 * KiB);
+  cr_assert_eq(c, a + 4 * MiB, "taken at the back (offset %td MiB)", (c - a) >> 20);
+  int64_t creates = fx_stats().num_device_alloc;
+  void *d = fx_alloc_on(4 * MiB, S2);
+  ga_stats_t s = fx_stats();
+  cr_assert_eq(s.num_granules_moved, 2, "the two whole free granules moved to S2's range");
+  cr_assert_eq(s.num_device_alloc, creates, "no new memory");
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 8 * MiB);
+  fx_free(b);
+  fx_free(c);
+  fx_free(d);
+}
+
+/* Two free blocks fit a 2 MiB request: the smaller one, [1.5, 4) MiB, would
+ * leave 0.5 MiB free in a partly used granule; the larger, [6, 10), nothing.
+ * Among the few best fits, the one that strands the least is taken. */
+Test(expandable, among_fitting_blocks_the_one_that_strands_the_least_is_taken) {
+  fx_open(EXP, GiB);
+  char *a0 = fx_alloc(MiB + 512 * KiB);
+  void *a1 = fx_alloc(2 * MiB + 512 * KiB), *a2 = fx_alloc(2 * MiB);
+  char *a3 = fx_alloc(4 * MiB);
+  void *a4 = fx_alloc(2 * MiB);
+  cr_assert_eq((char *)a1, a0 + MiB + 512 * KiB, "the layout this test needs");
+  cr_assert_eq(a3, a0 + 6 * MiB, "the layout this test needs");
+  fx_free(a1);
+  fx_free(a3);
+  char *r = fx_alloc(2 * MiB);
+  cr_assert_eq(r, a3, "the 4 MiB block at 6 MiB, not the 2.5 MiB one at 1.5 MiB (got offset %td KiB)",
+               (r - a0) >> 10);
+  fx_free(a0);
+  fx_free(a2);
+  fx_free(a4);
+  fx_free(r);
+}
+
+/* Leaves a whole 6 MiB handle unmapped in the page cache (two requests whose
+ * first map fails), then serves 2 MiB from a cached granule of another
+ * handle: what the cache keeps then is the threshold's choice. Returns the
+ * page cache's bytes after that. */
+static int64_t cache_after_a_grow(const char *conf) {
+  fx_open(conf, GiB);
+  void *a = fx_alloc(4 * MiB), *b = NULL;
+  fx_inject(GA_CALL_MAP, 1, GA_DEV_EDRIVER, 0);
+  cr_assert_eq(ga_malloc(fx_a, 6 * MiB, S1, &b), GA_ERR_DEVICE, "the injected map failure: %s",
+               ga_last_error());
+  fx_inject(GA_CALL_MAP, 1, GA_DEV_EDRIVER, 0);
+  cr_assert_eq(ga_malloc(fx_a, 8 * MiB, S1, &b), GA_ERR_DEVICE, "the injected map failure: %s",
+               ga_last_error());
+  fx_clear_faults();
+  cr_assert_eq(fx_stats().page_cache_bytes.current, 8 * MiB, "a 6 MiB and a 2 MiB handle wait in the cache");
+  void *c = fx_alloc(2 * MiB); /* the 2 MiB handle's granule (the last cached) */
+  int64_t cached = fx_stats().page_cache_bytes.current;
+  cr_assert_eq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 6 * MiB + cached);
+  fx_free(a);
+  fx_free(c);
+  return cached;
+}
+
+Test(expandable, the_page_cache_keeps_at_most_its_threshold) {
+  cr_assert_eq(cache_after_a_grow(EXP ",expandable_cache_max_mb:0"), 0, "above 0 MiB: the handle goes back");
+  fx_close();
+  cr_assert_eq(cache_after_a_grow(EXP ",expandable_cache_max_mb:4"), 0, "above 4 MiB: the handle goes back");
+  fx_close();
+  cr_assert_eq(cache_after_a_grow(EXP ",expandable_cache_max_mb:6"), 6 * MiB, "6 MiB are within 6 MiB: kept");
 }
 
 /* ---- Fences: no wait when the stream has already passed the free ---- */

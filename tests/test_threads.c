@@ -34,7 +34,9 @@ Test(threads, checks_and_stream_controls_race_with_allocation) {
   worker w[2] = {{.id = 0}, {.id = 1}};
   pthread_create(&t[0], NULL, work, &w[0]);
   pthread_create(&t[1], NULL, work, &w[1]);
-  pthread_create(&t[2], NULL, tw_hold_and_release, NULL);
+  int broken = 0;
+  pthread_create(&t[2], NULL, tw_hold_and_release, &broken);
   for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
   cr_assert_eq(w[0].errors + w[1].errors, 0);
+  cr_assert_eq(broken, 0, "ga_check found broken invariants while the workers ran (see stderr)");
 }

@@ -14,17 +14,17 @@ static int run(const char *conf, int with_controls) {
   }
   pthread_t t[THREADS + 1];
   worker w[THREADS];
-  int n = with_controls ? 2 : THREADS, errors = 0;
+  int n = with_controls ? 2 : THREADS, errors = 0, broken = 0;
   for (int i = 0; i < n; i++) {
     w[i] = (worker){.id = i};
     pthread_create(&t[i], NULL, work, &w[i]);
   }
-  if (with_controls) pthread_create(&t[n], NULL, tw_hold_and_release, NULL);
+  if (with_controls) pthread_create(&t[n], NULL, tw_hold_and_release, &broken);
   for (int i = 0; i < n; i++) pthread_join(t[i], NULL), errors += w[i].errors;
   if (with_controls) pthread_join(t[n], NULL);
   ga_stats_t s;
   ga_stats(tw_a, &s);
-  int ok = errors == 0 && ga_check(tw_a) == 0 && s.allocation[GA_POOL_ALL].current == 0;
+  int ok = errors == 0 && broken == 0 && ga_check(tw_a) == 0 && s.allocation[GA_POOL_ALL].current == 0;
   ga_destroy(tw_a);
   ga_dev_destroy(tw_dev);
   printf("%s [%s]: %s (%d errors)\n",
