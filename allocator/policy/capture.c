@@ -44,23 +44,24 @@ static void stop_routing(ga_allocator_t *a, ga_private *v) {
   if (!a->pol.capture.routing) ga_stream_capture_ended_locked(a);
 }
 
-ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id) {
+/* Pool `id`, which stops serving its streams; NULL (the error text naming
+ * `fn`) when there is none. */
+static ga_private *stop(ga_allocator_t *a, uint64_t id, const char *fn) {
   ga_private *v = ga_private_find_locked(a, id);
-  if (!v) {
-    ga_error_set("ga_end_allocate_to_pool: no pool %llu", (unsigned long long)id);
-    return GA_ERR_INVALID;
-  }
-  stop_routing(a, v);
-  return GA_OK;
+  if (v)
+    stop_routing(a, v);
+  else
+    ga_error_set("%s: no pool %llu", fn, (unsigned long long)id);
+  return v;
+}
+
+ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id) {
+  return stop(a, id, "ga_end_allocate_to_pool") ? GA_OK : GA_ERR_INVALID;
 }
 
 ga_status_t ga_capture_release_locked(ga_allocator_t *a, uint64_t id) {
-  ga_private *v = ga_private_find_locked(a, id);
-  if (!v) {
-    ga_error_set("ga_release_pool: no pool %llu", (unsigned long long)id);
-    return GA_ERR_INVALID;
-  }
-  stop_routing(a, v);
+  ga_private *v = stop(a, id, "ga_release_pool");
+  if (!v) return GA_ERR_INVALID;
   v->released = 1;
   if (v->nsegs == 0) {
     ga_private_drop_locked(a, v);
