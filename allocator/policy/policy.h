@@ -163,7 +163,7 @@ const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p);
  * to allocate"), `rounded` the rounded request. */
 void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused);
 
-/* ---- The layer as a whole (policy.c) ---- */
+/* ---- The layer as a whole (lifetime.c) ---- */
 /* Sets up the policy of a new allocator for a device of `total` bytes. 0 or
  * GA_DEV_ENOMEM. */
 int ga_policy_init_locked(ga_allocator_t *a, size_t total);

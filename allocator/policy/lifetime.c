@@ -1,4 +1,4 @@
-/* policy.c — the policy layer as a whole: its set-up for a new allocator
+/* lifetime.c — the policy layer as a whole: its set-up for a new allocator
  * (limits, page size, the block map, the segment layer below) and its
  * teardown (pending events, host copies of sleeping memory, private pools,
  * then everything the segment layer holds).
