@@ -30,45 +30,48 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
 #include <dlfcn.h>
 #include <pthread.h>
 
-/* ---- The driver entry points, resolved once ---- */
+/* ---- The driver entry points, resolved once ----
+ * Each under the name cuda.h maps it to (cuMemAlloc -> cuMemAlloc_v2, ...)
+ * and with cuda.h's prototype, so neither can drift from the header. */
 
-#define GA_CU_FUNCS(X)                                                                                     \
-  X(cuInit, "cuInit", (unsigned))                                                                          \
-  X(cuGetErrorName, "cuGetErrorName", (CUresult, const char **))                                           \
-  X(cuDeviceGetCount, "cuDeviceGetCount", (int *))                                                         \
-  X(cuDeviceGet, "cuDeviceGet", (CUdevice *, int))                                                         \
-  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))                         \
-  X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))                                 \
-  X(cuCtxGetCurrent, "cuCtxGetCurrent", (CUcontext *))                                                     \
-  X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                                       \
-  X(cuCtxSynchronize, "cuCtxSynchronize", (void))                                                          \
-  X(cuMemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                                                 \
-  X(cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                                  \
-  X(cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                                              \
-  X(cuMemAddressReserve, "cuMemAddressReserve",                                                            \
-    (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))                                      \
-  X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))                                           \
-  X(cuMemCreate, "cuMemCreate",                                                                            \
-    (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))             \
-  X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))                                          \
-  X(cuMemMap, "cuMemMap", (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
-  X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                                       \
-  X(cuMemSetAccess, "cuMemSetAccess", (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))              \
-  X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity",                                        \
-    (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))                             \
-  X(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                                 \
-  X(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                                   \
-  X(cuEventQuery, "cuEventQuery", (CUevent))                                                               \
-  X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                                                   \
-  X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                                        \
-  X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                                \
-  X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                        \
-  X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr, const void *, size_t))                                  \
-  X(cuStreamIsCapturing, "cuStreamIsCapturing", (CUstream, CUstreamCaptureStatus *))                       \
-  X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", (CUstreamCaptureMode *))
+#define GA_CU_FUNCS(X)             \
+  X(cuInit)                        \
+  X(cuGetErrorName)                \
+  X(cuGetErrorString)              \
+  X(cuDeviceGetCount)              \
+  X(cuDeviceGet)                   \
+  X(cuDevicePrimaryCtxRetain)      \
+  X(cuDevicePrimaryCtxRelease)     \
+  X(cuCtxGetCurrent)               \
+  X(cuCtxSetCurrent)               \
+  X(cuCtxSynchronize)              \
+  X(cuMemGetInfo)                  \
+  X(cuMemAlloc)                    \
+  X(cuMemFree)                     \
+  X(cuMemAddressReserve)           \
+  X(cuMemAddressFree)              \
+  X(cuMemCreate)                   \
+  X(cuMemRelease)                  \
+  X(cuMemMap)                      \
+  X(cuMemUnmap)                    \
+  X(cuMemSetAccess)                \
+  X(cuMemGetAllocationGranularity) \
+  X(cuEventCreate)                 \
+  X(cuEventRecord)                 \
+  X(cuEventQuery)                  \
+  X(cuEventSynchronize)            \
+  X(cuEventDestroy)                \
+  X(cuStreamSynchronize)           \
+  X(cuMemcpyDtoH)                  \
+  X(cuMemcpyHtoD)                  \
+  X(cuStreamIsCapturing)           \
+  X(cuThreadExchangeStreamCaptureMode)
+
+#define GA_CU_NAME_(f) #f
+#define GA_CU_NAME(f)  GA_CU_NAME_(f) /* after cuda.h's macro: "cuMemAlloc_v2" */
 
 static struct {
-#define GA_X(field, sym, args) CUresult(CUDAAPI *field) args;
+#define GA_X(f)        __typeof__(&f) f;
   GA_CU_FUNCS(GA_X)
 #undef GA_X
 } cu;
@@ -77,28 +80,32 @@ static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 static char cu_load_error[256];
 static int cu_loaded;
 
+static const char *cu_name(CUresult r) {
+  const char *name = NULL;
+  return cu.cuGetErrorName(r, &name) == CUDA_SUCCESS && name ? name : "an unknown CUDA error";
+}
+
 static void cu_load(void) {
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     snprintf(cu_load_error, sizeof cu_load_error, "cannot load libcuda.so.1 (%s)", dlerror());
     return;
   }
-#define GA_X(field, sym, args)                                                                      \
-  {                                                                                                 \
-    void *sym_ = dlsym(lib, sym);                                                                   \
-    memcpy(&cu.field, &sym_, sizeof sym_);                                                          \
-  }                                                                                                 \
-  if (!cu.field) {                                                                                  \
-    snprintf(cu_load_error, sizeof cu_load_error, "libcuda.so.1 has no %s (driver too old?)", sym); \
-    return;                                                                                         \
+#define GA_X(f)                                                                               \
+  {                                                                                           \
+    void *sym_ = dlsym(lib, GA_CU_NAME(f));                                                   \
+    memcpy(&cu.f, &sym_, sizeof sym_);                                                        \
+  }                                                                                           \
+  if (!cu.f) {                                                                                \
+    snprintf(cu_load_error, sizeof cu_load_error, "libcuda.so.1 has no %s (driver too old?)", \
+             GA_CU_NAME(f));                                                                  \
+    return;                                                                                   \
   }
   GA_CU_FUNCS(GA_X)
 #undef GA_X
   CUresult r = cu.cuInit(0);
   if (r != CUDA_SUCCESS) {
-    const char *name = "unknown";
-    cu.cuGetErrorName(r, &name);
-    snprintf(cu_load_error, sizeof cu_load_error, "cuInit failed: %s", name ? name : "unknown");
+    snprintf(cu_load_error, sizeof cu_load_error, "cuInit failed: %s", cu_name(r));
     return;
   }
   cu_loaded = 1;
@@ -119,9 +126,7 @@ static cuda_device *cd(ga_device *d) { return (cuda_device *)(void *)d; }
 static int check(ga_device *d, CUresult r, const char *call) {
   if (r == CUDA_SUCCESS) return 0;
   if (r == CUDA_ERROR_NOT_READY) return GA_DEV_ENOTREADY;
-  const char *name = NULL;
-  if (cu.cuGetErrorName(r, &name) != CUDA_SUCCESS || !name) name = "unknown CUDA error";
-  ga_dev_set_error(d, "%s: %s (%d)", call, name, (int)r);
+  ga_dev_set_error(d, "%s: %s (%d)", call, cu_name(r), (int)r);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) return GA_DEV_EOOM;
   if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_INVALID_HANDLE) return GA_DEV_EINVAL;
   if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
@@ -271,7 +276,12 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
     return GA_DEV_ENODEV;
   }
   int count = 0;
-  if (cu.cuDeviceGetCount(&count) != CUDA_SUCCESS || ordinal < 0 || ordinal >= count) {
+  CUresult r = cu.cuDeviceGetCount(&count);
+  if (r != CUDA_SUCCESS) {
+    snprintf(err, errlen, "backend:cuda: cuDeviceGetCount failed: %s", cu_name(r));
+    return GA_DEV_ENODEV;
+  }
+  if (ordinal < 0 || ordinal >= count) {
     snprintf(err, errlen, "backend:cuda: device %d does not exist (%d CUDA devices)", ordinal, count);
     return GA_DEV_ENODEV;
   }
@@ -282,13 +292,11 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
   }
   c->base.ops = &cuda_ops;
   c->base.ordinal = ordinal;
-  CUresult r = cu.cuDeviceGet(&c->dev, ordinal);
+  r = cu.cuDeviceGet(&c->dev, ordinal);
   if (r == CUDA_SUCCESS) r = cu.cuDevicePrimaryCtxRetain(&c->ctx, c->dev);
   if (r != CUDA_SUCCESS) {
-    const char *name = NULL;
-    cu.cuGetErrorName(r, &name);
     snprintf(err, errlen, "backend:cuda: cuDevicePrimaryCtxRetain(device %d) failed: %s", ordinal,
-             name ? name : "unknown");
+             cu_name(r));
     free(c);
     return GA_DEV_ENODEV;
   }

@@ -279,6 +279,7 @@ CD_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags) {
   CUresult r = cd_enter(CD_INIT);
   if (Flags != 0)
     return cd_leave(cd_refuse(CD_INIT, CUDA_ERROR_INVALID_VALUE, "Flags %u (must be 0)", Flags));
+  if ((r = cd_fault_hit(CD_INIT))) return cd_leave(r);
   if (!cd.configured) {
     long n = env_long("GA_CUDA_DOUBLE_DEVICES", 1), mb = env_long("GA_CUDA_DOUBLE_MEMORY_MB", 1024);
     r = machine_set((int)n, (size_t)mb << 20);
@@ -292,6 +293,7 @@ CD_EXPORT CUresult CUDAAPI cuDeviceGetCount(int *count) {
   CUresult r = cd_enter(CD_DEVICE_GET_COUNT);
   if (r) return cd_leave(r);
   if (!count) return cd_leave(cd_refuse(CD_DEVICE_GET_COUNT, CUDA_ERROR_INVALID_VALUE, "count is NULL"));
+  if ((r = cd_fault_hit(CD_DEVICE_GET_COUNT))) return cd_leave(r);
   *count = cd.ndev;
   return cd_leave(r);
 }
@@ -303,6 +305,7 @@ CD_EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
   if (ordinal < 0 || ordinal >= cd.ndev)
     return cd_leave(
         cd_refuse(CD_DEVICE_GET, CUDA_ERROR_INVALID_DEVICE, "ordinal %d (%d devices)", ordinal, cd.ndev));
+  if ((r = cd_fault_hit(CD_DEVICE_GET))) return cd_leave(r);
   *device = ordinal;
   return cd_leave(r);
 }
@@ -316,6 +319,7 @@ CD_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice de
   if (dev < 0 || dev >= cd.ndev)
     return cd_leave(
         cd_refuse(CD_PRIMARY_RETAIN, CUDA_ERROR_INVALID_DEVICE, "device %d (%d devices)", dev, cd.ndev));
+  if ((r = cd_fault_hit(CD_PRIMARY_RETAIN))) return cd_leave(r);
   cd.dev[dev].ctx.refs++;
   *pctx = &cd.dev[dev].ctx;
   return cd_leave(r);
@@ -331,6 +335,7 @@ CD_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
     return cd_leave(
         cd_refuse(CD_PRIMARY_RELEASE, CUDA_ERROR_INVALID_CONTEXT,
                   "device %d's primary context is not retained (released more often than retained)", dev));
+  if ((r = cd_fault_hit(CD_PRIMARY_RELEASE))) return cd_leave(r);
   cd.dev[dev].ctx.refs--;
   return cd_leave(r);
 }
@@ -345,6 +350,7 @@ CD_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
   CUresult r = cd_enter(CD_CTX_GET_CURRENT);
   if (r) return cd_leave(r);
   if (!pctx) return cd_leave(cd_refuse(CD_CTX_GET_CURRENT, CUDA_ERROR_INVALID_VALUE, "pctx is NULL"));
+  if ((r = cd_fault_hit(CD_CTX_GET_CURRENT))) return cd_leave(r);
   *pctx = cd_current;
   return cd_leave(r);
 }
@@ -357,6 +363,7 @@ CD_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
   if (ctx && ctx->refs == 0)
     return cd_leave(cd_refuse(CD_CTX_SET_CURRENT, CUDA_ERROR_INVALID_CONTEXT,
                               "device %d's primary context is not retained", ctx->ordinal));
+  if ((r = cd_fault_hit(CD_CTX_SET_CURRENT))) return cd_leave(r);
   cd_current = ctx;
   return cd_leave(r);
 }

@@ -203,6 +203,7 @@ CD_EXPORT CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, co
   if (!granularity) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "granularity is NULL"));
   if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
     return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "option %d", (int)option));
+  if ((r = cd_fault_hit(e))) return cd_leave(r);
   *granularity = CD_GRAN;
   return cd_leave(r);
 }

@@ -1,0 +1,68 @@
+/* test_cudabackend.c — what only the CUDA backend (device/cuda.c) does, on
+ * the driver double: contexts, capture modes, the driver's error codes and
+ * texts, and opening a device when the driver fails. Runs with
+ * GA_TEST_BACKEND=cuda only (ctest cuda_backend). */
+#include "fixture.h"
+
+#ifdef GA_HAVE_CUDA
+
+TestSuite(cudabackend, .fini = fx_close);
+
+static void need_cuda(void) {
+  if (!fx_on_cuda()) cr_skip_test("needs GA_TEST_BACKEND=cuda (the driver double)");
+}
+
+#define EXP2 "expandable_segments:True,expandable_page_size_mb:2"
+
+/* A thread with no context gets the device's primary context, as the CUDA
+ * runtime would make it current. */
+static void *alloc_on_a_fresh_thread(void *arg) {
+  (void)arg;
+  void *p = NULL;
+  if (ga_malloc(fx_a, MiB, S1, &p) != GA_OK || ga_free(fx_a, p) != GA_OK) return (void *)1;
+  CUcontext cur = NULL;
+  fx_cu.cuCtxGetCurrent(&cur);
+  return cur == fx_cu.ctx[0] ? NULL : (void *)2;
+}
+Test(cudabackend, a_thread_without_a_context_works_on_the_device) {
+  need_cuda();
+  fx_open(NULL, 256 * MiB);
+  (void)S1; /* made here, on the test's thread */
+  pthread_t t;
+  void *ret;
+  pthread_create(&t, NULL, alloc_on_a_fresh_thread, NULL);
+  pthread_join(t, &ret);
+  cr_assert_null(ret, "failed at step %d", (int)(uintptr_t)ret);
+}
+
+/* The driver fails at cuInit: backend:cuda says why, backend:auto falls back
+ * to the simulated device, and nothing is left behind. */
+Test(cudabackend, a_driver_that_fails_to_initialise_is_named) {
+  need_cuda();
+  fx_cu_machine(1, 256 * MiB); /* the fixture's cuInit is the first; cuda.c's the second */
+  FX_CU_OK(fx_cu.cudadouble_inject("cuInit", 1, CUDA_ERROR_NO_DEVICE, 1));
+  ga_allocator_t *a = NULL;
+  cr_assert_eq(ga_create("backend:cuda", 0, &a), GA_ERR_NO_BACKEND);
+  cr_assert(strstr(ga_last_error(), "cuInit failed: CUDA_ERROR_NO_DEVICE") != NULL, "%s", ga_last_error());
+  cr_assert_eq(ga_create("backend:auto,sim_capacity_mb:64", 0, &a), GA_OK, "%s", ga_last_error());
+  ga_destroy(a);
+  fx_cu.cudadouble_clear_faults();
+}
+
+/* The primary context cannot be retained: the device does not open and
+ * nothing is retained. */
+Test(cudabackend, a_context_that_cannot_be_retained_is_named) {
+  need_cuda();
+  fx_cu_machine(1, 256 * MiB);
+  FX_CU_OK(fx_cu.cudadouble_inject("cuDevicePrimaryCtxRetain", 1, CUDA_ERROR_OUT_OF_MEMORY, 0));
+  ga_device *d = NULL;
+  char err[256];
+  cr_assert_eq(ga_cuda_open(0, &d, err, sizeof err), GA_DEV_ENODEV);
+  cr_assert(strstr(err, "cuDevicePrimaryCtxRetain(device 0) failed: CUDA_ERROR_OUT_OF_MEMORY") != NULL, "%s",
+            err);
+  cudadouble_usage u;
+  FX_CU_OK(fx_cu.cudadouble_usage_get(0, &u));
+  cr_assert_eq(u.context_refs, 1, "only the fixture's retain");
+}
+
+#endif
