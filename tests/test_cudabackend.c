@@ -14,6 +14,29 @@ static void need_cuda(void) {
 
 #define EXP2 "expandable_segments:True,expandable_page_size_mb:2"
 
+/* An engine driving device 1 calls the allocator of device 0: the context it
+ * had current is current again afterwards, and the memory is device 0's. */
+Test(cudabackend, the_callers_current_context_is_left_as_it_was) {
+  need_cuda();
+  fx_open_on(2, EXP2, 256 * MiB);
+  FX_CU_OK(fx_cu.cuCtxSetCurrent(fx_cu.ctx[1]));
+  void *p = fx_alloc(5 * MiB), *q = NULL;
+  CUcontext cur = NULL;
+  FX_CU_OK(fx_cu.cuCtxGetCurrent(&cur));
+  cr_assert_eq(cur, fx_cu.ctx[1], "ga_malloc left device %s's context current",
+               cur == fx_cu.ctx[0] ? "0" : "?");
+  cr_assert_eq(ga_malloc(fx_a, 30 * MiB, S1, &q), GA_OK, "%s", ga_last_error());
+  fx_free(q);
+  fx_free(p);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
+  FX_CU_OK(fx_cu.cuCtxGetCurrent(&cur));
+  cr_assert_eq(cur, fx_cu.ctx[1], "ga_free / ga_empty_cache left another context current");
+  cudadouble_usage c1;
+  FX_CU_OK(fx_cu.cudadouble_usage_get(1, &c1));
+  cr_assert_eq(c1.used, 0, "nothing was allocated on device 1");
+  FX_CU_OK(fx_cu.cuCtxSetCurrent(fx_cu.ctx[0]));
+}
+
 /* A thread with no context gets the device's primary context, as the CUDA
  * runtime would make it current. */
 static void *alloc_on_a_fresh_thread(void *arg) {

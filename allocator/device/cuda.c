@@ -134,15 +134,34 @@ static int check(ga_device *d, CUresult r, const char *call) {
   return GA_DEV_EDRIVER;
 }
 
-/* Makes the device's primary context current on this thread. */
-static int ctx(ga_device *d) {
+/* ---- The device's context, for one call ----
+ * Each call runs with the device's primary context current and leaves the
+ * caller's context as it found it: an engine driving another device keeps
+ * its context. A thread with none keeps ours afterwards, as the CUDA runtime
+ * would make it current. Calls never nest, so one saved context per thread
+ * is enough. */
+
+static _Thread_local CUcontext ctx_saved; /* the caller's, to put back */
+static _Thread_local int ctx_rc;          /* why ctx_enter failed */
+
+static int ctx_enter(ga_device *d) {
   CUcontext cur = NULL;
   CUresult r = cu.cuCtxGetCurrent(&cur);
-  if (r == CUDA_SUCCESS && cur == cd(d)->ctx) return 0;
-  return check(d, cu.cuCtxSetCurrent(cd(d)->ctx), "cuCtxSetCurrent");
+  ctx_saved = NULL;
+  if (r != CUDA_SUCCESS) return (ctx_rc = check(d, r, "cuCtxGetCurrent")) != 0;
+  if (cur == cd(d)->ctx) return 0;
+  if ((ctx_rc = check(d, cu.cuCtxSetCurrent(cd(d)->ctx), "cuCtxSetCurrent"))) return 1;
+  ctx_saved = cur;
+  return 0;
 }
 
-#define CALL(d, expr, name) (ctx(d) ? GA_DEV_EDRIVER : check((d), (expr), (name)))
+static int ctx_leave(int rc) {
+  if (ctx_saved) (void)cu.cuCtxSetCurrent(ctx_saved);
+  ctx_saved = NULL;
+  return rc;
+}
+
+#define CALL(d, expr, name) (ctx_enter(d) ? ctx_rc : ctx_leave(check((d), (expr), (name))))
 
 /* ---- Ops ---- */
 
