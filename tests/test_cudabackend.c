@@ -58,6 +58,41 @@ Test(cudabackend, a_thread_without_a_context_works_on_the_device) {
   cr_assert_null(ret, "failed at step %d", (int)(uintptr_t)ret);
 }
 
+static CUstreamCaptureMode thread_mode(void) {
+  CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+  FX_CU_OK(fx_cu.cuThreadExchangeStreamCaptureMode(&m));
+  CUstreamCaptureMode back = m;
+  FX_CU_OK(fx_cu.cuThreadExchangeStreamCaptureMode(&back));
+  return m;
+}
+
+/* PyTorch's torch.cuda.graph(capture_error_mode="thread_local") captures in
+ * the thread-local mode: the allocator relaxes it around device calls and
+ * puts that mode back, not the global one. */
+Test(cudabackend, the_threads_capture_mode_is_restored_exactly) {
+  need_cuda();
+  fx_open(NULL, 256 * MiB);
+  ga_stream_t s = S1;
+  CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+  FX_CU_OK(fx_cu.cuThreadExchangeStreamCaptureMode(&m));
+  FX_CU_OK(fx_cu.cuStreamBeginCapture((CUstream)s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 1, s), GA_OK, "%s", ga_last_error());
+  void *p = fx_alloc_on(4 * MiB, s); /* a new segment: cuMemAlloc in the relaxed mode */
+  cr_assert_eq(thread_mode(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, "the mode after ga_malloc is %d",
+               (int)thread_mode());
+  CUgraph g;
+  FX_CU_OK(fx_cu.cuStreamEndCapture((CUstream)s, &g));
+  FX_CU_OK(fx_cu.cuGraphDestroy(g));
+  cr_assert_eq(ga_end_allocate_to_pool(fx_a, 1), GA_OK);
+  fx_free(p);
+  cr_assert_eq(ga_release_pool(fx_a, 1), GA_OK);
+  m = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  FX_CU_OK(fx_cu.cuThreadExchangeStreamCaptureMode(&m));
+  ga_sim_usage u;
+  fx_usage(&u);
+  cr_assert_eq(u.captures_broken, 0);
+}
+
 /* The driver fails at cuInit: backend:cuda says why, backend:auto falls back
  * to the simulated device, and nothing is left behind. */
 Test(cudabackend, a_driver_that_fails_to_initialise_is_named) {

@@ -250,10 +250,15 @@ static int cuda_stream_capturing(ga_device *d, ga_stream_t s, int *capturing) {
   if (!rc) *capturing = st != CU_STREAM_CAPTURE_STATUS_NONE;
   return rc;
 }
+/* The mode as the contract passes it: 0 global, 1 relaxed, 2 thread-local
+ * (what *previous gives back, so that the thread-local mode survives). */
 static int cuda_capture_mode(ga_device *d, int relaxed, int *previous) {
-  CUstreamCaptureMode m = relaxed ? CU_STREAM_CAPTURE_MODE_RELAXED : CU_STREAM_CAPTURE_MODE_GLOBAL;
+  CUstreamCaptureMode m = relaxed == 0   ? CU_STREAM_CAPTURE_MODE_GLOBAL
+                          : relaxed == 2 ? CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+                                         : CU_STREAM_CAPTURE_MODE_RELAXED;
   int rc = CALL(d, cu.cuThreadExchangeStreamCaptureMode(&m), "cuThreadExchangeStreamCaptureMode");
-  if (!rc && previous) *previous = m == CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (!rc && previous)
+    *previous = m == CU_STREAM_CAPTURE_MODE_RELAXED ? 1 : m == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ? 2 : 0;
   return rc;
 }
 static void cuda_destroy(ga_device *d) {

@@ -104,9 +104,11 @@ typedef struct ga_device_ops {
   /* Whether `stream` is capturing a CUDA graph (cudaStreamIsCapturing). */
   int (*stream_capturing)(ga_device *d, ga_stream_t stream, int *capturing);
 
-  /* cuThreadExchangeStreamCaptureMode for the calling thread: relaxed != 0
+  /* cuThreadExchangeStreamCaptureMode for the calling thread: relaxed == 1
    * allows allocation calls while a capture is underway (as PyTorch does
-   * around cudaMalloc); *previous gets the mode to restore. */
+   * around cudaMalloc), 0 is the global mode; *previous gets the thread's
+   * mode as a value that, passed back as `relaxed`, restores it exactly
+   * (the CUDA backend gives 2 for the thread-local mode). */
   int (*capture_mode)(ga_device *d, int relaxed, int *previous);
 
   /* Optional (NULL when the backend cannot tell, as the CUDA driver cannot):
