@@ -93,6 +93,70 @@ Test(cudabackend, the_threads_capture_mode_is_restored_exactly) {
   cr_assert_eq(u.captures_broken, 0);
 }
 
+/* What users read when the driver fails is the driver's name and text for
+ * the error, and the call that failed. */
+Test(cudabackend, driver_errors_are_named_with_the_drivers_text) {
+  need_cuda();
+  fx_open(EXP2, 256 * MiB);
+  FX_CU_OK(fx_cu.cudadouble_inject("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN, 0));
+  void *p;
+  cr_assert_eq(ga_malloc(fx_a, 3 * MiB, S1, &p), GA_ERR_DEVICE);
+  cr_assert(strstr(ga_last_error(), "cuMemSetAccess: CUDA_ERROR_UNKNOWN (999: unknown error)") != NULL, "%s",
+            ga_last_error());
+  /* A device out of memory in cuMemCreate is an out-of-memory for the user
+   * (60 MiB: more than the page cache holds). */
+  FX_CU_OK(fx_cu.cudadouble_inject("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY, 1));
+  cr_assert_eq(ga_malloc(fx_a, 60 * MiB, S1, &p), GA_ERR_OOM, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "CUDA out of memory. Tried to allocate") != NULL, "%s", ga_last_error());
+  fx_cu.cudadouble_clear_faults();
+  fx_free(fx_alloc(3 * MiB));
+}
+
+/* Every capture error of the driver is a capture error of the contract. */
+Test(cudabackend, capture_errors_are_capture_errors) {
+  need_cuda();
+  fx_open(NULL, 256 * MiB);
+  CUstream blocking;
+  FX_CU_OK(fx_cu.cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+  FX_CU_OK(fx_cu.cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_RELAXED));
+  int capturing = -1;
+  fx_refusals_expected(1);
+  cr_assert_eq(ga_dev_stream_capturing(fx_dev, NULL, &capturing), GA_DEV_ECAPTURE,
+               "the legacy stream while a blocking stream captures: %s", fx_dev->error);
+  cr_assert(strstr(fx_dev->error, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT") != NULL, "%s", fx_dev->error);
+  ga_event ev;
+  cr_assert_eq(ga_dev_event_create(fx_dev, &ev), 0);
+  cr_assert_eq(ga_dev_event_record(fx_dev, ev, blocking), 0, "%s", fx_dev->error);
+  fx_refusals_expected(1);
+  cr_assert_eq(ga_dev_event_query(fx_dev, ev), GA_DEV_ECAPTURE, "an event recorded in a capture: %s",
+               fx_dev->error);
+  CUgraph g;
+  FX_CU_OK(fx_cu.cuStreamEndCapture(blocking, &g));
+  FX_CU_OK(fx_cu.cuGraphDestroy(g));
+  cr_assert_eq(ga_dev_event_destroy(fx_dev, ev), 0);
+  FX_CU_OK(fx_cu.cuStreamDestroy(blocking));
+}
+
+/* A device ordinal the driver does not know is a bad argument, as on the sim. */
+Test(cudabackend, an_unknown_peer_is_a_bad_argument) {
+  need_cuda();
+  fx_open_on(2, EXP2, 256 * MiB);
+  int devices[2] = {0, 7};
+  void *va;
+  size_t g;
+  cr_assert_eq(ga_dev_granularity(fx_dev, &g), 0);
+  cr_assert_eq(ga_dev_reserve(fx_dev, g, g, &va), 0);
+  ga_mem_handle h;
+  cr_assert_eq(ga_dev_create(fx_dev, g, &h), 0);
+  cr_assert_eq(ga_dev_map(fx_dev, va, g, h, 0), 0);
+  fx_refusals_expected(1);
+  cr_assert_eq(ga_dev_set_access(fx_dev, va, g, devices, 2), GA_DEV_EINVAL, "%s", fx_dev->error);
+  cr_assert(strstr(fx_dev->error, "cuMemSetAccess: CUDA_ERROR_INVALID_DEVICE") != NULL, "%s", fx_dev->error);
+  cr_assert_eq(ga_dev_unmap(fx_dev, va, g), 0);
+  cr_assert_eq(ga_dev_release(fx_dev, h), 0);
+  cr_assert_eq(ga_dev_unreserve(fx_dev, va, g), 0);
+}
+
 /* The driver fails at cuInit: backend:cuda says why, backend:auto falls back
  * to the simulated device, and nothing is left behind. */
 Test(cudabackend, a_driver_that_fails_to_initialise_is_named) {

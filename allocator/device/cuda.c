@@ -122,16 +122,30 @@ typedef struct cuda_device {
 
 static cuda_device *cd(ga_device *d) { return (cuda_device *)(void *)d; }
 
-/* Turns a CUresult into our code and records "<call>: <NAME>". */
+/* Turns a CUresult into our code and records "<call>: <NAME> (<code>: <the
+ * driver's text>)". */
 static int check(ga_device *d, CUresult r, const char *call) {
   if (r == CUDA_SUCCESS) return 0;
   if (r == CUDA_ERROR_NOT_READY) return GA_DEV_ENOTREADY;
-  ga_dev_set_error(d, "%s: %s (%d)", call, cu_name(r), (int)r);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) return GA_DEV_EOOM;
-  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_INVALID_HANDLE) return GA_DEV_EINVAL;
-  if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-    return GA_DEV_ECAPTURE;
-  return GA_DEV_EDRIVER;
+  const char *text = NULL;
+  if (cu.cuGetErrorString(r, &text) != CUDA_SUCCESS || !text) text = "no description";
+  ga_dev_set_error(d, "%s: %s (%d: %s)", call, cu_name(r), (int)r, text);
+  switch (r) {
+    case CUDA_ERROR_OUT_OF_MEMORY: return GA_DEV_EOOM;
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_INVALID_HANDLE:
+    case CUDA_ERROR_INVALID_DEVICE: return GA_DEV_EINVAL;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    case CUDA_ERROR_STREAM_CAPTURE_MERGE:
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
+    case CUDA_ERROR_STREAM_CAPTURE_UNJOINED:
+    case CUDA_ERROR_STREAM_CAPTURE_ISOLATION:
+    case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+    case CUDA_ERROR_CAPTURED_EVENT:
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: return GA_DEV_ECAPTURE;
+    default: return GA_DEV_EDRIVER;
+  }
 }
 
 /* ---- The device's context, for one call ----
