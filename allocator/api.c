@@ -251,6 +251,12 @@ ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
   out->asleep_pages = out->asleep_granules;
   memcpy(out->device_calls, a->dev->calls, sizeof out->device_calls);
   memcpy(out->device_failures, a->dev->failures, sizeof out->device_failures);
+  memcpy(out->device_ns, a->dev->ns, sizeof out->device_ns);
+  uint64_t ns = 0;
+  for (int k = 0; k < GA_CALL_COUNT; k++) ns += a->dev->ns[k];
+  out->driver_us = (int64_t)((ns - a->dev->stall_ns) / 1000);
+  out->num_stalls = (int64_t)a->dev->stalls;
+  out->stall_us = (int64_t)(a->dev->stall_ns / 1000);
   return leave(a, GA_OK);
 }
 

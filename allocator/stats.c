@@ -31,7 +31,10 @@ void ga_stats_write_json(const ga_stats_t *s, ga_text *j) {
   GA_EXTRA_STATS(GA_X)
 #undef GA_X
   for (int k = 0; k < GA_CALL_COUNT; k++)
-    ga_text_put(j, "\"device_calls.%s\":%llu%s", ga_dev_call_name((ga_device_call_t)k),
-                (unsigned long long)s->device_calls[k], k + 1 < GA_CALL_COUNT ? "," : "");
+    ga_text_put(j, "\"device_calls.%s\":%llu,", ga_dev_call_name((ga_device_call_t)k),
+                (unsigned long long)s->device_calls[k]);
+  for (int k = 0; k < GA_CALL_COUNT; k++)
+    ga_text_put(j, "\"device_us.%s\":%llu%s", ga_dev_call_name((ga_device_call_t)k),
+                (unsigned long long)(s->device_ns[k] / 1000), k + 1 < GA_CALL_COUNT ? "," : "");
   ga_text_put(j, "}");
 }

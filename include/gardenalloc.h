@@ -114,16 +114,19 @@ typedef struct ga_stat {
   X(mapped_bytes, "bytes of physical memory mapped into expandable segments") \
   X(page_cache_bytes, "bytes of physical memory held but not mapped (page cache)")
 
-#define GA_EXTRA_SCALARS(X)                                                          \
-  X(mapped_granules, "2 MiB granules mapped into expandable segments")               \
-  X(cached_granules, "2 MiB granules in the page cache")                             \
-  X(num_unmap_syncs, "stream synchronisations before unmapping memory")              \
-  X(num_granules_moved, "granules unmapped from free memory to be mapped elsewhere") \
-  X(asleep_granules, "2 MiB granules of live allocations given back by ga_sleep")    \
-  X(mapped_pages, "the same as mapped_granules (the name in version 0.1)")           \
-  X(cached_pages, "the same as cached_granules (the name in version 0.1)")           \
-  X(num_pages_moved, "the same as num_granules_moved (the name in version 0.1)")     \
-  X(asleep_pages, "the same as asleep_granules (the name in version 0.1)")
+#define GA_EXTRA_SCALARS(X)                                                                         \
+  X(mapped_granules, "2 MiB granules mapped into expandable segments")                              \
+  X(cached_granules, "2 MiB granules in the page cache")                                            \
+  X(num_unmap_syncs, "stream synchronisations before unmapping memory")                             \
+  X(num_granules_moved, "granules unmapped from free memory to be mapped elsewhere")                \
+  X(asleep_granules, "2 MiB granules of live allocations given back by ga_sleep")                   \
+  X(mapped_pages, "the same as mapped_granules (the name in version 0.1)")                          \
+  X(cached_pages, "the same as cached_granules (the name in version 0.1)")                          \
+  X(num_pages_moved, "the same as num_granules_moved (the name in version 0.1)")                    \
+  X(asleep_pages, "the same as asleep_granules (the name in version 0.1)")                          \
+  X(driver_us, "time spent in device calls, waits excluded (the simulated device: its cost model)") \
+  X(num_stalls, "synchronisations that waited for work queued on the GPU")                          \
+  X(stall_us, "time those synchronisations waited")
 
 /** Statistics, as torch.cuda.memory_stats() reports them, plus device calls. */
 typedef struct ga_stats {
@@ -143,6 +146,7 @@ typedef struct ga_stats {
 #undef GA_X_FIELD
   uint64_t device_calls[GA_CALL_COUNT];    /**< device calls made, by kind */
   uint64_t device_failures[GA_CALL_COUNT]; /**< device calls that failed, by kind */
+  uint64_t device_ns[GA_CALL_COUNT];       /**< time spent in device calls, by kind (waits included) */
 } ga_stats_t;
 
 /* ---- Lifetime ------------------------------------------------------------- */

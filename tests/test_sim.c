@@ -173,3 +173,82 @@ Test(sim, an_80GiB_device_costs_nothing_until_touched) {
   cr_assert_eq(ga_dev_free(big, p), 0);
   ga_dev_destroy(big);
 }
+
+/* ---- Time: queued work lags behind the CPU ---- */
+
+#define US ((uint64_t)1000)
+#define MS ((uint64_t)1000000)
+#define SA ((ga_stream_t)(uintptr_t)0x51)
+
+static ga_sim_usage usage(void) {
+  ga_sim_usage u;
+  cr_assert_eq(ga_sim_usage_get(d, &u), 0);
+  return u;
+}
+
+Test(sim, an_event_query_answers_from_the_clock_and_never_waits) {
+  ga_event e;
+  cr_assert_eq(ga_sim_set_lag(d, 5 * MS), 0);
+  cr_assert_eq(ga_dev_event_create(d, &e), 0);
+  cr_assert_eq(ga_sim_enqueue(d, SA, 100 * US), 0); /* done at now + 5.1 ms */
+  cr_assert_eq(ga_dev_event_record(d, e, SA), 0);
+  uint64_t t0 = usage().now_ns;
+  cr_assert_eq(ga_dev_event_query(d, e), GA_DEV_ENOTREADY);
+  cr_assert_eq(usage().stalls, 0, "a query does not wait");
+  cr_assert_lt(usage().now_ns - t0, 10 * US, "a query costs its call only");
+  ga_sim_advance(d, 5 * MS + 100 * US);
+  cr_assert_eq(ga_dev_event_query(d, e), 0, "the work has completed by now");
+  cr_assert_eq(ga_dev_event_destroy(d, e), 0);
+}
+
+Test(sim, a_synchronisation_moves_the_clock_to_the_work_and_counts_the_stall) {
+  cr_assert_eq(ga_sim_set_lag(d, 5 * MS), 0);
+  ga_sim_enqueue(d, SA, 1 * MS);
+  uint64_t queued = usage().now_ns, done = queued + 6 * MS;
+  cr_assert_eq(ga_dev_stream_synchronize(d, SA), 0);
+  ga_sim_usage u = usage();
+  cr_assert_eq(u.stalls, 1);
+  cr_assert_geq(u.now_ns, done, "the CPU is past the work");
+  cr_assert_eq(u.stall_ns, done - (queued + 5 * US), "the wait: completion minus the call's start and cost");
+  cr_assert_eq(ga_dev_stream_synchronize(d, SA), 0);
+  cr_assert_eq(usage().stalls, 1, "nothing left to wait for: no second stall");
+  ga_event e;
+  cr_assert_eq(ga_dev_event_create(d, &e), 0);
+  ga_sim_enqueue(d, SA, 0);
+  cr_assert_eq(ga_dev_event_record(d, e, SA), 0);
+  cr_assert_eq(ga_dev_event_synchronize(d, e), 0);
+  cr_assert_eq(usage().stalls, 2, "an event synchronisation waits too");
+  cr_assert_eq(ga_dev_event_destroy(d, e), 0);
+}
+
+Test(sim, calls_take_the_time_of_the_cost_table) {
+  void *va;
+  ga_mem_handle h;
+  cr_assert_eq(ga_sim_set_cost(d, GA_CALL_CREATE, 10, 3), 0);
+  cr_assert_eq(ga_sim_set_cost(d, GA_CALL_SET_ACCESS, 2, 40), 0);
+  uint64_t t0 = usage().driver_ns;
+  cr_assert_eq(ga_dev_create(d, 4 * G, &h), 0);
+  cr_assert_eq(usage().driver_ns - t0, 10 * US + 4 * 3 * US, "per call plus per granule");
+  cr_assert_eq(ga_dev_reserve(d, 4 * G, 0, &va), 0);
+  for (int i = 0; i < 4; i++) cr_assert_eq(ga_dev_map(d, (char *)va + i * G, G, h, i * G), 0);
+  int self = 0;
+  t0 = usage().driver_ns;
+  cr_assert_eq(ga_dev_set_access(d, va, 4 * G, &self, 1), 0);
+  cr_assert_eq(usage().driver_ns - t0, 2 * US + 4 * 40 * US, "one access call over four mappings");
+  cr_assert_eq(ga_dev_unmap(d, va, 4 * G), 0);
+  cr_assert_eq(ga_dev_map(d, va, 4 * G, h, 0), 0);
+  t0 = usage().driver_ns;
+  cr_assert_eq(ga_dev_set_access(d, va, 4 * G, &self, 1), 0);
+  cr_assert_eq(usage().driver_ns - t0, 2 * US + 40 * US, "over one mapping of the whole handle");
+  cr_assert_eq(d->ns[GA_CALL_SET_ACCESS], 2 * US + 4 * 40 * US + 2 * US + 40 * US, "the device layer agrees");
+  cr_assert_eq(ga_dev_unmap(d, va, 4 * G), 0);
+  cr_assert_eq(ga_dev_unreserve(d, va, 4 * G), 0);
+  cr_assert_eq(ga_dev_release(d, h), 0);
+}
+
+Test(sim, without_queued_work_nothing_waits) {
+  cr_assert_eq(ga_sim_set_lag(d, 5 * MS), 0);
+  cr_assert_eq(ga_dev_stream_synchronize(d, SA), 0);
+  cr_assert_eq(ga_dev_synchronize(d), 0);
+  cr_assert_eq(usage().stalls, 0);
+}

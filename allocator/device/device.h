@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "../errors.h"
 #include "gardenalloc.h"
@@ -111,6 +112,11 @@ typedef struct ga_device_ops {
    * (the CUDA backend gives 2 for the thread-local mode). */
   int (*capture_mode)(ga_device *d, int relaxed, int *previous);
 
+  /* Optional: the clock calls are timed with, in nanoseconds (the simulated
+   * device's virtual clock). NULL: the host's monotonic clock. A backend with
+   * a clock of its own counts its stalls itself (ga_device.stalls). */
+  uint64_t (*clock_ns)(ga_device *d);
+
   /* Optional (NULL when the backend cannot tell, as the CUDA driver cannot):
    * the objects the device holds now, for ga_check's cross-check. */
   int (*usage)(ga_device *d, ga_device_usage *u);
@@ -125,6 +131,9 @@ struct ga_device {
   int ordinal;                      /* device number on the backend */
   uint64_t calls[GA_CALL_COUNT];    /* calls made, by kind */
   uint64_t failures[GA_CALL_COUNT]; /* calls that failed (ENOTREADY excluded) */
+  uint64_t ns[GA_CALL_COUNT];       /* time spent in calls, by kind, on the backend's clock */
+  uint64_t stalls;                  /* synchronisations that waited for queued work */
+  uint64_t stall_ns;                /* and how long they waited */
   char error[512];                  /* text of the last failure */
 };
 
@@ -152,73 +161,93 @@ void ga_dev_set_error(ga_device *d, const char *fmt, ...)
 #endif
     ;
 
-/* ---- Counting wrappers: the only callers of the ops table ---- */
+/* ---- Counting wrappers: the only callers of the ops table ----
+ * Each call is counted and timed by kind. On a backend without a clock of its
+ * own (a GPU), a synchronisation that took longer than GA_DEV_STALL_NS waited
+ * for queued work: it counts as a stall. */
 
-static inline int ga_dev_count(ga_device *d, ga_device_call_t k, int rc) {
+#define GA_DEV_STALL_NS 20000 /* 20 us: longer than any synchronisation with nothing to wait for */
+
+static inline uint64_t ga_dev_clock(ga_device *d) {
+  if (d->ops->clock_ns) return d->ops->clock_ns(d);
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+static inline int ga_dev_count(ga_device *d, ga_device_call_t k, uint64_t t0, int rc) {
+  uint64_t dt = ga_dev_clock(d) - t0;
   d->calls[k]++;
+  d->ns[k] += dt;
   if (rc != GA_DEV_OK && rc != GA_DEV_ENOTREADY) d->failures[k]++;
+  if (!d->ops->clock_ns && dt > GA_DEV_STALL_NS &&
+      (k == GA_CALL_STREAM_SYNCHRONIZE || k == GA_CALL_EVENT_SYNCHRONIZE || k == GA_CALL_SYNCHRONIZE))
+    d->stalls++, d->stall_ns += dt;
   return rc;
 }
+/* Times and counts one call of kind k. */
+#define GA_DEV_CALL(d, k, call)             \
+  do {                                      \
+    uint64_t t0_ = ga_dev_clock(d);         \
+    return ga_dev_count(d, k, t0_, (call)); \
+  } while (0)
 static inline int ga_dev_granularity(ga_device *d, size_t *g) { return d->ops->granularity(d, g); }
 static inline int ga_dev_mem_info(ga_device *d, size_t *f, size_t *t) {
-  return ga_dev_count(d, GA_CALL_MEM_INFO, d->ops->mem_info(d, f, t));
+  GA_DEV_CALL(d, GA_CALL_MEM_INFO, d->ops->mem_info(d, f, t));
 }
 static inline int ga_dev_malloc(ga_device *d, size_t s, void **p) {
-  return ga_dev_count(d, GA_CALL_MALLOC, d->ops->malloc(d, s, p));
+  GA_DEV_CALL(d, GA_CALL_MALLOC, d->ops->malloc(d, s, p));
 }
-static inline int ga_dev_free(ga_device *d, void *p) {
-  return ga_dev_count(d, GA_CALL_FREE, d->ops->free(d, p));
-}
+static inline int ga_dev_free(ga_device *d, void *p) { GA_DEV_CALL(d, GA_CALL_FREE, d->ops->free(d, p)); }
 static inline int ga_dev_reserve(ga_device *d, size_t s, size_t al, void **va) {
-  return ga_dev_count(d, GA_CALL_RESERVE, d->ops->reserve(d, s, al, va));
+  GA_DEV_CALL(d, GA_CALL_RESERVE, d->ops->reserve(d, s, al, va));
 }
 static inline int ga_dev_unreserve(ga_device *d, void *va, size_t s) {
-  return ga_dev_count(d, GA_CALL_UNRESERVE, d->ops->unreserve(d, va, s));
+  GA_DEV_CALL(d, GA_CALL_UNRESERVE, d->ops->unreserve(d, va, s));
 }
 static inline int ga_dev_create(ga_device *d, size_t s, ga_mem_handle *h) {
-  return ga_dev_count(d, GA_CALL_CREATE, d->ops->create(d, s, h));
+  GA_DEV_CALL(d, GA_CALL_CREATE, d->ops->create(d, s, h));
 }
 static inline int ga_dev_release(ga_device *d, ga_mem_handle h) {
-  return ga_dev_count(d, GA_CALL_RELEASE, d->ops->release(d, h));
+  GA_DEV_CALL(d, GA_CALL_RELEASE, d->ops->release(d, h));
 }
 static inline int ga_dev_map(ga_device *d, void *va, size_t s, ga_mem_handle h, size_t off) {
-  return ga_dev_count(d, GA_CALL_MAP, d->ops->map(d, va, s, h, off));
+  GA_DEV_CALL(d, GA_CALL_MAP, d->ops->map(d, va, s, h, off));
 }
 static inline int ga_dev_unmap(ga_device *d, void *va, size_t s) {
-  return ga_dev_count(d, GA_CALL_UNMAP, d->ops->unmap(d, va, s));
+  GA_DEV_CALL(d, GA_CALL_UNMAP, d->ops->unmap(d, va, s));
 }
 static inline int ga_dev_set_access(ga_device *d, void *va, size_t s, const int *devs, int n) {
-  return ga_dev_count(d, GA_CALL_SET_ACCESS, d->ops->set_access(d, va, s, devs, n));
+  GA_DEV_CALL(d, GA_CALL_SET_ACCESS, d->ops->set_access(d, va, s, devs, n));
 }
 static inline int ga_dev_copy(ga_device *d, void *host, void *dev, size_t s, int to_host) {
-  return ga_dev_count(d, GA_CALL_COPY, d->ops->copy(d, host, dev, s, to_host));
+  GA_DEV_CALL(d, GA_CALL_COPY, d->ops->copy(d, host, dev, s, to_host));
 }
 static inline int ga_dev_event_create(ga_device *d, ga_event *e) {
-  return ga_dev_count(d, GA_CALL_EVENT_CREATE, d->ops->event_create(d, e));
+  GA_DEV_CALL(d, GA_CALL_EVENT_CREATE, d->ops->event_create(d, e));
 }
 static inline int ga_dev_event_record(ga_device *d, ga_event e, ga_stream_t s) {
-  return ga_dev_count(d, GA_CALL_EVENT_RECORD, d->ops->event_record(d, e, s));
+  GA_DEV_CALL(d, GA_CALL_EVENT_RECORD, d->ops->event_record(d, e, s));
 }
 static inline int ga_dev_event_query(ga_device *d, ga_event e) {
-  return ga_dev_count(d, GA_CALL_EVENT_QUERY, d->ops->event_query(d, e));
+  GA_DEV_CALL(d, GA_CALL_EVENT_QUERY, d->ops->event_query(d, e));
 }
 static inline int ga_dev_event_synchronize(ga_device *d, ga_event e) {
-  return ga_dev_count(d, GA_CALL_EVENT_SYNCHRONIZE, d->ops->event_synchronize(d, e));
+  GA_DEV_CALL(d, GA_CALL_EVENT_SYNCHRONIZE, d->ops->event_synchronize(d, e));
 }
 static inline int ga_dev_event_destroy(ga_device *d, ga_event e) {
-  return ga_dev_count(d, GA_CALL_EVENT_DESTROY, d->ops->event_destroy(d, e));
+  GA_DEV_CALL(d, GA_CALL_EVENT_DESTROY, d->ops->event_destroy(d, e));
 }
 static inline int ga_dev_stream_synchronize(ga_device *d, ga_stream_t s) {
-  return ga_dev_count(d, GA_CALL_STREAM_SYNCHRONIZE, d->ops->stream_synchronize(d, s));
+  GA_DEV_CALL(d, GA_CALL_STREAM_SYNCHRONIZE, d->ops->stream_synchronize(d, s));
 }
 static inline int ga_dev_synchronize(ga_device *d) {
-  return ga_dev_count(d, GA_CALL_SYNCHRONIZE, d->ops->synchronize(d));
+  GA_DEV_CALL(d, GA_CALL_SYNCHRONIZE, d->ops->synchronize(d));
 }
 static inline int ga_dev_stream_capturing(ga_device *d, ga_stream_t s, int *c) {
-  return ga_dev_count(d, GA_CALL_CAPTURE_QUERY, d->ops->stream_capturing(d, s, c));
+  GA_DEV_CALL(d, GA_CALL_CAPTURE_QUERY, d->ops->stream_capturing(d, s, c));
 }
 static inline int ga_dev_capture_mode(ga_device *d, int relaxed, int *previous) {
-  return ga_dev_count(d, GA_CALL_CAPTURE_MODE, d->ops->capture_mode(d, relaxed, previous));
+  GA_DEV_CALL(d, GA_CALL_CAPTURE_MODE, d->ops->capture_mode(d, relaxed, previous));
 }
 /* Not counted (introspection). GA_DEV_ENOTSUP when the backend has no answer. */
 static inline int ga_dev_usage(ga_device *d, ga_device_usage *u) {

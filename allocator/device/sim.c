@@ -58,13 +58,15 @@ typedef struct sim_ranges {
 typedef struct sim_event {
   unsigned magic;
   ga_stream_t stream;
-  int pending;
+  int pending;      /* recorded on a held stream: not complete until it is released */
+  uint64_t done_ns; /* when the work before it completes, on the clock */
 } sim_event;
 
 typedef struct sim_stream {
   ga_stream_t s;
   int held;
   int capturing;
+  uint64_t done_ns; /* when the work queued on it so far completes */
 } sim_stream;
 
 typedef struct sim_fault {
@@ -91,9 +93,14 @@ typedef struct sim_device {
   sim_fault faults[GA_CALL_COUNT];
   uint64_t waits;
   uint64_t faults_fired;
-  int ndevices;             /* devices of the simulated machine */
-  int capturing;            /* streams capturing a graph now */
-  uint64_t captures_broken; /* calls that would have invalidated a capture */
+  uint64_t now_ns;                   /* the CPU's clock */
+  uint64_t lag_ns;                   /* queued work completes at least this long after it was queued */
+  uint64_t cost_call[GA_CALL_COUNT]; /* ns a call of each kind takes */
+  uint64_t cost_unit[GA_CALL_COUNT]; /* and ns per unit it touches (sim_cost_units) */
+  uint64_t driver_ns;                /* time spent in calls, waits excluded */
+  int ndevices;                      /* devices of the simulated machine */
+  int capturing;                     /* streams capturing a graph now */
+  uint64_t captures_broken;          /* calls that would have invalidated a capture */
 } sim_device;
 
 static _Thread_local int thread_relaxed; /* this thread's capture mode */
@@ -103,6 +110,62 @@ static const ga_device_ops sim_ops;
 static sim_device *sim_of(const ga_device *d) {
   return (d && d->ops == &sim_ops) ? (sim_device *)(uintptr_t)d : NULL;
 }
+
+/* ---- Time ----
+ * The CPU has a virtual clock (now_ns). Every call takes the time of the cost
+ * table: a fixed cost per call plus a cost per unit it touches (mappings for
+ * map, unmap and set_access, granules for malloc, free, create, release and
+ * copy). Work a test or benchmark queues on a stream (ga_sim_enqueue)
+ * completes at least lag_ns after it was queued; an event recorded on a
+ * stream completes with the work queued before it. An event query answers
+ * from the clock and never waits; a synchronisation moves the clock to the
+ * completion of what it waits for, and the difference is a stall. With no
+ * queued work (the default) every stream is idle and nothing stalls. */
+
+static void spend_units(sim_device *s, ga_device_call_t k, size_t units) {
+  uint64_t ns = (uint64_t)units * s->cost_unit[k];
+  s->now_ns += ns;
+  s->driver_ns += ns;
+}
+
+/* The CPU waits until `t`: a stall when that is in the future. */
+static void wait_until(sim_device *s, uint64_t t) {
+  if (t <= s->now_ns) return;
+  s->base.stalls++;
+  s->base.stall_ns += t - s->now_ns;
+  s->now_ns = t;
+}
+
+static size_t granules_of(size_t bytes) { return (bytes + SIM_GRAN - 1) / SIM_GRAN; }
+
+/* The default cost table, in microseconds: {per call, per unit}. The VMM
+ * figures are from published driver timings (per 2 MiB piece: cuMemSetAccess
+ * 21-69 us, scaling with the mappings it touches; cuMemUnmap 11-39 us;
+ * cuMemCreate 8-190 us; cuMemMap about 1 us); the rest are assumed orders of
+ * magnitude. ga_sim_set_cost replaces any of them (ga-bench --cost; on a GPU
+ * ga-bench drivercost measures them). */
+static const double default_cost_us[GA_CALL_COUNT][2] = {
+    [GA_CALL_MALLOC] = {20, 20},
+    [GA_CALL_FREE] = {20, 5},
+    [GA_CALL_RESERVE] = {5, 0},
+    [GA_CALL_UNRESERVE] = {5, 0},
+    [GA_CALL_CREATE] = {10, 20},
+    [GA_CALL_RELEASE] = {5, 5},
+    [GA_CALL_MAP] = {1, 0},
+    [GA_CALL_UNMAP] = {2, 25},
+    [GA_CALL_SET_ACCESS] = {2, 40},
+    [GA_CALL_COPY] = {10, 200},
+    [GA_CALL_EVENT_CREATE] = {2, 0},
+    [GA_CALL_EVENT_RECORD] = {2, 0},
+    [GA_CALL_EVENT_QUERY] = {0.5, 0},
+    [GA_CALL_EVENT_SYNCHRONIZE] = {5, 0},
+    [GA_CALL_EVENT_DESTROY] = {2, 0},
+    [GA_CALL_STREAM_SYNCHRONIZE] = {5, 0},
+    [GA_CALL_SYNCHRONIZE] = {10, 0},
+    [GA_CALL_MEM_INFO] = {5, 0},
+    [GA_CALL_CAPTURE_QUERY] = {0.5, 0},
+    [GA_CALL_CAPTURE_MODE] = {0.5, 0},
+};
 
 /* ---- Capture ----
  * While a stream captures a graph, a thread in the global capture mode may not
@@ -120,7 +183,10 @@ static int capture_breaks(sim_device *s, const char *call) {
 
 /* ---- Faults ---- */
 
+/* Every call passes here first: it takes its fixed cost, then may fail. */
 static int fault_hit(sim_device *s, ga_device_call_t k, const char *call) {
+  s->now_ns += s->cost_call[k];
+  s->driver_ns += s->cost_call[k];
   sim_fault *f = &s->faults[k];
   if (!f->armed) return 0;
   if (f->countdown > 1) {
@@ -395,6 +461,7 @@ static int sim_malloc(ga_device *d, size_t size, void **ptr) {
     rc = GA_DEV_EOOM;
     goto out;
   }
+  spend_units(s, GA_CALL_MALLOC, granules_of(rsize));
   if ((rc = do_reserve(s, rsize, SIM_GRAN, &va))) goto out;
   if ((rc = do_create(s, rsize, &h))) goto unreserve;
   if ((rc = do_map(s, (uintptr_t)va, rsize, h, 0, (uint64_t)1 << d->ordinal))) goto release;
@@ -429,6 +496,7 @@ static int sim_free(ga_device *d, void *ptr) {
     goto out;
   }
   sim_range m = s->mallocs.v[i];
+  spend_units(s, GA_CALL_FREE, granules_of(m.size));
   ranges_remove(&s->mallocs, (size_t)i);
   do_unmap_one(s, (size_t)ranges_find(&s->maps, m.va));
   do_release(s, &s->handles[m.h - 1]);
@@ -492,6 +560,7 @@ static int sim_create(ga_device *d, size_t size, ga_mem_handle *h) {
     rc = GA_DEV_EINVAL;
     goto out;
   }
+  spend_units(s, GA_CALL_CREATE, granules_of(size));
   rc = do_create(s, size, h);
 out:
   pthread_mutex_unlock(&s->mu);
@@ -510,6 +579,7 @@ static int sim_release(ga_device *d, ga_mem_handle h) {
     rc = GA_DEV_EINVAL;
     goto out;
   }
+  spend_units(s, GA_CALL_RELEASE, x->ngran);
   do_release(s, x);
 out:
   pthread_mutex_unlock(&s->mu);
@@ -541,6 +611,7 @@ static int sim_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t 
     rc = GA_DEV_EINVAL;
     goto out;
   }
+  spend_units(s, GA_CALL_MAP, 1);
   rc = do_map(s, v, size, h, offset, 0); /* no device has access until set_access */
 out:
   pthread_mutex_unlock(&s->mu);
@@ -564,6 +635,7 @@ static int sim_unmap(ga_device *d, void *va, size_t size) {
     rc = GA_DEV_EINVAL;
     goto out;
   }
+  spend_units(s, GA_CALL_UNMAP, j - i);
   while (j-- > i) do_unmap_one(s, j);
 out:
   pthread_mutex_unlock(&s->mu);
@@ -595,6 +667,7 @@ static int sim_set_access(ga_device *d, void *va, size_t size, const int *device
                      size);
     rc = GA_DEV_EINVAL;
   }
+  if (!rc) spend_units(s, GA_CALL_SET_ACCESS, j - i);
   for (size_t k = i; !rc && k < j; k++) s->maps.v[k].access = mask;
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -613,6 +686,7 @@ static int sim_copy(ga_device *d, void *host, void *dev, size_t size, int to_hos
     ga_dev_set_error(d, "copy: CUDA_ERROR_INVALID_VALUE (%p+%zu is not mapped)", dev, size);
     rc = GA_DEV_EINVAL;
   }
+  if (!rc) spend_units(s, GA_CALL_COPY, granules_of(size));
   pthread_mutex_unlock(&s->mu);
   if (!rc) memcpy(to_host ? host : dev, to_host ? dev : host, size);
   return rc;
@@ -682,6 +756,7 @@ static int sim_event_record(ga_device *d, ga_event e, ga_stream_t st) {
     sim_stream *ss = stream_get(s, st, 0);
     ev->stream = st;
     ev->pending = ss && ss->held;
+    ev->done_ns = ss ? ss->done_ns : 0;
   }
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -696,7 +771,7 @@ static int sim_event_query(ga_device *d, ga_event e) {
     ga_dev_set_error(d, "event_query: CUDA_ERROR_INVALID_HANDLE");
     rc = GA_DEV_EINVAL;
   }
-  if (!rc && ev->pending) rc = GA_DEV_ENOTREADY;
+  if (!rc && (ev->pending || ev->done_ns > s->now_ns)) rc = GA_DEV_ENOTREADY;
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
@@ -713,6 +788,7 @@ static int sim_event_synchronize(ga_device *d, ga_event e) {
   }
   /* Waiting on an event means the stream's work up to it finishes. */
   if (!rc && ev->pending) ev->pending = 0, s->waits++;
+  if (!rc) wait_until(s, ev->done_ns);
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
@@ -751,6 +827,7 @@ static int sim_stream_synchronize(ga_device *d, ga_stream_t st) {
   } else if (!rc) {
     stream_complete(s, st, 1);
   }
+  if (!rc && ss) wait_until(s, ss->done_ns);
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
@@ -764,6 +841,10 @@ static int sim_synchronize(ga_device *d) {
   for (size_t i = 0; !rc && i < s->nevents; i++)
     if (s->events[i]->pending) s->events[i]->pending = 0, waited = 1;
   s->waits += (uint64_t)waited;
+  uint64_t done = 0;
+  for (size_t i = 0; !rc && i < s->nstreams; i++)
+    if (s->streams[i].done_ns > done) done = s->streams[i].done_ns;
+  if (!rc) wait_until(s, done);
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
@@ -808,6 +889,15 @@ static void sim_destroy(ga_device *d) {
   free(s);
 }
 
+/* The CPU's virtual clock; locked, as test controls may move it from another thread. */
+static uint64_t sim_clock_ns(ga_device *d) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  uint64_t t = s->now_ns;
+  pthread_mutex_unlock(&s->mu);
+  return t;
+}
+
 static int sim_usage(ga_device *d, ga_device_usage *u) {
   ga_sim_usage x;
   int rc = ga_sim_usage_get(d, &x);
@@ -839,6 +929,7 @@ static const ga_device_ops sim_ops = {
     .event_query = sim_event_query,
     .event_synchronize = sim_event_synchronize,
     .usage = sim_usage,
+    .clock_ns = sim_clock_ns,
     .event_destroy = sim_event_destroy,
     .stream_synchronize = sim_stream_synchronize,
     .synchronize = sim_synchronize,
@@ -882,6 +973,10 @@ int ga_sim_open_of(int ordinal, int ndevices, size_t capacity, ga_device **out, 
   pthread_mutex_init(&s->mu, NULL);
   s->ngran = ngran;
   s->ndevices = ndevices;
+  for (int k = 0; k < GA_CALL_COUNT; k++) {
+    s->cost_call[k] = (uint64_t)(default_cost_us[k][0] * 1000.0);
+    s->cost_unit[k] = (uint64_t)(default_cost_us[k][1] * 1000.0);
+  }
   s->base.ops = &sim_ops;
   s->base.ordinal = ordinal;
   *out = &s->base;
@@ -915,6 +1010,11 @@ int ga_sim_usage_get(ga_device *d, ga_sim_usage *u) {
       .waits = s->waits,
       .faults_fired = s->faults_fired,
       .captures_broken = s->captures_broken,
+      .now_ns = s->now_ns,
+      .driver_ns = s->driver_ns,
+      .stalls = s->base.stalls,
+      .stall_ns = s->base.stall_ns,
+      .lag_ns = s->lag_ns,
   };
   pthread_mutex_unlock(&s->mu);
   return 0;
@@ -971,4 +1071,71 @@ int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing) {
   if (ss) ss->capturing = capturing != 0;
   pthread_mutex_unlock(&s->mu);
   return ss ? 0 : GA_DEV_EDRIVER;
+}
+
+/* ---- Time controls ---- */
+
+int ga_sim_set_lag(ga_device *d, uint64_t lag_ns) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  s->lag_ns = lag_ns;
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+int ga_sim_advance(ga_device *d, uint64_t ns) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  s->now_ns += ns;
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+int ga_sim_enqueue(ga_device *d, ga_stream_t stream, uint64_t work_ns) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  sim_stream *ss = stream_get(s, stream, 1);
+  if (ss) {
+    uint64_t start = s->now_ns + s->lag_ns;
+    ss->done_ns = (ss->done_ns > start ? ss->done_ns : start) + work_ns;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return ss ? 0 : GA_DEV_EDRIVER;
+}
+
+int ga_sim_set_cost(ga_device *d, ga_device_call_t kind, double call_us, double unit_us) {
+  sim_device *s = sim_of(d);
+  if (!s || (unsigned)kind >= GA_CALL_COUNT || !(call_us >= 0) || !(unit_us >= 0)) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  s->cost_call[kind] = (uint64_t)(call_us * 1000.0);
+  s->cost_unit[kind] = (uint64_t)(unit_us * 1000.0);
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+int ga_sim_get_cost(ga_device *d, ga_device_call_t kind, double *call_us, double *unit_us) {
+  sim_device *s = sim_of(d);
+  if (!s || (unsigned)kind >= GA_CALL_COUNT) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  *call_us = (double)s->cost_call[kind] / 1000.0;
+  *unit_us = (double)s->cost_unit[kind] / 1000.0;
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+const char *ga_sim_cost_unit(ga_device_call_t kind) {
+  switch (kind) {
+    case GA_CALL_MAP:
+    case GA_CALL_UNMAP:
+    case GA_CALL_SET_ACCESS: return "mapping";
+    case GA_CALL_MALLOC:
+    case GA_CALL_FREE:
+    case GA_CALL_CREATE:
+    case GA_CALL_RELEASE:
+    case GA_CALL_COPY: return "granule";
+    default: return NULL;
+  }
 }

@@ -24,6 +24,11 @@ typedef struct ga_sim_usage {
   uint64_t waits;           /* synchronisations that had to wait for held work */
   uint64_t faults_fired;    /* injected faults that made a call fail */
   uint64_t captures_broken; /* calls refused because they would invalidate a capture */
+  uint64_t now_ns;          /* the CPU's virtual clock */
+  uint64_t driver_ns;       /* time spent in device calls (the cost table), waits excluded */
+  uint64_t stalls;          /* synchronisations that had to wait for queued work (the lag model) */
+  uint64_t stall_ns;        /* and how long they waited */
+  uint64_t lag_ns;          /* the lag queued work completes after */
 } ga_sim_usage;
 
 /* Is `d` a simulated device? */
@@ -53,5 +58,20 @@ int ga_sim_access(ga_device *d, void *va, uint64_t *mask);
 
 /* Marks `stream` as capturing a CUDA graph (stream_capturing reports it). */
 int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing);
+
+/* ---- Time (see sim.c: a virtual clock for the CPU, streams that lag) ---- */
+
+/* Work queued from now on completes at least lag_ns after it was queued. */
+int ga_sim_set_lag(ga_device *d, uint64_t lag_ns);
+/* The CPU does ns of work of its own (the program between allocator calls). */
+int ga_sim_advance(ga_device *d, uint64_t ns);
+/* The program queues work_ns of GPU work on `stream` now: it completes at
+ * max(the stream's previous work, now + lag) + work_ns. */
+int ga_sim_enqueue(ga_device *d, ga_stream_t stream, uint64_t work_ns);
+/* The cost of a call of `kind`: call_us per call plus unit_us per unit it
+ * touches (ga_sim_cost_unit: "mapping", "granule", or NULL for none). */
+int ga_sim_set_cost(ga_device *d, ga_device_call_t kind, double call_us, double unit_us);
+int ga_sim_get_cost(ga_device *d, ga_device_call_t kind, double *call_us, double *unit_us);
+const char *ga_sim_cost_unit(ga_device_call_t kind);
 
 #endif /* GA_SIM_H */
