@@ -2,6 +2,8 @@
  * the driver double: contexts, capture modes, the driver's error codes and
  * texts, and opening a device when the driver fails. Runs with
  * GA_TEST_BACKEND=cuda only (ctest cuda_backend). */
+#include <stdlib.h>
+
 #include "fixture.h"
 
 #ifdef GA_HAVE_CUDA
@@ -185,6 +187,46 @@ Test(cudabackend, a_context_that_cannot_be_retained_is_named) {
   cudadouble_usage u;
   FX_CU_OK(fx_cu.cudadouble_usage_get(0, &u));
   cr_assert_eq(u.context_refs, 1, "only the fixture's retain");
+}
+
+/* PyTorch's pluggable-allocator entry points, as PyTorch calls them, on the
+ * CUDA backend: streams are real streams, device 1 allocates on its legacy
+ * stream, a memory fraction caps device 0, and the caller's context stays. */
+Test(cudabackend, the_pytorch_entry_points_on_the_cuda_backend) {
+  need_cuda();
+  setenv("GARDENALLOC_CONF", "backend:cuda,expandable_segments:True", 1); /* read once, at first use */
+  fx_cu_machine(2, 256 * MiB);
+  ga_stream_t s1 = S1, s2 = S2;
+  char *p = ga_torch_alloc_nothrow(5 * MiB, 0, s1);
+  cr_assert(p != NULL, "%s", ga_last_error());
+  memset(p, 1, 5 * MiB);
+  fx_hold(s2, 1);
+  ga_torch_record_stream(p, s2);
+  ga_torch_free(p, 5 * MiB, 0, s1);
+  char *q = ga_torch_alloc_nothrow(5 * MiB, 0, s1);
+  cr_assert(q != NULL && q != p, "not handed out again while s2 may still read it");
+  fx_hold(s2, 0);
+  size_t size = 0;
+  cr_assert_eq(ga_torch_base_alloc(q + 100, &size), q);
+  cr_assert_geq(size, 5 * MiB);
+  ga_torch_free(q, 5 * MiB, 0, s1);
+  char *r = ga_torch_alloc_nothrow(3 * MiB, 1, NULL);
+  cr_assert(r != NULL, "%s", ga_last_error());
+  memset(r, 2, 3 * MiB);
+  cudadouble_usage u1;
+  FX_CU_OK(fx_cu.cudadouble_usage_get(1, &u1));
+  cr_assert_geq(u1.used, 4 * MiB, "device 1's memory");
+  ga_torch_free(r, 3 * MiB, 1, NULL);
+  CUcontext cur = NULL;
+  FX_CU_OK(fx_cu.cuCtxGetCurrent(&cur));
+  cr_assert_eq(cur, fx_cu.ctx[0], "the caller's context stays current");
+  ga_torch_memory_fraction(0.25, 0);
+  cr_assert_null(ga_torch_alloc_nothrow(100 * MiB, 0, s1));
+  cr_assert(strstr(ga_last_error(), "CUDA out of memory") != NULL, "%s", ga_last_error());
+  ga_torch_reset();
+  /* PyTorch keeps them for the process; the test gives everything back. */
+  ga_destroy(ga_torch_allocator(0));
+  ga_destroy(ga_torch_allocator(1));
 }
 
 #endif
