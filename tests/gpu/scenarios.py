@@ -122,6 +122,31 @@ def refused_after_init():
     assert torch.cuda.get_allocator_backend() == "native"
 
 
+def graph():
+    """torch.cuda.graph through the allocator's pool hooks: memory allocated
+    during the capture comes from the graph's pool and is there at replay."""
+    x = torch.ones(1 << 20, device=dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            y = x * 2 + 1  # warm-up outside the capture, as PyTorch asks
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x * 2 + 1
+        z = torch.empty(8 << 20, dtype=torch.uint8, device=dev)
+        z.fill_(3)
+    x.fill_(5)
+    g.replay()
+    torch.cuda.synchronize()
+    assert bool(torch.all(y == 11)) and int(z[-1]) == 3, "the replay's results"
+    del g, y, z
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    print("graph: captured with an 8 MiB allocation inside, replayed, released")
+
+
 def trace():
     shared = os.environ.get("GA_SHARED_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     path = os.path.join(shared, "traces", "pytorch_snapshots", "cs336_medium_ctx512_training.csv")
@@ -146,5 +171,6 @@ def trace():
 
 with Ctx():
     {"fuzz": fuzz, "oom": oom, "oom_retry": oom_retry, "record_stream": record_stream, "trace": trace,
+     "graph": graph,
      "installed_by_run": installed_by_run, "refused_after_init": refused_after_init}[scenario]()
 print("ok", mode, scenario)
