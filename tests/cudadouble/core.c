@@ -404,12 +404,16 @@ CUresult cd_capture_unsafe(cd_entry e) {
       cd_mode == CU_STREAM_CAPTURE_MODE_GLOBAL ? "global" : "thread-local");
 }
 
+int cd_mode_valid(CUstreamCaptureMode m) {
+  return m == CU_STREAM_CAPTURE_MODE_GLOBAL || m == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ||
+         m == CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
 CD_EXPORT CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
   CUresult r = cd_enter(CD_EXCHANGE_CAPTURE_MODE);
   if (r) return cd_leave(r);
   if (!mode) return cd_leave(cd_refuse(CD_EXCHANGE_CAPTURE_MODE, CUDA_ERROR_INVALID_VALUE, "mode is NULL"));
-  if (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-      *mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+  if (!cd_mode_valid(*mode))
     return cd_leave(cd_refuse(CD_EXCHANGE_CAPTURE_MODE, CUDA_ERROR_INVALID_VALUE, "mode %d", (int)*mode));
   if ((r = cd_fault_hit(CD_EXCHANGE_CAPTURE_MODE))) return cd_leave(r);
   CUstreamCaptureMode prev = cd_mode;

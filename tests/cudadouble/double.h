@@ -196,6 +196,8 @@ CUresult cd_need_context(cd_entry e, struct CUctx_st **out);
  * invalidated) when the calling thread may not make a potentially unsafe
  * call now. */
 CUresult cd_capture_unsafe(cd_entry e);
+/* Is m one of the three capture modes? */
+int cd_mode_valid(CUstreamCaptureMode m);
 
 /* ---- Registries ---- */
 

@@ -185,9 +185,7 @@ CD_EXPORT CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptur
   CUresult r = cd_enter(e);
   if (r || (r = cd_stream_arg(e, hStream, &s, &ctx))) return cd_leave(r);
   if (!s) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "the legacy stream may not capture"));
-  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-      mode != CU_STREAM_CAPTURE_MODE_RELAXED)
-    return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "mode %d", (int)mode));
+  if (!cd_mode_valid(mode)) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "mode %d", (int)mode));
   if (s->cap.active)
     return cd_leave(cd_refuse(e, CUDA_ERROR_ILLEGAL_STATE, "the stream is already capturing"));
   if ((r = cd_fault_hit(e))) return cd_leave(r);
