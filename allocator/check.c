@@ -167,6 +167,14 @@ int ga_check_locked(ga_allocator_t *a) {
       t.expandable_segs++;
       if (s->base % a->space.gran || s->size % a->space.gran)
         BROKEN("expandable segment %p is not granule-aligned", (void *)s->base);
+      for (const ga_block *b = s->head; b; b = b->next) /* runs of mapped blocks: the snapshot's segments */
+        if (b->state != GA_BLOCK_UNMAPPED && (!b->prev || b->prev->state == GA_BLOCK_UNMAPPED))
+          add3(t.segment, s->pool, 1);
+      for (size_t i = 0; i < s->ngranules; i++) /* a granule counts in the pool it is mapped in */
+        if (s->granules[i].handle && s->granules[i].handle->pool != s->pool) {
+          add3(t.reserved, s->granules[i].handle->pool, -(int64_t)a->space.gran);
+          add3(t.reserved, s->pool, (int64_t)a->space.gran);
+        }
     } else {
       reserved += s->size;
       add3(t.segment, s->pool, 1);

@@ -1,6 +1,8 @@
 /* snapshot.c — the memory snapshot as JSON in the schema of
  * torch.cuda.memory._snapshot(): segments (each mapped range of an expandable
  * segment as its own segment, as PyTorch does) with their blocks, the
+ * page cache (one segment per pool at address 0 and up, marked page_cache,
+ * so that the segments add up to reserved_bytes), the
  * history as the device trace, and the allocator settings. Python turns it
  * into the pickle that PyTorch's memory viewer opens. Read-only.
  */
@@ -54,6 +56,23 @@ void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
   if (segs) qsort(segs, n, sizeof *segs, by_address);
   ga_text_put(o, "{\"segments\":[");
   int comma = 0;
+  /* The page cache: memory held (in reserved_bytes) but mapped nowhere, one
+   * segment per pool at addresses no mapping has, so the segments add up to
+   * memory_stats()' reserved bytes, per pool as well. */
+  uintptr_t at = 0;
+  for (int pool = GA_P_SMALL; pool <= GA_P_LARGE; pool++) {
+    size_t bytes = ga_pages_cached_bytes_locked(a, pool);
+    if (!bytes) continue;
+    ga_text_put(o,
+                "%s{\"device\":%d,\"address\":%llu,\"total_size\":%zu,\"allocated_size\":0,\"active_size\":0,"
+                "\"requested_size\":0,\"stream\":0,\"segment_type\":\"%s\",\"segment_pool_id\":[0,0],"
+                "\"is_expandable\":true,\"page_cache\":true,\"frames\":[],\"blocks\":[{\"address\":%llu,"
+                "\"size\":%zu,\"requested_size\":0,\"state\":\"inactive\",\"frames\":[]}]}",
+                comma ? "," : "", a->dev->ordinal, (unsigned long long)at, bytes,
+                pool == GA_P_SMALL ? "small" : "large", (unsigned long long)at, bytes);
+    comma = 1;
+    at += bytes;
+  }
   for (size_t i = 0; i < n; i++) {
     const ga_block *first = NULL;
     for (const ga_block *b = segs[i]->head; b; b = b->next) {

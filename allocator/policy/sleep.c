@@ -170,9 +170,7 @@ static int wake_one(ga_allocator_t *a) {
     z->restore = stuck;
     return rc;
   }
-  ga_history_add_locked(a, GA_H_SEGMENT_MAP, z->seg->base + z->granule * a->space.gran, a->space.gran,
-                        z->seg->stream);
-  free(z->host);
+  free(z->host); /* the map recorded its history event */
   a->pol.sleep.nsleepers--;
   return 0;
 }

@@ -21,6 +21,28 @@
 #include "segment.h"
 
 static size_t round_up(size_t v, size_t g) { return (v + g - 1) / g * g; }
+
+/* ---- Accounting: the snapshot's view ----
+ * The snapshot lists each run of mapped blocks of an expandable segment as a
+ * segment of its own (as PyTorch does), and the `segment` statistic counts
+ * the same runs, so both views agree. reserved_bytes per pool follows where
+ * a granule is mapped (the segment's pool) and, while it is cached, the pool
+ * whose growth created its handle: the snapshot's small/large split. Each
+ * granule mapped or unmapped is one history event: PyTorch's viewer cannot
+ * replay a range mapped in one event and unmapped later in part. */
+
+/* The change in the number of mapped runs when the front of UNMAPPED block u
+ * (all of it: whole) is mapped: a new run, joined with the runs it touches
+ * (an UNMAPPED block's neighbours are mapped). */
+static int runs_delta_map(const ga_block *u, int whole) {
+  return 1 - (u->prev != NULL) - (whole && u->next != NULL);
+}
+
+/* Granule m at va was just mapped into s (mapped), or is being unmapped. */
+static void granule_event(ga_allocator_t *a, const ga_segment *s, ga_granule m, uintptr_t va, int mapped) {
+  ga_pages_attribute_locked(a, m.handle, s->pool, mapped);
+  ga_history_add_locked(a, mapped ? GA_H_SEGMENT_MAP : GA_H_SEGMENT_UNMAP, va, a->space.gran, s->stream);
+}
 static void *granule_va(const ga_allocator_t *a, const ga_segment *s, size_t i) {
   return (void *)(s->base + i * a->space.gran);
 }
@@ -126,6 +148,7 @@ int ga_expandable_map_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i,
   s->granules[i] = m;
   m.handle->nmapped++;
   ga_stat_inc(&a->stats.mapped_bytes, g);
+  granule_event(a, s, m, (uintptr_t)va, 1);
   return rc;
 }
 
@@ -139,10 +162,10 @@ int ga_expandable_sleep_granule_locked(ga_allocator_t *a, ga_segment *s, size_t 
   if (rc) return rc;
   ga_granule m = s->granules[i];
   m.handle->nmapped--;
+  granule_event(a, s, m, (uintptr_t)va, 0);
   (void)ga_pages_put_locked(a, m); /* room above */
   s->granules[i] = (ga_granule){.handle = NULL, .idx = GA_GRANULE_ASLEEP};
   ga_stat_dec(&a->stats.mapped_bytes, g);
-  ga_history_add_locked(a, GA_H_SEGMENT_UNMAP, (uintptr_t)va, g, s->stream);
   return 0;
 }
 
@@ -161,7 +184,7 @@ static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, size_t *don
     if (stuck) a->space.regrant = 1;
     if (!rc || stuck) (*done)++;
   }
-  if (*done) ga_history_add_locked(a, GA_H_SEGMENT_MAP, u->ptr, *done * a->space.gran, s->stream);
+  if (*done) ga_pstat_add(a->stats.segment, s->pool, runs_delta_map(u, *done * a->space.gran == u->size));
   return rc;
 }
 
@@ -208,10 +231,10 @@ int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t
     ga_granule m = s->granules[first + i];
     s->granules[first + i] = (ga_granule){0};
     m.handle->nmapped--;
+    granule_event(a, s, m, (g0 + i) * g, 0);
     (void)ga_pages_put_locked(a, m);
   }
   ga_stat_dec(&a->stats.mapped_bytes, k * g);
-  ga_history_add_locked(a, GA_H_SEGMENT_UNMAP, g0 * g, k * g, s->stream);
   /* b = [FREE front][UNMAPPED middle][FREE back] */
   ga_block *mid = b;
   if (g0 * g > b->ptr) {
@@ -219,6 +242,10 @@ int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t
     *front = b;
   }
   if (g1 * g < mid->ptr + mid->size) *back = ga_tiles_split_locked(a, mid, k * g);
+  /* The run this was cut from: a part of it stays on each side where a mapped block touches mid. */
+  int left = mid->prev && mid->prev->state != GA_BLOCK_UNMAPPED;
+  int right = mid->next && mid->next->state != GA_BLOCK_UNMAPPED;
+  ga_pstat_add(a->stats.segment, s->pool, left + right - 1);
   (void)ga_tiles_merge_unmapped_locked(a, mid);
   return 0;
 }

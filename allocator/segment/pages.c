@@ -33,6 +33,20 @@ ga_granule ga_pages_take_locked(ga_allocator_t *a) {
   return a->space.cache[--a->space.ncache];
 }
 
+void ga_pages_attribute_locked(ga_allocator_t *a, const ga_handle *h, int pool, int mapped) {
+  if (h->pool == pool) return;
+  ga_stat_t *to = ga_pool_stat(a->stats.reserved_bytes, mapped ? pool : h->pool);
+  ga_stat_t *from = ga_pool_stat(a->stats.reserved_bytes, mapped ? h->pool : pool);
+  ga_stat_dec(from, a->space.gran);
+  ga_stat_inc(to, a->space.gran);
+}
+
+size_t ga_pages_cached_bytes_locked(const ga_allocator_t *a, int pool) {
+  size_t n = 0;
+  for (size_t i = 0; i < a->space.ncache; i++) n += a->space.cache[i].handle->pool == pool;
+  return n * a->space.gran;
+}
+
 /* ---- Handles ---- */
 
 static void handle_unlink(ga_allocator_t *a, ga_handle *h) {

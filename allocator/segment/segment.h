@@ -71,6 +71,11 @@ ga_granule ga_pages_take_locked(ga_allocator_t *a);
 /* Creates a handle of `size` bytes (a multiple of the granularity) for `pool`;
  * all its granules go into the page cache. */
 int ga_pages_create_locked(ga_allocator_t *a, size_t size, int pool);
+/* A granule of handle h was mapped into (mapped) or unmapped from a segment
+ * of `pool`: reserved_bytes per pool follows it. */
+void ga_pages_attribute_locked(ga_allocator_t *a, const ga_handle *h, int pool, int mapped);
+/* Bytes of the page cache whose handles were created by `pool`. */
+size_t ga_pages_cached_bytes_locked(const ga_allocator_t *a, int pool);
 /* Releases handles whose granules are all cached while the cache holds more
  * than `keep` bytes. The code of the first release that failed, if any (that
  * handle stays cached). */

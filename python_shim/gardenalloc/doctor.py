@@ -205,8 +205,9 @@ def verdict(settings, res, capacity, facts):
     if ga:
         best = min(ga, key=lambda s: res[s[0]]["peak_reserved_bytes"])
         o = res[best[0]]
-        out.append("gardenalloc avoids it: %s reserves %s at most (%s over the live bytes). Load gardenalloc as "
-                   "PyTorch's allocator (gardenalloc.torch.install() before CUDA starts) with:" % (
+        out.append("gardenalloc avoids it: %s reserves %s at most (%s over the live bytes). Run the job with "
+                   "gardenalloc as PyTorch's allocator (`gardenalloc run -- python train.py`, or "
+                   "gardenalloc.torch.install() before CUDA starts) and:" % (
                        best[2], gib(o["peak_reserved_bytes"]), gib(o["peak_reserved_bytes"] - live)))
         return out, best[3]
     out.append("No setting tried avoids it: the job fits in principle (%s live on %s) but needs room to spare for "
