@@ -341,9 +341,28 @@ ga_status_t ga_wake(ga_allocator_t *a) {
 /* ---- History and snapshots ---- */
 
 ga_status_t ga_record_history(ga_allocator_t *a, int enabled, size_t max_entries) {
+  return ga_record_history_stacks(a, enabled, max_entries, 0);
+}
+
+ga_status_t ga_record_history_stacks(ga_allocator_t *a, int enabled, size_t max_entries, int stacks) {
   if (!a) return enter(a, "ga_record_history"); /* refuses it by name */
+  if (stacks & ~(GA_STACKS_C | GA_STACKS_PYTHON)) {
+    ga_error_set(
+        "ga_record_history_stacks: stacks %d is not a combination of GA_STACKS_C and GA_STACKS_PYTHON",
+        stacks);
+    return GA_ERR_INVALID;
+  }
   ga_history h, old;
-  if (ga_history_init(&h, enabled, max_entries)) {
+  int rc = ga_history_init(&h, enabled, max_entries,
+                           ((stacks & GA_STACKS_C) ? GA_HISTORY_STACKS_C : 0) |
+                               ((stacks & GA_STACKS_PYTHON) ? GA_HISTORY_STACKS_PYTHON : 0));
+  if (rc == GA_DEV_ENOTSUP) {
+    ga_error_set(
+        "ga_record_history_stacks: Python stacks asked for, but this process runs no Python "
+        "interpreter (PyEval_GetFrame and friends are not in it)");
+    return GA_ERR_INVALID;
+  }
+  if (rc) {
     ga_error_set("ga_record_history: host out of memory for %zu entries", max_entries);
     return GA_ERR_HOST_MEMORY;
   }

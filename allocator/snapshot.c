@@ -10,6 +10,57 @@
 
 #include "inspect.h"
 
+/* ---- Which allocation made each live block: address -> history entry ---- */
+
+typedef struct alloc_index {
+  uintptr_t *addr; /* 0 = empty */
+  size_t *entry;
+  size_t cap;
+} alloc_index;
+
+static size_t home(const alloc_index *x, uintptr_t a) {
+  return (size_t)((a >> 9) * 0x9e3779b97f4a7c15ULL >> 17) & (x->cap - 1);
+}
+
+/* The latest alloc entry with frames of every address (none without stacks). */
+static void index_allocs(const ga_history *h, alloc_index *x) {
+  *x = (alloc_index){0};
+  if (!h->stacks || !h->n) return;
+  size_t cap = 64;
+  while (cap < h->n * 2) cap *= 2;
+  x->addr = calloc(cap, sizeof *x->addr);
+  x->entry = calloc(cap, sizeof *x->entry);
+  if (!x->addr || !x->entry) {
+    free(x->addr);
+    free(x->entry);
+    *x = (alloc_index){0};
+    return;
+  }
+  x->cap = cap;
+  for (size_t k = 0; k < h->n; k++) {
+    const ga_history_entry *e = ga_history_at(h, k);
+    if (e->action != GA_H_ALLOC || !e->nframes || !e->addr) continue;
+    size_t i = home(x, e->addr);
+    while (x->addr[i] && x->addr[i] != e->addr) i = (i + 1) & (cap - 1);
+    x->addr[i] = e->addr;
+    x->entry[i] = k;
+  }
+}
+
+static void block_frames(ga_text *o, const ga_history *h, const alloc_index *x, uintptr_t addr) {
+  if (!x->cap) {
+    ga_text_put(o, "[]");
+    return;
+  }
+  size_t i = home(x, addr);
+  while (x->addr[i] && x->addr[i] != addr) i = (i + 1) & (x->cap - 1);
+  if (!x->addr[i]) {
+    ga_text_put(o, "[]");
+    return;
+  }
+  ga_frames_json(o, ga_history_frames(h, x->entry[i]), ga_history_at(h, x->entry[i])->nframes);
+}
+
 static const char *block_state(const ga_block *b) {
   return b->state == GA_BLOCK_ALLOCATED ? "active_allocated"
          : b->state == GA_BLOCK_PENDING ? "active_pending_free"
@@ -18,7 +69,7 @@ static const char *block_state(const ga_block *b) {
 
 /* One snapshot segment: the blocks [first, last] (none UNMAPPED). */
 static void segment(ga_text *o, const ga_allocator_t *a, const ga_segment *s, const ga_block *first,
-                    const ga_block *last, int *comma) {
+                    const ga_block *last, const alloc_index *x, int *comma) {
   size_t total = 0, allocated = 0, active = 0, requested = 0;
   for (const ga_block *b = first;; b = b->next) {
     total += b->size;
@@ -36,9 +87,14 @@ static void segment(ga_text *o, const ga_allocator_t *a, const ga_segment *s, co
       s->expandable ? "true" : "false");
   *comma = 1;
   for (const ga_block *b = first;; b = b->next) {
-    ga_text_put(o, "%s{\"address\":%llu,\"size\":%zu,\"requested_size\":%zu,\"state\":\"%s\",\"frames\":[]}",
+    ga_text_put(o, "%s{\"address\":%llu,\"size\":%zu,\"requested_size\":%zu,\"state\":\"%s\",\"frames\":",
                 b == first ? "" : ",", (unsigned long long)b->ptr, b->size,
                 b->state == GA_BLOCK_FREE ? (size_t)0 : b->requested, block_state(b));
+    if (b->state == GA_BLOCK_FREE)
+      ga_text_put(o, "[]");
+    else
+      block_frames(o, &a->history, x, b->ptr);
+    ga_text_put(o, "}");
     if (b == last) break;
   }
   ga_text_put(o, "]}");
@@ -54,6 +110,8 @@ void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
   size_t n = 0;
   for (ga_segment *s = a->space.segs; s && segs; s = s->next) segs[n++] = s;
   if (segs) qsort(segs, n, sizeof *segs, by_address);
+  alloc_index x;
+  index_allocs(&a->history, &x);
   ga_text_put(o, "{\"segments\":[");
   int comma = 0;
   /* The page cache: memory held (in reserved_bytes) but mapped nowhere, one
@@ -79,12 +137,14 @@ void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
       if (b->state != GA_BLOCK_UNMAPPED && !first) first = b;
       int ends = !b->next || b->next->state == GA_BLOCK_UNMAPPED;
       if (first && b->state != GA_BLOCK_UNMAPPED && ends) {
-        segment(o, a, segs[i], first, b, &comma);
+        segment(o, a, segs[i], first, b, &x, &comma);
         first = NULL;
       }
     }
   }
   free(segs);
+  free(x.addr);
+  free(x.entry);
   ga_text_put(o, "],\"device_traces\":[");
   for (int d = 0; d <= a->dev->ordinal; d++) {
     ga_text_put(o, "%s[", d ? "," : "");
@@ -98,8 +158,13 @@ void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
         ga_text_put(o, "\"addr\":%llu,", (unsigned long long)e->addr);
       ga_text_put(
           o,
-          "\"size\":%zu,\"stream\":%llu,\"time_us\":%lld,\"compile_context\":\"N/A\",\"user_metadata\":\"\"}",
+          "\"size\":%zu,\"stream\":%llu,\"time_us\":%lld,\"compile_context\":\"N/A\",\"user_metadata\":\"\"",
           e->size, (unsigned long long)e->stream, (long long)e->time_us);
+      if (h->stacks) {
+        ga_text_put(o, ",\"frames\":");
+        ga_frames_json(o, ga_history_frames(h, k), e->nframes);
+      }
+      ga_text_put(o, "}");
     }
     ga_text_put(o, "]");
   }

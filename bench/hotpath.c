@@ -111,19 +111,25 @@ static double measure(ga_allocator_t *a, size_t size, size_t pairs, int threads,
 int cmd_hotpath(int argc, char **argv) {
   size_t pairs = 2000000;
   int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), only_ga = 0;
-  const char *conf = getenv("GARDENALLOC_CONF"), *only = NULL;
+  const char *conf = getenv("GARDENALLOC_CONF"), *only = NULL, *history = "off";
   int json = 0;
   for (int i = 0; i < argc; i++) {
     char *end = NULL;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       printf(
           "usage: ga-bench hotpath [--pairs N] [--threads N] [--conf STR] [--only small|large] [--json]\n"
+          "                        [--history off|on|stacks]\n"
           "  Allocate+free pairs served from the cache, on one thread and on N (default: every core),\n"
           "  next to the C library's malloc/free of the same sizes. --only runs one single-thread\n"
-          "  gardenalloc loop (for callgrind); --json prints one JSON object per row.\n");
+          "  gardenalloc loop (for callgrind); --json prints one JSON object per row. --history on\n"
+          "  records the allocation history (3 entries per pair), stacks with C stacks as well.\n");
       return 0;
     } else if (!strcmp(argv[i], "--json")) {
       json = 1;
+    } else if (!strcmp(argv[i], "--history") && i + 1 < argc) {
+      history = argv[++i];
+      if (strcmp(history, "off") && strcmp(history, "on") && strcmp(history, "stacks"))
+        return fprintf(stderr, "ga-bench hotpath: --history '%s' is not off, on or stacks\n", history), 2;
     } else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) {
       pairs = strtoull(argv[++i], &end, 10);
       if (*end || pairs == 0)
@@ -148,6 +154,12 @@ int cmd_hotpath(int argc, char **argv) {
     fprintf(stderr, "ga-bench hotpath: %s\n", ga_last_error());
     return 2;
   }
+  if (strcmp(history, "off") &&
+      ga_record_history_stacks(a, 1, 1 << 16, !strcmp(history, "stacks") ? GA_STACKS_C : 0) != GA_OK) {
+    fprintf(stderr, "ga-bench hotpath: %s\n", ga_last_error());
+    ga_destroy(a);
+    return 2;
+  }
   const struct {
     const char *name;
     size_t size;
@@ -161,8 +173,10 @@ int cmd_hotpath(int argc, char **argv) {
     return 0;
   }
   if (!json) {
-    printf("allocate+free pairs served from the cache (%zu pairs per thread, backend %s, conf \"%s\")\n",
-           pairs, ga_backend_name(a), conf ? conf : "");
+    printf(
+        "allocate+free pairs served from the cache (%zu pairs per thread, backend %s, conf \"%s\", "
+        "history %s)\n",
+        pairs, ga_backend_name(a), conf ? conf : "", history);
     printf("  %-22s %8s %12s %12s %12s %12s %10s\n", "size", "threads", "ga ns/pair", "ga instr/pair",
            "libc ns/pair", "libc instr", "ga/libc");
   }

@@ -287,6 +287,18 @@ GA_API ga_status_t ga_wake(ga_allocator_t *a);
  *  torch.cuda.memory._record_memory_history. */
 GA_API ga_status_t ga_record_history(ga_allocator_t *a, int enabled, size_t max_entries);
 
+/** Stacks recorded with each history entry (ga_record_history_stacks). */
+enum { GA_STACKS_C = 1, GA_STACKS_PYTHON = 2 };
+
+/** ga_record_history, with a stack in PyTorch's frame format
+ *  ({"filename", "line", "name"}) on every entry: GA_STACKS_C, the caller's
+ *  return addresses (backtrace; symbolised with dladdr when a snapshot is
+ *  written, so names come from exported symbols), and GA_STACKS_PYTHON, the
+ *  Python frames of a calling thread that holds the GIL (found through the
+ *  interpreter's API in this process; GA_ERR_INVALID without one). The
+ *  snapshot gives each live block the frames of its allocation. */
+GA_API ga_status_t ga_record_history_stacks(ga_allocator_t *a, int enabled, size_t max_entries, int stacks);
+
 /** Writes a memory snapshot as JSON in the schema of
  *  torch.cuda.memory._snapshot(): "segments" (each with its "blocks"),
  *  "device_traces" (the recorded history, indexed by device),

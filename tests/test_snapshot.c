@@ -105,3 +105,31 @@ Test(snapshot, expandable_segments_report_each_mapped_range) {
   fx_free(p[0]);
   fx_free(p[2]);
 }
+
+Test(snapshot, c_stacks_on_every_entry_and_on_live_blocks) {
+  fx_open(NULL, GiB);
+  cr_assert_eq(ga_record_history_stacks(fx_a, 1, 0, GA_STACKS_C), GA_OK, "%s", ga_last_error());
+  void *p = fx_alloc(3 * MiB), *q = fx_alloc(100);
+  fx_free(q);
+  char *s = snap();
+  /* alloc, segment_alloc x2, alloc, free_requested, free_completed: each with frames, and the live block */
+  cr_assert_geq(count(s, "\"frames\":[{\"filename\":"), 7, "%s", s);
+  cr_assert_eq(count(s, "\"line\":0"), count(s, "\"filename\":"), "C frames have no line");
+  free(s);
+  ga_record_history_stacks(fx_a, 1, 0, 0);
+  void *r = fx_alloc(5 * MiB);
+  s = snap();
+  cr_assert_eq(count(s, "\"filename\":"), 0, "no stacks asked, none recorded: %s", s);
+  free(s);
+  fx_free(r);
+  fx_free(p);
+}
+
+Test(snapshot, python_stacks_need_an_interpreter_and_masks_are_checked) {
+  fx_open(NULL, GiB);
+  cr_assert_eq(ga_record_history_stacks(fx_a, 1, 0, GA_STACKS_PYTHON), GA_ERR_INVALID);
+  cr_assert(strstr(ga_last_error(), "this process runs no Python interpreter") != NULL, "%s",
+            ga_last_error());
+  cr_assert_eq(ga_record_history_stacks(fx_a, 1, 0, 8), GA_ERR_INVALID);
+  cr_assert(strstr(ga_last_error(), "stacks 8 is not a combination") != NULL, "%s", ga_last_error());
+}

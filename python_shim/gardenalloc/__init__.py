@@ -140,11 +140,24 @@ def reset_accumulated_memory_stats(device=0):
     library().ga_reset_accumulated_stats(_use(device))
 
 
-def record_memory_history(enabled="all", max_entries=100000, device=0):
+_STACKS = {"all": 3, "python": 2, None: 0}  # GA_STACKS_C | GA_STACKS_PYTHON
+
+
+def record_memory_history(enabled="all", max_entries=100000, device=0, stacks="all"):
     """Start (enabled truthy) or stop (None/False) recording the allocation
-    history that snapshot() reports in device_traces."""
+    history that snapshot() reports in device_traces, as
+    torch.cuda.memory._record_memory_history. stacks= as PyTorch's: "all"
+    records the C frames (the caller's return addresses, named from exported
+    symbols when the snapshot is written) and the Python frames of every
+    entry, "python" the Python frames alone, None none. Python frames are those
+    of the calling thread when it holds the GIL, as PyTorch's calls do (a
+    ctypes.CDLL call releases it: use a PyDLL handle to allocate from Python)."""
+    if stacks not in _STACKS:
+        raise ValueError("stacks must be 'all', 'python' or None, not %r" % (stacks,))
     on = bool(enabled)
-    if library().ga_record_history(_use(device), 1 if on else 0, int(max_entries) if on else 0) != 0:
+    rc = library().ga_record_history_stacks(_use(device), 1 if on else 0, int(max_entries) if on else 0,
+                                            _STACKS[stacks] if on else 0)
+    if rc != 0:
         raise RuntimeError(last_error())
 
 

@@ -82,6 +82,7 @@ def _declare(lib):
         "ga_stats_json": (ctypes.c_size_t, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "ga_snapshot_json": (ctypes.c_size_t, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "ga_record_history": (ctypes.c_int, [vp, ctypes.c_int, ctypes.c_size_t]),
+        "ga_record_history_stacks": (ctypes.c_int, [vp, ctypes.c_int, ctypes.c_size_t, ctypes.c_int]),
         "ga_reset_peak_stats": (ctypes.c_int, [vp]),
         "ga_reset_accumulated_stats": (ctypes.c_int, [vp]),
         "ga_empty_cache": (ctypes.c_int, [vp]),

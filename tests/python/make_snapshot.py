@@ -4,7 +4,7 @@ end (so some memory sits in the cache), and writes the snapshot pickle and
 memory_stats() (JSON) taken at the same moment, after an empty_cache (which
 leaves the free granules of partly used pages in the page cache).
 
-    python3 make_snapshot.py CONF TRACE.csv OUT.pickle OUT.json [--free F] [--no-empty-cache]
+    python3 make_snapshot.py CONF TRACE.csv OUT.pickle OUT.json [--free F] [--no-empty-cache] [--stacks all|python]
 
 Used by test_viz.py, in a process of its own so that CONF makes its allocator.
 """
@@ -14,13 +14,13 @@ import os
 import sys
 
 
-def main(conf, trace_csv, out, stats_out, free=0.5, empty=True):
+def main(conf, trace_csv, out, stats_out, free=0.5, empty=True, stacks=None):
     os.environ["GARDENALLOC_CONF"] = conf
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import support  # noqa: F401
     import gardenalloc
     lib = gardenalloc.library()
-    gardenalloc.record_memory_history(True, max_entries=1000000)
+    gardenalloc.record_memory_history(True, max_entries=1000000, stacks=stacks)
     live = {}
     with open(trace_csv) as f:
         rows = [line.rstrip("\n").split(",") for line in f][1:]
@@ -52,6 +52,11 @@ if __name__ == "__main__":
         i = args.index("--free")
         free = float(args[i + 1])
         del args[i:i + 2]
+    stacks = None
+    if "--stacks" in args:
+        i = args.index("--stacks")
+        stacks = args[i + 1]
+        del args[i:i + 2]
     empty = "--no-empty-cache" not in args
     args = [a for a in args if a != "--no-empty-cache"]
-    sys.exit(main(*args, free=free, empty=empty))
+    sys.exit(main(*args, free=free, empty=empty, stacks=stacks))

@@ -67,8 +67,8 @@ def setUpModule():
     mix_trace(mix)
     env = dict(os.environ)
     env.setdefault("GARDENALLOC_LIBRARY", os.path.join(support.REPO, "build", "libgardenalloc.so"))
-    jobs = [(name, conf, trace_name, trace, []) for name, conf in CONFS.items()
-            for trace_name, trace in (("training", TRAINING), ("mix", mix)) if trace]
+    jobs = [(name, conf, trace_name, trace, ["--stacks", "all"] if trace_name == "mix" else [])
+            for name, conf in CONFS.items() for trace_name, trace in (("training", TRAINING), ("mix", mix)) if trace]
     if TRAINING:  # the cache kept: the state the viewer broke on
         jobs.append(("expandable", CONFS["expandable"], "training_cached", TRAINING, ["--no-empty-cache"]))
     for name, conf, trace_name, trace, extra in jobs:
@@ -230,6 +230,9 @@ class MemoryVizScript(unittest.TestCase):
                     self.assertEqual(sum(int(n) for _, n in lines), stats["reserved_bytes.all.current"], cmd)
                     live = sum(int(n) for name, n in lines if ";active_allocated;" in name and "<gaps>" not in name)
                     self.assertEqual(live, stats["requested_bytes.all.current"], cmd)
+                    if key[1] == "mix":  # recorded with stacks="all"
+                        self.assertTrue(any("libgardenalloc.so:0:ga_torch_alloc_nothrow" in name for name, _ in lines),
+                                        "the live blocks' stacks reach the flame graph")
                 for cmd in ("trace_plot", "segment_plot"):
                     page = os.path.join(self.home.name, cmd + ".html")
                     self.viz(cmd, path, "-o", page)
