@@ -62,6 +62,11 @@ def gib(n):
     return "%.2f GiB" % (n / GIB) if n >= GIB else "%.1f MiB" % (n / MIB)
 
 
+def gib3(n):
+    """Three decimals: for sizes compared with each other in one sentence."""
+    return "%.3f GiB" % (n / GIB)
+
+
 def find_bench():
     env = os.environ.get("GARDENALLOC_BENCH")
     here = os.path.dirname(os.path.abspath(__file__))
@@ -184,7 +189,7 @@ def verdict(settings, res, capacity, facts):
     out.append("Fragmentation, not size. The program never has more than %s live, less than the %s of the GPU, "
                "but PyTorch's allocator as it was set fails at event %d: %s asked while it held %s, of which %s was "
                "cached but in pieces too small for the request (%d OOMs in all)." % (
-                   gib(live), gib(capacity), oom["event"], gib(oom["size"]), gib(oom["reserved"]),
+                   gib3(live), gib3(capacity), oom["event"], gib(oom["size"]), gib(oom["reserved"]),
                    gib(oom["reserved"] - oom["allocated"]), base["num_ooms"]))
     pt = [s for s in fits if s[0] in PYTORCH_ROWS]
     if pt:
@@ -213,7 +218,7 @@ def verdict(settings, res, capacity, facts):
     out.append("No setting tried avoids it: the job fits in principle (%s live on %s) but needs room to spare for "
                "the free pieces any online allocator strands; the best here still fails %d times. Free a little "
                "memory (a smaller batch) or use a larger GPU." % (
-                   gib(live), gib(capacity), min(res[s[0]]["num_ooms"] for s in settings)))
+                   gib3(live), gib3(capacity), min(res[s[0]]["num_ooms"] for s in settings)))
     return out, None
 
 

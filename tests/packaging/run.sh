@@ -38,7 +38,8 @@ z = zipfile.ZipFile(sys.argv[1])
 names = set(z.namelist())
 version = re.search(r"project\(gardenalloc VERSION ([0-9.]+)", open("CMakeLists.txt").read()).group(1)
 want = {"gardenalloc/libgardenalloc.so", "gardenalloc/__init__.py", "gardenalloc/_boot/sitecustomize.py",
-        "gardenalloc/_version.py", "gardenalloc/run.py", "gardenalloc/torch.py",
+        "gardenalloc/_version.py", "gardenalloc/run.py", "gardenalloc/torch.py", "gardenalloc/doctor.py",
+        "gardenalloc/ga-bench",
         "gardenalloc-%s.dist-info/licenses/LICENSE" % version}
 missing = want - names
 assert not missing, "the wheel lacks %s" % sorted(missing)

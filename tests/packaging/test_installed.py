@@ -69,6 +69,15 @@ class Installed(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"^gardenalloc [0-9.]+\n$")
 
+    def test_doctor_with_the_console_script_and_the_ga_bench_inside(self):
+        trace = os.path.join(os.environ["GA_REPO"], "traces", "pytorch_snapshots",
+                             "cs336_medium_ctx128_inference.csv")
+        r = subprocess.run([os.path.join(BIN, "gardenalloc"), "doctor", trace, "--capacity-gib", "1.63"],
+                           capture_output=True, text=True, cwd="/", env=clean_env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Fragmentation, not size.", r.stdout)
+        self.assertIn("GARDENALLOC_CONF=expandable_segments:True", r.stdout)
+
     def test_run_with_the_console_script_and_another_interpreter(self):
         """The program's interpreter need not have gardenalloc installed: the
         runner's package and library are the ones it gets."""
