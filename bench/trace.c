@@ -45,32 +45,55 @@ static int split(char *line, char *f[6]) {
   return n;
 }
 
-int trace_load(const char *path, trace *t, char *err, size_t errlen) {
-  memset(t, 0, sizeof *t);
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+/* One line of at most TRACE_LINE_MAX bytes, its end of line removed: 1, or 0
+ * at the end of the file, or -1 with the reason in err. */
+#define TRACE_LINE_MAX 4096
+static int read_line(FILE *f, char **line, size_t *cap, size_t *len, const char *name, size_t lineno,
+                     char *err, size_t errlen) {
+  errno = 0;
+  ssize_t n = getline(line, cap, f);
+  if (n < 0) {
+    if (errno == ENOMEM) {
+      snprintf(err, errlen, "%s: out of memory", name);
+      return -1;
+    }
+    return 0;
+  }
+  size_t l = (size_t)n;
+  const char *nul = memchr(*line, 0, l);
+  if (nul) {
+    snprintf(err, errlen, "%s:%zu: a NUL byte at column %zu (a text file has none)", name, lineno,
+             (size_t)(nul - *line) + 1);
     return -1;
   }
-  t->path = strdup(path);
-  char line[1024];
-  size_t lineno = 0;
-  int rc = 0;
-  while (fgets(line, sizeof line, f)) {
+  while (l && ((*line)[l - 1] == '\n' || (*line)[l - 1] == '\r')) (*line)[--l] = 0;
+  if (l > TRACE_LINE_MAX) {
+    snprintf(err, errlen, "%s:%zu: line too long (%zu bytes; at most %d)", name, lineno, l, TRACE_LINE_MAX);
+    return -1;
+  }
+  *len = l;
+  return 1;
+}
+
+int trace_read(FILE *f, const char *name, trace *t, char *err, size_t errlen) {
+  memset(t, 0, sizeof *t);
+  t->path = strdup(name);
+  char *line = NULL;
+  size_t cap = 0, len = 0, lineno = 0;
+  int rc = t->path ? 0 : -1, got;
+  if (rc) snprintf(err, errlen, "%s: out of memory", name);
+  while (!rc && (got = read_line(f, &line, &cap, &len, name, lineno + 1, err, errlen)) != 0) {
     lineno++;
-    size_t len = strlen(line);
-    if (len && line[len - 1] != '\n' && !feof(f)) {
-      snprintf(err, errlen, "%s:%zu: line too long", path, lineno);
+    if (got < 0) {
       rc = -1;
       break;
     }
-    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
     if (len == 0) continue;
     if (lineno == 1 && strncmp(line, "Thread,", 7) == 0) continue; /* header */
     char *fld[6];
     uint64_t id, size, stream;
     if (split(line, fld) != 6) {
-      snprintf(err, errlen, "%s:%zu: expected 6 fields (Thread,Time,Action,Pointer,Size,Stream)", path,
+      snprintf(err, errlen, "%s:%zu: expected 6 fields (Thread,Time,Action,Pointer,Size,Stream)", name,
                lineno);
       rc = -1;
       break;
@@ -81,8 +104,8 @@ int trace_load(const char *path, trace *t, char *err, size_t errlen) {
     }
     int is_free = strcmp(fld[2], "free") == 0;
     if (!is_free && strcmp(fld[2], "allocate") != 0) {
-      snprintf(err, errlen, "%s:%zu: unknown action '%s' (allowed: allocate, free, allocate failure)", path,
-               lineno, fld[2]);
+      snprintf(err, errlen, "%s:%zu: unknown action '%.64s' (allowed: allocate, free, allocate failure)",
+               name, lineno, fld[2]);
       rc = -1;
       break;
     }
@@ -91,18 +114,34 @@ int trace_load(const char *path, trace *t, char *err, size_t errlen) {
                       : parse_num(fld[5], &stream) ? "stream"
                                                    : NULL;
     if (bad) {
-      snprintf(err, errlen, "%s:%zu: malformed %s field", path, lineno, bad);
+      snprintf(err, errlen, "%s:%zu: malformed %s field", name, lineno, bad);
       rc = -1;
       break;
     }
     if (push(t, (trace_event){.id = id, .size = size, .stream = stream, .is_free = (uint8_t)is_free})) {
-      snprintf(err, errlen, "%s: out of memory", path);
+      snprintf(err, errlen, "%s: out of memory", name);
       rc = -1;
       break;
     }
   }
-  fclose(f);
+  free(line);
+  if (!rc && ferror(f)) {
+    snprintf(err, errlen, "%s: read error: %s", name, strerror(errno));
+    rc = -1;
+  }
   if (rc) trace_free(t);
+  return rc;
+}
+
+int trace_load(const char *path, trace *t, char *err, size_t errlen) {
+  memset(t, 0, sizeof *t);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return -1;
+  }
+  int rc = trace_read(f, path, t, err, errlen);
+  fclose(f);
   return rc;
 }
 
@@ -115,9 +154,10 @@ void trace_free(trace *t) {
 /* ---- Id -> pointer table ---- */
 
 typedef struct slot {
-  uint64_t id; /* id + 1; 0 = empty */
+  uint64_t id; /* the trace's id (any 64-bit value) */
   void *ptr;   /* NULL: the allocate failed */
   uint64_t size;
+  int used; /* 0 = an empty slot */
 } slot;
 
 typedef struct idmap {
@@ -132,24 +172,23 @@ static size_t home(const idmap *m, uint64_t key) {
 }
 
 static slot *find(idmap *m, uint64_t id, int insert) {
-  uint64_t key = id + 1;
-  size_t i = home(m, key);
-  while (m->s[i].id && m->s[i].id != key) i = (i + 1) & (m->cap - 1);
-  if (!m->s[i].id && !insert) return NULL;
+  size_t i = home(m, id);
+  while (m->s[i].used && m->s[i].id != id) i = (i + 1) & (m->cap - 1);
+  if (!m->s[i].used && !insert) return NULL;
   return &m->s[i];
 }
 
 /* Removes slot x keeping probe chains intact (backward shift). */
 static void erase(idmap *m, slot *x) {
   size_t hole = (size_t)(x - m->s), mask = m->cap - 1;
-  for (size_t j = (hole + 1) & mask; m->s[j].id; j = (j + 1) & mask) {
+  for (size_t j = (hole + 1) & mask; m->s[j].used; j = (j + 1) & mask) {
     size_t h = home(m, m->s[j].id);
     if (((j - h) & mask) >= ((j - hole) & mask)) {
       m->s[hole] = m->s[j];
       hole = j;
     }
   }
-  m->s[hole].id = 0;
+  m->s[hole].used = 0;
 }
 
 /* ---- Replay ---- */
@@ -251,7 +290,7 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
       r->frees++;
       continue;
     }
-    if (x->id) {
+    if (x->used) {
       snprintf(err, errlen, "%s: event %zu allocates id 0x%llx that is already live", t->path, i + 1,
                (unsigned long long)e->id);
       rc = -1;
@@ -274,7 +313,7 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
       r->first_oom_live = live;
       snprintf(r->first_oom_report, sizeof r->first_oom_report, "%s", ga_last_error());
     }
-    *x = (slot){.id = e->id + 1, .ptr = p, .size = e->size};
+    *x = (slot){.id = e->id, .ptr = p, .size = e->size, .used = 1};
     if (p) live += e->size;
     asked += e->size;
     if (live > r->peak_requested) r->peak_requested = live;

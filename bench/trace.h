@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "gardenalloc.h"
 
@@ -29,8 +30,12 @@ typedef struct trace {
   size_t skipped_failures; /* "allocate failure" rows */
 } trace;
 
-/* Reads a trace file. On error returns -1 and writes "<path>:<line>: <what>". */
+/* Reads a trace file. On error returns -1 and writes "<path>:<line>: <what>".
+ * Every 64-bit value is a valid id; a line longer than 4096 bytes or holding
+ * a NUL byte is refused by name. */
 int trace_load(const char *path, trace *t, char *err, size_t errlen);
+/* The same from an open stream; `name` stands for the path in messages. */
+int trace_read(FILE *f, const char *name, trace *t, char *err, size_t errlen);
 void trace_free(trace *t);
 
 typedef struct replay_result {

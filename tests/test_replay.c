@@ -8,16 +8,20 @@
 
 static char path[64];
 
-static const char *write_trace(const char *text) {
+static const char *write_trace_n(const char *text, size_t n) {
+  if (path[0]) unlink(path);
   snprintf(path, sizeof path, "/tmp/ga_trace_XXXXXX");
   int fd = mkstemp(path);
   cr_assert(fd >= 0);
-  cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  cr_assert_eq(write(fd, text, n), (ssize_t)n);
   close(fd);
   return path;
 }
+static const char *write_trace(const char *text) { return write_trace_n(text, strlen(text)); }
 
-static void cleanup(void) { unlink(path); }
+static void cleanup(void) {
+  if (path[0]) unlink(path);
+}
 
 TestSuite(replay, .fini = cleanup);
 
@@ -92,6 +96,53 @@ Test(replay, inconsistent_traces_are_refused) {
   cr_assert_eq(trace_load(p, &t, err, sizeof err), 0);
   cr_assert_eq(trace_replay(&t, "backend:sim,sim_capacity_mb:64", &r, err, sizeof err), -1);
   cr_assert(strstr(err, "already live") != NULL, "%s", err);
+  trace_free(&t);
+}
+
+/* Replays `text`; returns trace_replay's result with its message in err. */
+static int replay_text(const char *text, char *err, size_t errlen) {
+  trace t;
+  replay_result r;
+  cr_assert_eq(trace_load(write_trace(text), &t, err, errlen), 0, "%s", err);
+  int rc = trace_replay(&t, "backend:sim,sim_capacity_mb:64", &r, err, errlen);
+  trace_free(&t);
+  return rc;
+}
+
+Test(replay, every_64_bit_id_is_an_id) {
+  char err[512] = "";
+  cr_assert_eq(replay_text("1,0,allocate,0xffffffffffffffff,100,0\n1,0,free,0xffffffffffffffff,100,0\n"
+                           "1,0,allocate,0,100,0\n1,0,allocate,0xffffffffffffffff,100,0\n"
+                           "1,0,free,0,100,0\n1,0,free,0xffffffffffffffff,100,0\n",
+                           err, sizeof err),
+               0, "%s", err);
+  cr_assert_eq(replay_text("1,0,allocate,0xffffffffffffffff,100,0\n1,0,allocate,0xffffffffffffffff,100,0\n",
+                           err, sizeof err),
+               -1);
+  cr_assert(strstr(err, "event 2 allocates id 0xffffffffffffffff that is already live"), "%s", err);
+  cr_assert_eq(replay_text("1,0,free,0xffffffffffffffff,100,0\n", err, sizeof err), -1);
+  cr_assert(strstr(err, "event 1 frees id 0xffffffffffffffff that is not live"), "%s", err);
+}
+
+Test(replay, a_nul_byte_or_a_long_line_is_named) {
+  static const char nul[] = "1,0,allocate,0x1,100,0\n1,0,allo\0cate,0x2,100,0\n";
+  const char *p = write_trace_n(nul, sizeof nul - 1);
+  trace t;
+  char err[512];
+  cr_assert_eq(trace_load(p, &t, err, sizeof err), -1);
+  cr_assert(strstr(err, ":2: a NUL byte at column 9"), "%s", err);
+  char *longline = malloc(5000);
+  cr_assert(longline != NULL);
+  memset(longline, '1', 4999);
+  longline[4999] = 0;
+  p = write_trace(longline);
+  free(longline);
+  cr_assert_eq(trace_load(p, &t, err, sizeof err), -1);
+  cr_assert(strstr(err, ":1: line too long (4999 bytes; at most 4096)"), "%s", err);
+  /* A last line without its newline, and CRLF ends, are fine. */
+  p = write_trace("1,0,allocate,0x1,100,0\r\n1,0,free,0x1,100,0");
+  cr_assert_eq(trace_load(p, &t, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(t.n, 2);
   trace_free(&t);
 }
 
