@@ -72,7 +72,18 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
   a->dev = dev;
   a->owns_dev = owns;
   snprintf(a->conf_text, sizeof a->conf_text, "%s", conf ? conf : "");
-  if (ga_policy_init_locked(a, total)) {
+  int rc = ga_policy_init_locked(a, total);
+  if (rc == GA_DEV_EINVAL) {
+    ga_error_set(
+        "ga_create: the configuration is too large for a device of %zu bytes: the expandable page size "
+        "(%zu bytes) rounded up to the granularity, or 1.125 x the device's memory rounded up to it, does "
+        "not "
+        "fit in 64 bits",
+        total, cfg->expandable_page_size ? cfg->expandable_page_size : cfg->large_segment_size);
+    free(a);
+    return GA_ERR_CONFIG;
+  }
+  if (rc) {
     ga_error_set("ga_create: host out of memory");
     free(a);
     return GA_ERR_HOST_MEMORY;

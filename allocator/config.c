@@ -95,27 +95,59 @@ static int value(ctx *x, const tok **out, const char *allowed) {
   return 0;
 }
 
+/* What parse_u64 found. */
+enum { NUMBER = 0, NOT_DIGITS = 1, TOO_LARGE = 2 };
+
+/* A whole number in decimal digits: NUMBER with *out set, NOT_DIGITS for
+ * anything else, TOO_LARGE for a value past 2^64 - 1 (however many digits). */
 static int parse_u64(const tok *v, uint64_t *out) {
+  uint64_t n = 0;
+  int over = 0;
+  if (v->n == 0) return NOT_DIGITS;
+  for (size_t i = 0; i < v->n; i++) {
+    if (!isdigit((unsigned char)v->s[i])) return NOT_DIGITS;
+    unsigned d = (unsigned)(v->s[i] - '0');
+    if (n > (UINT64_MAX - d) / 10)
+      over = 1;
+    else
+      n = n * 10 + d;
+  }
+  if (over) return TOO_LARGE;
+  *out = n;
+  return NUMBER;
+}
+
+/* The token as written, for a message (long ones shortened). */
+static const char *shown(const tok *v, char buf[64]) {
+  if (v->n <= 40) return tok_str(v, buf);
+  snprintf(buf, 64, "%.24s... (%zu digits)", v->s, v->n);
+  return buf;
+}
+
+/* The one rule for integer settings: a whole number from lo to hi, in MiB
+ * when `mib`. A value out of range, whatever its size, is "too small" or "too
+ * large"; anything that is not digits is "not a whole number". */
+static int value_uint(ctx *x, uint64_t lo, uint64_t hi, int mib, const char *allowed, uint64_t *out) {
+  const tok *v = NULL;
   char buf[64];
-  tok_str(v, buf);
-  if (!isdigit((unsigned char)buf[0]) || v->n > 63) return GA_DEV_EINVAL;
-  errno = 0;
-  char *end;
-  unsigned long long x = strtoull(buf, &end, 10);
-  if (*end || errno) return GA_DEV_EINVAL;
-  *out = x;
+  uint64_t n = 0;
+  if (value(x, &v, allowed)) return GA_DEV_EINVAL;
+  int rc = parse_u64(v, &n);
+  if (rc == NOT_DIGITS)
+    return fail(x, "'%s' is not a whole number%s (allowed: %s)", tok_str(v, buf), mib ? " of MiB" : "",
+                allowed);
+  if (rc || n > hi)
+    return fail(x, "%s%s is too large (allowed: %s)", shown(v, buf), mib ? " MiB" : "", allowed);
+  if (n < lo) return fail(x, "%s%s is too small (allowed: %s)", shown(v, buf), mib ? " MiB" : "", allowed);
+  *out = n;
   return 0;
 }
 
-/* An integer number of MiB, converted to bytes and clamped to SIZE_MAX. */
-static int value_mib(ctx *x, size_t *bytes, const char *allowed) {
-  const tok *v = NULL;
-  uint64_t mb;
-  char buf[64];
-  if (value(x, &v, allowed)) return GA_DEV_EINVAL;
-  if (parse_u64(v, &mb))
-    return fail(x, "'%s' is not a whole number of MiB (allowed: %s)", tok_str(v, buf), allowed);
-  *bytes = mb > SIZE_MAX / MiB ? SIZE_MAX : (size_t)mb * MiB;
+/* A size in MiB from lo to hi MiB, as bytes. */
+static int value_mib(ctx *x, uint64_t lo, uint64_t hi, size_t *bytes, const char *allowed) {
+  uint64_t mb = 0;
+  if (value_uint(x, lo, hi, 1, allowed, &mb)) return GA_DEV_EINVAL;
+  *bytes = (size_t)mb * MiB; /* hi <= GA_CONFIG_MAX_MIB: it fits */
   return 0;
 }
 
@@ -171,36 +203,33 @@ static int opt_backend(ctx *x) {
   return 0;
 }
 
+#define MAX_MIB    GA_STR(GA_CONFIG_MAX_MIB_VALUE)
+#define GA_STR_(x) #x
+#define GA_STR(x)  GA_STR_(x)
+
 static int opt_sim_capacity_mb(ctx *x) {
-  if (value_mib(x, &x->c->sim_capacity, "an integer >= 2")) return GA_DEV_EINVAL;
-  if (x->c->sim_capacity < 2 * MiB)
-    return fail(x, "%zu MiB is too small (allowed: an integer >= 2)", x->c->sim_capacity / MiB);
-  return 0;
+  return value_mib(x, 2, GA_CONFIG_MAX_SIM_MIB, &x->c->sim_capacity,
+                   "an integer >= 2 and <= " GA_STR(GA_CONFIG_MAX_SIM_MIB_VALUE) " (16 TiB)");
 }
 
 static int opt_sim_devices(ctx *x) {
-  const tok *v = NULL;
-  uint64_t n;
-  char buf[64];
-  if (value(x, &v, "an integer from 1 to 64")) return GA_DEV_EINVAL;
-  if (parse_u64(v, &n) || n < 1 || n > 64)
-    return fail(x, "'%s' is not an integer from 1 to 64", tok_str(v, buf));
+  uint64_t n = 0;
+  if (value_uint(x, 1, 64, 0, "an integer from 1 to 64", &n)) return GA_DEV_EINVAL;
   x->c->sim_devices = (int)n;
   return 0;
 }
 
 static int opt_max_split_size_mb(ctx *x) {
-  return value_mib(x, &x->c->max_split_size, "an integer >= large_segment_size_mb (20)");
+  return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->max_split_size,
+                   "an integer >= large_segment_size_mb (20) and <= " MAX_MIB);
 }
 static int opt_max_non_split_rounding_mb(ctx *x) {
-  return value_mib(x, &x->c->max_non_split_rounding, "an integer >= large_segment_size_mb (20)");
+  return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->max_non_split_rounding,
+                   "an integer >= large_segment_size_mb (20) and <= " MAX_MIB);
 }
 
 static int opt_large_segment_size_mb(ctx *x) {
-  if (value_mib(x, &x->c->large_segment_size, "an integer > 10")) return GA_DEV_EINVAL;
-  if (x->c->large_segment_size <= 10 * MiB)
-    return fail(x, "%zu MiB is too small (allowed: an integer > 10)", x->c->large_segment_size / MiB);
-  return 0;
+  return value_mib(x, 11, GA_CONFIG_MAX_MIB, &x->c->large_segment_size, "an integer > 10 and <= " MAX_MIB);
 }
 
 static int opt_garbage_collection_threshold(ctx *x) {
@@ -223,7 +252,8 @@ static int opt_per_process_memory_fraction(ctx *x) {
  * 2 in MiB selecting the interval [K MiB, 2K MiB), and N 0 or a power of 2. */
 static int opt_roundup_power2_divisions(ctx *x) {
   const char *allowed =
-      "a power of 2, or a list [MiB:N,...,>:N] of power-of-2 MiB keys and N = 0 or a power of 2";
+      "a power of 2 up to " GA_STR(GA_CONFIG_MAX_DIVISIONS_VALUE) ", or a list [MiB:N,...,>:N] of power-of-2 MiB "
+      "keys and N = 0 or such a power of 2";
   const tok *v = NULL;
   char buf[64];
   uint64_t n;
@@ -232,7 +262,10 @@ static int opt_roundup_power2_divisions(ctx *x) {
   if (!v || (v->n == 1 && is_sep(v->s[0]) && !tok_is(v, "[")))
     return fail(x, "missing value (allowed: %s)", allowed);
   if (!tok_is(v, "[")) {
-    if (parse_u64(v, &n) || !is_pow2(n))
+    int rc = parse_u64(v, &n);
+    if (rc == TOO_LARGE || (!rc && n > GA_CONFIG_MAX_DIVISIONS))
+      return fail(x, "%s divisions is too large (allowed: %s)", shown(v, buf), allowed);
+    if (rc || !is_pow2(n))
       return fail(x, "'%s': the divisions have to be a power of 2 (allowed: %s)", tok_str(v, buf), allowed);
     for (size_t i = 0; i < GA_ROUNDUP_INTERVALS; i++) tab[i] = (size_t)n;
     return 0;
@@ -243,7 +276,10 @@ static int opt_roundup_power2_divisions(ctx *x) {
     const tok *k = next(x->lx), *colon = next(x->lx), *d = next(x->lx), *sep = next(x->lx);
     if (!k || !colon || !d || !sep || !tok_is(colon, ":"))
       return fail(x, "malformed list (allowed: %s)", allowed);
-    if (parse_u64(d, &n) || (n != 0 && !is_pow2(n)))
+    int rc = parse_u64(d, &n);
+    if (rc == TOO_LARGE || (!rc && n > GA_CONFIG_MAX_DIVISIONS))
+      return fail(x, "%s divisions is too large (allowed: %s)", shown(d, buf), allowed);
+    if (rc || (n != 0 && !is_pow2(n)))
       return fail(x, "'%s': the divisions have to be a power of 2 or 0 to disable roundup", tok_str(d, buf));
     if (tok_is(k, ">")) {
       for (size_t i = last + 1; i < GA_ROUNDUP_INTERVALS; i++) tab[i] = (size_t)n;
@@ -268,12 +304,11 @@ static int opt_roundup_power2_divisions(ctx *x) {
 static int opt_expandable_segments(ctx *x) { return value_bool(x, &x->c->expandable_segments); }
 
 static int opt_expandable_page_size_mb(ctx *x) {
-  if (value_mib(x, &x->c->expandable_page_size, "a positive even integer")) return GA_DEV_EINVAL;
-  if (x->c->expandable_page_size == 0 || x->c->expandable_page_size % (2 * MiB) ||
-      x->c->expandable_page_size == SIZE_MAX)
-    return fail(
-        x, "%zu MiB is not a page size (allowed: a positive even integer, pages are made of 2 MiB granules)",
-        x->c->expandable_page_size / MiB);
+  const char *allowed = "a positive even integer <= " MAX_MIB;
+  if (value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->expandable_page_size, allowed)) return GA_DEV_EINVAL;
+  if (x->c->expandable_page_size == 0 || x->c->expandable_page_size % (2 * MiB))
+    return fail(x, "%zu MiB is not a page size (allowed: %s; pages are made of 2 MiB granules)",
+                x->c->expandable_page_size / MiB, allowed);
   return 0;
 }
 
@@ -291,7 +326,7 @@ static int opt_expandable_move_pages(ctx *x) {
 }
 
 static int opt_expandable_cache_max_mb(ctx *x) {
-  return value_mib(x, &x->c->expandable_cache_max, "an integer >= 0");
+  return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->expandable_cache_max, "an integer >= 0 and <= " MAX_MIB);
 }
 
 static int opt_release_lock_on_cudamalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
@@ -308,23 +343,18 @@ static int opt_pinned_use_background_threads(ctx *x) {
 }
 
 static int opt_pinned_num_register_threads(ctx *x) {
-  const tok *v = NULL;
-  uint64_t n;
-  char buf[64];
-  if (value(x, &v, "a power of 2 <= 128")) return GA_DEV_EINVAL;
-  if (parse_u64(v, &n) || !is_pow2(n) || n > 128)
-    return fail(x, "'%s': the number of register threads has to be a power of 2 <= 128", tok_str(v, buf));
+  uint64_t n = 0;
+  if (value_uint(x, 1, 128, 0, "a power of 2 <= 128", &n)) return GA_DEV_EINVAL;
+  if (!is_pow2(n))
+    return fail(x, "'%llu': the number of register threads has to be a power of 2 <= 128",
+                (unsigned long long)n);
   x->c->pinned_num_register_threads = (int)n;
   return 0;
 }
 
 static int opt_pinned_reserve_segment_size_mb(ctx *x) {
-  const tok *v = NULL;
-  uint64_t n;
-  char buf[64];
-  if (value(x, &v, "an integer > 0")) return GA_DEV_EINVAL;
-  if (parse_u64(v, &n) || n == 0)
-    return fail(x, "'%s': the pinned reserve segment size has to be greater than 0", tok_str(v, buf));
+  uint64_t n = 0;
+  if (value_uint(x, 1, GA_CONFIG_MAX_MIB, 1, "an integer > 0 and <= " MAX_MIB, &n)) return GA_DEV_EINVAL;
   x->c->pinned_reserve_segment_size_mb = (size_t)n;
   return 0;
 }

@@ -9,8 +9,23 @@
 #define GA_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define GA_ROUNDUP_INTERVALS 16
+
+/* The largest values the parser accepts, so that every size derived from a
+ * setting fits in 64 bits with room to round: sizes in MiB up to 2^40 MiB
+ * (1 EiB, the largest request), the simulated device up to 16 TiB (its
+ * expandable reservations, 1.125 x capacity each, must fit in a 47-bit
+ * address space), and roundup_power2_divisions up to 2^26 (a 512-byte step
+ * at 32 GiB, the last interval; more divisions change nothing). The _VALUE
+ * spellings are for messages. */
+#define GA_CONFIG_MAX_MIB_VALUE       1099511627776
+#define GA_CONFIG_MAX_MIB             ((uint64_t)GA_CONFIG_MAX_MIB_VALUE)
+#define GA_CONFIG_MAX_SIM_MIB_VALUE   16777216
+#define GA_CONFIG_MAX_SIM_MIB         ((uint64_t)GA_CONFIG_MAX_SIM_MIB_VALUE)
+#define GA_CONFIG_MAX_DIVISIONS_VALUE 67108864
+#define GA_CONFIG_MAX_DIVISIONS       ((uint64_t)GA_CONFIG_MAX_DIVISIONS_VALUE)
 
 typedef struct ga_config {
   size_t max_split_size;         /* bytes; SIZE_MAX = unlimited */
@@ -40,15 +55,16 @@ typedef struct ga_config {
   X(backend, "auto|cuda|sim", "auto", "gardenalloc",                                                         \
     "device backend: the CUDA driver, the simulated device, or CUDA when a GPU answers and sim otherwise "   \
     "(PyTorch's `native` means auto)")                                                                       \
-  X(sim_capacity_mb, "int MiB >= 2", "81920", "gardenalloc", "memory of the simulated device")               \
+  X(sim_capacity_mb, "int MiB 2..16777216", "81920", "gardenalloc", "memory of the simulated device")        \
   X(sim_devices, "int 1..64", "1", "gardenalloc", "number of devices the simulated machine has")             \
-  X(max_split_size_mb, "int MiB >= large_segment_size_mb", "unlimited", "pytorch",                           \
+  X(max_split_size_mb, "int MiB, large_segment_size_mb..2^40", "unlimited", "pytorch",                       \
     "blocks this large or larger are never split, and serve only requests within max_non_split_rounding_mb " \
     "of their size")                                                                                         \
-  X(max_non_split_rounding_mb, "int MiB >= large_segment_size_mb", "large_segment_size_mb", "pytorch",       \
+  X(max_non_split_rounding_mb, "int MiB, large_segment_size_mb..2^40", "large_segment_size_mb", "pytorch",   \
     "an oversize request may take a cached oversize block at most this much larger")                         \
-  X(large_segment_size_mb, "int MiB > 10", "20", "pytorch", "segment size for large requests below 10 MiB")  \
-  X(roundup_power2_divisions, "N or [MiB:N,...,>:N]", "0 (off)", "pytorch",                                  \
+  X(large_segment_size_mb, "int MiB 11..2^40", "20", "pytorch",                                              \
+    "segment size for large requests below 10 MiB")                                                          \
+  X(roundup_power2_divisions, "N or [MiB:N,...,>:N], N a power of 2 <= 2^26", "0 (off)", "pytorch",          \
     "round sizes up to one of N steps between powers of two, per size interval")                             \
   X(garbage_collection_threshold, "float in (0,1)", "0 (off)", "pytorch",                                    \
     "with a memory fraction below 1: free the oldest cached segments once reserved memory passes this "      \
@@ -57,10 +73,10 @@ typedef struct ga_config {
     "reserve at most this share of the device's memory")                                                     \
   X(expandable_segments, "True|False", "False", "pytorch",                                                   \
     "map pages into one growing reserved range per stream and pool instead of separate segments")            \
-  X(expandable_page_size_mb, "int MiB, a multiple of 2", "large_segment_size_mb", "gardenalloc",             \
+  X(expandable_page_size_mb, "int MiB, a multiple of 2, <= 2^40", "large_segment_size_mb", "gardenalloc",    \
     "expandable segments: size of the physical pages created for the large pool (the small pool uses 2 "     \
     "MiB)")                                                                                                  \
-  X(expandable_cache_max_mb, "int MiB >= 0", "256", "gardenalloc",                                           \
+  X(expandable_cache_max_mb, "int MiB 0..2^40", "256", "gardenalloc",                                        \
     "expandable segments: unmapped pages kept for reuse; beyond this they go back to the device")            \
   X(expandable_move_pages, "always|when_full", "always", "gardenalloc",                                      \
     "expandable segments: move free pages before creating memory (least memory), or only once the device "   \
@@ -78,7 +94,7 @@ typedef struct ga_config {
     "accepted for compatibility; host pinned memory is not managed by gardenalloc")                          \
   X(pinned_use_background_threads, "True|False", "False", "pytorch",                                         \
     "accepted for compatibility; host pinned memory is not managed by gardenalloc")                          \
-  X(pinned_reserve_segment_size_mb, "int MiB > 0", "0", "pytorch",                                           \
+  X(pinned_reserve_segment_size_mb, "int MiB 1..2^40", "0", "pytorch",                                       \
     "accepted for compatibility; host pinned memory is not managed by gardenalloc")
 
 /* Fills *c with the defaults. */

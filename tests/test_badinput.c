@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "fixture.h"
+#include "policy/policy.h"
 
 TestSuite(badinput, .fini = fx_close);
 
@@ -119,6 +120,147 @@ Test(badinput, bad_config_strings_are_refused_with_key_value_and_allowed) {
     cr_assert(strstr(e, cases[i][1]) && strstr(e, cases[i][2]), "'%s' -> %s", cases[i][0], e);
     cr_assert_eq(ga_config_validate(cases[i][0]), GA_ERR_CONFIG);
   }
+}
+
+/* Is `conf` refused by both validate and create, naming `key` and `phrase`? */
+static void expect_refused(const char *conf, const char *key, const char *phrase) {
+  ga_allocator_t *a = (ga_allocator_t *)1;
+  cr_assert_eq(ga_config_validate(conf), GA_ERR_CONFIG, "'%s' validated", conf);
+  cr_assert(strstr(ga_last_error(), key) && strstr(ga_last_error(), phrase), "'%s' -> %s", conf,
+            ga_last_error());
+  cr_assert_eq(ga_create(conf, 0, &a), GA_ERR_CONFIG, "'%s' created: %s", conf, ga_last_error());
+  cr_assert_null(a);
+  cr_assert(strstr(ga_last_error(), key) && strstr(ga_last_error(), phrase), "'%s' -> %s", conf,
+            ga_last_error());
+}
+
+/* Every integer setting: its largest value is accepted by validate and by
+ * create (and the allocator works), the next one and every larger number,
+ * however many digits, is refused as too large in the same words. */
+Test(badinput, out_of_range_numbers_have_one_rule_and_one_message) {
+  static const struct {
+    const char *key, *max, *over;
+  } keys[] = {
+      {"sim_capacity_mb", "16777216", "16777217"},
+      {"sim_devices", "64", "65"},
+      {"max_split_size_mb", "1099511627776", "1099511627777"},
+      {"max_non_split_rounding_mb", "1099511627776", "1099511627777"},
+      {"large_segment_size_mb", "1099511627776", "1099511627777"},
+      {"expandable_page_size_mb", "1099511627776", "1099511627778"},
+      {"expandable_cache_max_mb", "1099511627776", "1099511627777"},
+      {"pinned_reserve_segment_size_mb", "1099511627776", "1099511627777"},
+      {"pinned_num_register_threads", "128", "256"},
+      {"roundup_power2_divisions", "67108864", "134217728"},
+  };
+  static const char *huge[] = {"18446744073709551615", "18446744073709551616", "99999999999999999999",
+                               "1000000000000000000000000000000000000000000000000000000"};
+  char conf[256];
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    /* The largest value works from the parser to a running allocator. */
+    snprintf(conf, sizeof conf, "backend:sim,sim_capacity_mb:64,%s:%s", keys[i].key, keys[i].max);
+    if (!strcmp(keys[i].key, "sim_capacity_mb"))
+      snprintf(conf, sizeof conf, "backend:sim,%s:%s", keys[i].key, keys[i].max);
+    cr_assert_eq(ga_config_validate(conf), GA_OK, "'%s': %s", conf, ga_last_error());
+    ga_allocator_t *a = NULL;
+    cr_assert_eq(ga_create(conf, 0, &a), GA_OK, "'%s': %s", conf, ga_last_error());
+    void *p = NULL;
+    ga_status_t st = ga_malloc(a, 3 * MiB + 1, NULL, &p);
+    cr_assert(st == GA_OK || st == GA_ERR_OOM, "'%s': %s: %s", conf, ga_status_str(st), ga_last_error());
+    cr_assert_eq(ga_free(a, p), GA_OK);
+    cr_assert_eq(ga_check(a), 0);
+    ga_destroy(a);
+    /* One past it, and every number past 64 bits, in the same words. */
+    snprintf(conf, sizeof conf, "%s:%s", keys[i].key, keys[i].over);
+    expect_refused(conf, keys[i].key, "is too large (allowed: ");
+    for (size_t h = 0; h < sizeof huge / sizeof huge[0]; h++) {
+      snprintf(conf, sizeof conf, "%s:%s", keys[i].key, huge[h]);
+      expect_refused(conf, keys[i].key, "is too large (allowed: ");
+    }
+    snprintf(conf, sizeof conf, "%s:12x", keys[i].key);
+    expect_refused(conf, keys[i].key,
+                   strcmp(keys[i].key, "roundup_power2_divisions") ? "'12x' is not a whole number" : "'12x'");
+  }
+  /* The same inside a roundup list. */
+  expect_refused("roundup_power2_divisions:[64:134217728]", "roundup_power2_divisions", "is too large");
+  expect_refused("roundup_power2_divisions:[64:36028797018963968]", "roundup_power2_divisions",
+                 "is too large");
+  expect_refused("roundup_power2_divisions:[64:2,>:99999999999999999999]", "roundup_power2_divisions",
+                 "is too large");
+  /* What broke before: a value validate accepted and create died of (a page
+   * size rounded past SIZE_MAX to 0, then divided by), or refused as a
+   * device error; divisions whose product with 512 bytes wrapped. */
+  expect_refused("backend:sim,large_segment_size_mb:18446744073709551615", "large_segment_size_mb",
+                 "18446744073709551615 MiB is too large");
+  expect_refused("backend:sim,large_segment_size_mb:17592186044415", "large_segment_size_mb", "too large");
+  expect_refused("backend:sim,expandable_segments:True,expandable_page_size_mb:18446744073709551614",
+                 "expandable_page_size_mb", "too large");
+  expect_refused("backend:sim,sim_capacity_mb:18446744073709551615", "sim_capacity_mb", "too large");
+  expect_refused("roundup_power2_divisions:36028797018963968", "roundup_power2_divisions", "too large");
+  expect_refused("max_split_size_mb:99999999999999999999", "max_split_size_mb", "is too large (allowed: ");
+  expect_refused("max_split_size_mb:18446744073709551615", "max_split_size_mb", "is too large (allowed: ");
+  expect_refused("pinned_reserve_segment_size_mb:99999999999999999999", "pinned_reserve_segment_size_mb",
+                 "is too large (allowed: ");
+  expect_refused("pinned_reserve_segment_size_mb:0", "pinned_reserve_segment_size_mb", "0 MiB is too small");
+  expect_refused("sim_devices:0", "sim_devices", "0 is too small");
+}
+
+/* The largest divisions leave every request of up to 32 GiB unrounded (a
+ * step would be below 512 bytes); 4 divisions round 3 MiB + 1 to 3.5 MiB. */
+Test(badinput, the_largest_roundup_divisions_round_sanely) {
+  static const struct {
+    const char *conf;
+    size_t want;
+  } cases[] = {
+      {"roundup_power2_divisions:67108864", 3 * MiB + 512},
+      {"roundup_power2_divisions:[1:67108864]", 3 * MiB + 512},
+      {"roundup_power2_divisions:4", 3 * MiB + MiB / 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char conf[256];
+    snprintf(conf, sizeof conf, "%s,%s", fx_machine_conf(1, 256), cases[i].conf);
+    ga_allocator_t *a = NULL;
+    cr_assert_eq(ga_create(conf, 0, &a), GA_OK, "%s", ga_last_error());
+    void *p = NULL;
+    size_t block = 0;
+    cr_assert_eq(ga_malloc(a, 3 * MiB + 1, NULL, &p), GA_OK, "%s", ga_last_error());
+    cr_assert_eq(ga_allocation_size(a, p, NULL, &block), GA_OK);
+    cr_assert_eq(block, cases[i].want, "%s: a block of %zu bytes", cases[i].conf, block);
+    cr_assert_eq(ga_free(a, p), GA_OK);
+    ga_destroy(a);
+  }
+  /* Past the parser (a configuration built by hand), the rounding does not
+   * wrap either: 512 x 2^55 is 2^64. */
+  ga_config c;
+  char err[256];
+  cr_assert_eq(ga_config_parse(NULL, &c, err, sizeof err), 0);
+  c.any_roundup = 1;
+  for (int i = 0; i < GA_ROUNDUP_INTERVALS; i++) c.roundup_divisions[i] = (size_t)1 << 55;
+  cr_assert_eq(ga_round_size(&c, 3 * MiB + 1), 3 * MiB + 512);
+  for (int i = 0; i < GA_ROUNDUP_INTERVALS; i++) c.roundup_divisions[i] = (size_t)1 << 54;
+  cr_assert_eq(ga_round_size(&c, 3 * MiB + 1), 3 * MiB + 512);
+}
+
+/* A device that reports more memory than any size derived from it can hold:
+ * creating an allocator on it is a configuration error, not a wrapped size. */
+static int huge_granularity(ga_device *d, size_t *g) {
+  (void)d;
+  *g = 2 * MiB;
+  return 0;
+}
+static int huge_mem_info(ga_device *d, size_t *f, size_t *t) {
+  (void)d;
+  *f = *t = SIZE_MAX - 4096;
+  return 0;
+}
+static void huge_destroy(ga_device *d) { (void)d; }
+
+Test(badinput, sizes_derived_from_a_huge_device_are_checked) {
+  static const ga_device_ops ops = {
+      .name = "huge", .granularity = huge_granularity, .mem_info = huge_mem_info, .destroy = huge_destroy};
+  ga_device dev = {.ops = &ops};
+  ga_allocator_t *a = (ga_allocator_t *)1;
+  cr_assert_eq(ga_create_on_device("expandable_segments:True", &dev, &a), GA_ERR_CONFIG);
+  cr_assert(strstr(ga_last_error(), "too large for a device of"), "%s", ga_last_error());
 }
 
 Test(badinput, a_bad_config_from_the_environment_is_refused) {

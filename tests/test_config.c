@@ -48,8 +48,10 @@ Test(config, max_split_size_boundary_is_large_segment_size) {
   cr_assert_eq(c.max_split_size, 20 * MiB);
   char err[256];
   cr_assert_eq(ga_config_parse("max_split_size_mb:19", &c, err, sizeof err), GA_DEV_EINVAL);
-  c = parse_ok("max_split_size_mb:99999999999999999");
-  cr_assert_eq(c.max_split_size, SIZE_MAX, "huge values clamp to unlimited");
+  c = parse_ok("max_split_size_mb:1099511627776");
+  cr_assert_eq(c.max_split_size, (size_t)1 << 60, "up to 2^40 MiB");
+  cr_assert_eq(ga_config_parse("max_split_size_mb:1099511627777", &c, err, sizeof err), GA_DEV_EINVAL);
+  cr_assert(strstr(err, "1099511627777 MiB is too large"), "%s", err);
   /* large_segment_size_mb is applied before the check, wherever it appears. */
   c = parse_ok("max_split_size_mb:32,large_segment_size_mb:32");
   cr_assert_eq(c.max_non_split_rounding, 32 * MiB, "defaults to large_segment_size");

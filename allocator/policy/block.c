@@ -34,7 +34,8 @@ static size_t next_division(size_t size, size_t div) {
 size_t ga_round_size(const ga_config *c, size_t size) {
   if (size < GA_MIN_BLOCK) return GA_MIN_BLOCK;
   size_t div = c->any_roundup ? divisions_for(c, size) : 0;
-  if (div > 1 && size > GA_MIN_BLOCK * div) return next_division(size, div);
+  /* size > GA_MIN_BLOCK * div, without the product (which could wrap). */
+  if (div > 1 && (size - 1) / GA_MIN_BLOCK >= div) return next_division(size, div);
   return (size + GA_MIN_BLOCK - 1) / GA_MIN_BLOCK * GA_MIN_BLOCK;
 }
 

@@ -8,10 +8,10 @@
 int ga_policy_init_locked(ga_allocator_t *a, size_t total) {
   ga_policy *p = &a->pol;
   const ga_config *c = &a->cfg;
-  int rc = ga_blockmap_init(&p->map);
-  if (rc) return rc;
   size_t page = c->expandable_page_size ? c->expandable_page_size : c->large_segment_size;
-  ga_space_init_locked(a, total, page);
+  int rc = ga_space_init_locked(a, total, page);
+  if (rc) return rc;
+  if ((rc = ga_blockmap_init(&p->map))) return rc;
   p->large_page = (page + a->space.gran - 1) / a->space.gran * a->space.gran;
   p->device_total = total;
   p->allowed_max = SIZE_MAX;

@@ -164,8 +164,9 @@ const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p);
 void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused);
 
 /* ---- The layer as a whole (lifetime.c) ---- */
-/* Sets up the policy of a new allocator for a device of `total` bytes. 0 or
- * GA_DEV_ENOMEM. */
+/* Sets up the policy of a new allocator for a device of `total` bytes. 0,
+ * GA_DEV_ENOMEM, or GA_DEV_EINVAL when a size derived from the settings (the
+ * page size, the expandable reservation) does not fit in a size_t. */
 int ga_policy_init_locked(ga_allocator_t *a, size_t total);
 /* Waits for pending events, then frees everything the policy holds; the
  * segment layer goes last (ga_space_teardown_locked). */

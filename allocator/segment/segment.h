@@ -131,8 +131,9 @@ int ga_expandable_regrant_locked(ga_allocator_t *a);
 
 /* Sets up the segment layer of a new allocator for a device of `total`
  * bytes: expandable segments reserve 1.125 x total (as PyTorch), rounded up
- * to a multiple of `page` bytes (itself rounded up to the granularity). */
-void ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page);
+ * to a multiple of `page` bytes (itself rounded up to the granularity).
+ * GA_DEV_EINVAL when one of those sizes does not fit in a size_t. */
+int ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page);
 /* Gives every mapping, reservation, handle and segment back to the device and
  * frees every record (live allocations included). */
 void ga_space_teardown_locked(ga_allocator_t *a);

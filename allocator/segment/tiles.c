@@ -121,15 +121,19 @@ void ga_tiles_unlink_locked(ga_allocator_t *a, ga_segment *s) {
 
 /* ---- The layer as a whole ---- */
 
-void ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page) {
+int ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page) {
   ga_space *sp = &a->space;
   sp->access[0] = a->dev->ordinal;
   sp->naccess = 1;
   if (ga_dev_granularity(a->dev, &sp->gran) || sp->gran == 0) sp->gran = GA_SMALL_BUFFER;
+  /* PyTorch reserves 1.125x the device's memory per expandable segment. Each
+   * size is checked before it is rounded up, so none wraps. */
+  if (page == 0 || page > SIZE_MAX - sp->gran || total > SIZE_MAX / 9) return GA_DEV_EINVAL;
   page = (page + sp->gran - 1) / sp->gran * sp->gran;
-  /* PyTorch reserves 1.125x the device's memory per expandable segment. */
   size_t want = total / 8 * 9;
+  if (want > SIZE_MAX - page) return GA_DEV_EINVAL;
   sp->reserve_size = (want + page - 1) / page * page;
+  return 0;
 }
 
 static void expandable_teardown(ga_allocator_t *a, ga_segment *s) {
