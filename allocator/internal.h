@@ -211,6 +211,7 @@ typedef struct ga_space {
   size_t ncache, cap_cache;
   int access[65]; /* devices given access to expandable memory: this one first */
   int naccess;
+  int nproven; /* the first nproven of them were granted on real memory (this one always) */
   int regrant; /* a granule is mapped without its peers' access: grant again before handing out */
 } ga_space;
 

@@ -326,8 +326,11 @@ GA_API const char *ga_backend_name(ga_allocator_t *a);
  *  memory, now and for every page mapped later (cuMemSetAccess for the peer,
  *  as NCCL peer-to-peer needs; native segments come from cudaMalloc and follow
  *  cudaDeviceEnablePeerAccess instead). GA_ERR_INVALID for this device itself
- *  or an out-of-range ordinal, GA_ERR_DEVICE when the driver refuses (the
- *  peer is then not added). */
+ *  or an ordinal the machine does not have (its devices are counted at the
+ *  call), GA_ERR_DEVICE when the driver refuses the grant (the peer is then
+ *  not added). With nothing mapped yet the driver first sees the peer at the
+ *  next allocation's grant: if it refuses it as a bad argument there, that
+ *  allocation fails saying so and the peer is turned off, so later ones work. */
 GA_API ga_status_t ga_enable_peer_access(ga_allocator_t *a, int peer);
 
 /** The device's free and total memory (cudaMemGetInfo). Either pointer may be NULL. */

@@ -275,6 +275,9 @@ static int cuda_capture_mode(ga_device *d, int relaxed, int *previous) {
     *previous = m == CU_STREAM_CAPTURE_MODE_RELAXED ? 1 : m == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ? 2 : 0;
   return rc;
 }
+static int cuda_device_count(ga_device *d, int *count) {
+  return CALL(d, cu.cuDeviceGetCount(count), "cuDeviceGetCount");
+}
 static void cuda_destroy(ga_device *d) {
   if (!d) return;
   (void)cu.cuDevicePrimaryCtxRelease(cd(d)->dev);
@@ -304,6 +307,7 @@ static const ga_device_ops cuda_ops = {
     .synchronize = cuda_synchronize,
     .stream_capturing = cuda_stream_capturing,
     .capture_mode = cuda_capture_mode,
+    .device_count = cuda_device_count,
     .destroy = cuda_destroy,
 };
 

@@ -112,6 +112,11 @@ typedef struct ga_device_ops {
    * (the CUDA backend gives 2 for the thread-local mode). */
   int (*capture_mode)(ga_device *d, int relaxed, int *previous);
 
+  /* cuDeviceGetCount: the devices of the machine, so that a peer ordinal can
+   * be checked when it is given rather than when the first grant fails.
+   * post: *count >= 1. */
+  int (*device_count)(ga_device *d, int *count);
+
   /* Optional: the clock calls are timed with, in nanoseconds (the simulated
    * device's virtual clock). NULL: the host's monotonic clock. A backend with
    * a clock of its own counts its stalls itself (ga_device.stalls). */
@@ -191,6 +196,12 @@ static inline int ga_dev_count(ga_device *d, ga_device_call_t k, uint64_t t0, in
     return ga_dev_count(d, k, t0_, (call)); \
   } while (0)
 static inline int ga_dev_granularity(ga_device *d, size_t *g) { return d->ops->granularity(d, g); }
+/* Not counted (a property of the machine, like the granularity). */
+static inline int ga_dev_device_count(ga_device *d, int *n) {
+  if (d->ops->device_count) return d->ops->device_count(d, n);
+  ga_dev_set_error(d, "device_count: not provided by the %s backend", d->ops->name);
+  return GA_DEV_ENOTSUP;
+}
 static inline int ga_dev_mem_info(ga_device *d, size_t *f, size_t *t) {
   GA_DEV_CALL(d, GA_CALL_MEM_INFO, d->ops->mem_info(d, f, t));
 }

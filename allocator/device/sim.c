@@ -870,6 +870,11 @@ static int sim_capture_mode(ga_device *d, int relaxed, int *previous) {
   return 0;
 }
 
+static int sim_device_count(ga_device *d, int *count) {
+  *count = sim_of(d)->ndevices; /* fixed at open */
+  return 0;
+}
+
 static void sim_destroy(ga_device *d) {
   sim_device *s = sim_of(d);
   if (!s) return;
@@ -935,6 +940,7 @@ static const ga_device_ops sim_ops = {
     .synchronize = sim_synchronize,
     .stream_capturing = sim_stream_capturing,
     .capture_mode = sim_capture_mode,
+    .device_count = sim_device_count,
     .destroy = sim_destroy,
 };
 

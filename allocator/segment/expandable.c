@@ -107,11 +107,33 @@ int ga_expandable_delete_locked(ga_allocator_t *a, ga_segment *s) {
 
 /* ---- One granule ---- */
 
+/* A grant that names peers added while nothing was mapped was refused as an
+ * argument error: the driver does not accept those peers. They are turned
+ * off (the grant that follows, and every later one, leaves them out), so
+ * that one refused peer does not make every later mapping fail. */
+static void refuse_unproven(ga_allocator_t *a) {
+  ga_space *sp = &a->space;
+  char why[sizeof a->dev->error], peers[64] = "";
+  memcpy(why, a->dev->error, sizeof why);
+  for (int k = sp->nproven, n = 0; k < sp->naccess; k++)
+    n += snprintf(peers + n, sizeof peers - (size_t)n, "%s%d", k > sp->nproven ? ", " : "", sp->access[k]);
+  ga_dev_set_error(
+      a->dev,
+      "%s; the access of device %s, enabled while nothing was mapped, is refused by the driver and "
+      "turned off (ga_enable_peer_access can ask again)",
+      why, peers);
+  sp->naccess = sp->nproven;
+}
+
 int ga_expandable_fill_locked(ga_allocator_t *a, ga_segment *s, size_t i, const void *host) {
   ga_space *sp = &a->space;
   void *va = granule_va(a, s, i);
   /* A new mapping has no access yet: this device and its peers get it. */
   int rc = ga_dev_set_access(a->dev, va, sp->gran, sp->access, sp->naccess);
+  if (!rc)
+    sp->nproven = sp->naccess;
+  else if (rc == GA_DEV_EINVAL && sp->nproven < sp->naccess)
+    refuse_unproven(a);
   if (!rc && host) rc = ga_dev_copy(a->dev, (void *)host, va, sp->gran, 0);
   return rc;
 }
@@ -252,8 +274,9 @@ int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t
 
 /* ---- Access for peer devices ---- */
 
-int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n) {
+int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n, size_t *ranges) {
   size_t g = a->space.gran;
+  *ranges = 0;
   for (ga_segment *s = a->space.segs; s; s = s->next) {
     if (!s->expandable) continue;
     /* Each run of mapped granules (asleep and unmapped ones have no memory behind them). */
@@ -264,6 +287,7 @@ int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n) {
       while (end < ngran && s->granules[end].handle) end++;
       int rc = ga_dev_set_access(a->dev, granule_va(a, s, i), (end - i) * g, devices, n);
       if (rc) return rc;
+      ++*ranges;
       i = end;
     }
   }
@@ -272,23 +296,31 @@ int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n) {
 
 int ga_expandable_access_add_locked(ga_allocator_t *a, int peer) {
   ga_space *sp = &a->space;
+  size_t ranges = 0;
   GA_ASSERT(sp->naccess < (int)(sizeof sp->access / sizeof sp->access[0]));
   sp->access[sp->naccess] = peer;
-  int rc = ga_expandable_grant_locked(a, sp->access, sp->naccess + 1);
+  int rc = ga_expandable_grant_locked(a, sp->access, sp->naccess + 1, &ranges);
   if (rc) {
     /* Back to what it was; the error text stays the first failure's. */
     char why[sizeof a->dev->error];
     memcpy(why, a->dev->error, sizeof why);
-    (void)ga_expandable_grant_locked(a, sp->access, sp->naccess);
+    (void)ga_expandable_grant_locked(a, sp->access, sp->naccess, &ranges);
     memcpy(a->dev->error, why, sizeof why);
     return rc;
   }
   sp->naccess++;
+  /* Granted on real memory, or (nothing mapped) still to be tried by the next map. */
+  if (ranges && sp->nproven == sp->naccess - 1) sp->nproven = sp->naccess;
   return 0;
 }
 
 int ga_expandable_regrant_locked(ga_allocator_t *a) {
-  int rc = ga_expandable_grant_locked(a, a->space.access, a->space.naccess);
-  if (!rc) a->space.regrant = 0;
+  size_t ranges = 0;
+  int rc = ga_expandable_grant_locked(a, a->space.access, a->space.naccess, &ranges);
+  if (rc == GA_DEV_EINVAL && a->space.nproven < a->space.naccess) refuse_unproven(a);
+  if (!rc) {
+    a->space.regrant = 0;
+    if (ranges) a->space.nproven = a->space.naccess;
+  }
   return rc;
 }

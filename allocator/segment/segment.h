@@ -118,11 +118,16 @@ int ga_expandable_fill_locked(ga_allocator_t *a, ga_segment *s, size_t i, const 
 /* Copies granule i of s out to `host` (when not NULL), unmaps it into the
  * page cache and marks it asleep. */
 int ga_expandable_sleep_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i, void *host);
-/* Grants access to `devices` (this device first) on every mapped range. */
-int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n);
+/* Grants access to `devices` (this device first) on every mapped range;
+ * *ranges counts the ranges granted. */
+int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n, size_t *ranges);
 /* Adds `peer` to the devices given access, now on every mapped range and
  * on every granule mapped later. On failure the previous set is restored
- * (best effort) and the code returned. */
+ * (best effort) and the code returned. With nothing mapped the driver has not
+ * seen the peer yet: if the first grant that names it is refused as an
+ * argument error (GA_DEV_EINVAL), the peers not yet granted on real memory
+ * are turned off and the error text says so; that grant fails, later ones
+ * leave them out. */
 int ga_expandable_access_add_locked(ga_allocator_t *a, int peer);
 /* Grants the current set again everywhere; clears a->space.regrant. */
 int ga_expandable_regrant_locked(ga_allocator_t *a);

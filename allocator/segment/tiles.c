@@ -124,7 +124,7 @@ void ga_tiles_unlink_locked(ga_allocator_t *a, ga_segment *s) {
 int ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page) {
   ga_space *sp = &a->space;
   sp->access[0] = a->dev->ordinal;
-  sp->naccess = 1;
+  sp->naccess = sp->nproven = 1;
   if (ga_dev_granularity(a->dev, &sp->gran) || sp->gran == 0) sp->gran = GA_SMALL_BUFFER;
   /* PyTorch reserves 1.125x the device's memory per expandable segment. Each
    * size is checked before it is rounded up, so none wraps. */
