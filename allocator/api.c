@@ -309,7 +309,7 @@ ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a) {
   ga_stats_t *s = &a->stats;
   s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
   s->num_device_alloc = s->num_device_free = 0;
-  s->num_unmap_syncs = s->num_granules_moved = 0;
+  s->num_unmap_syncs = s->num_granules_moved = s->num_capture_deferred_flushes = 0;
   return leave(a, GA_OK);
 }
 

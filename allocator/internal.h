@@ -188,6 +188,7 @@ typedef struct ga_policy {
     int routing;          /* streams routed to private pools now: a capture is underway */
     ga_block **deferred;  /* frees with stream uses made during a capture */
     size_t ndeferred, cap_deferred;
+    int flush_deferred; /* an empty_cache during the capture left work for its end */
   } capture;
   struct {             /* policy/sleep.c: tags, sleep and wake */
     char tags[32][32]; /* allocation tags, by index */

@@ -126,7 +126,9 @@ typedef struct ga_stat {
   X(asleep_pages, "the same as asleep_granules (the name in version 0.1)")                          \
   X(driver_us, "time spent in device calls, waits excluded (the simulated device: its cost model)") \
   X(num_stalls, "synchronisations that waited for work queued on the GPU")                          \
-  X(stall_us, "time those synchronisations waited")
+  X(stall_us, "time those synchronisations waited")                                                 \
+  X(num_capture_deferred_flushes,                                                                   \
+    "ga_empty_cache/ga_sleep calls during a capture that left memory cached until the capture ended")
 
 /** Statistics, as torch.cuda.memory_stats() reports them, plus device calls. */
 typedef struct ga_stats {
@@ -202,7 +204,13 @@ GA_API ga_status_t ga_allocation_base(ga_allocator_t *a, void *ptr, void **base,
 /* ---- Cache ---------------------------------------------------------------- */
 
 /** torch.cuda.empty_cache(): waits for pending stream events, then gives every
- *  cached segment that holds no allocation back to the device. */
+ *  cached segment that holds no allocation back to the device. During a
+ *  capture (a stream routed to a private pool) it makes no call that would
+ *  invalidate it: it gives back what needs no wait (native segments, and
+ *  expandable memory of streams that are not capturing, in the relaxed
+ *  capture mode) and leaves pending events and the memory of capturing
+ *  streams for the end of the capture, when the last ga_end_allocate_to_pool
+ *  finishes the flush; num_capture_deferred_flushes counts such calls. */
 GA_API ga_status_t ga_empty_cache(ga_allocator_t *a);
 
 /** torch.cuda.set_per_process_memory_fraction(): the allocator will not reserve
@@ -246,7 +254,10 @@ GA_API const char *ga_device_call_name(ga_device_call_t kind);
  *  flushed, and frees of blocks used on other streams wait for the end. */
 GA_API ga_status_t ga_begin_allocate_to_pool(ga_allocator_t *a, uint64_t pool, ga_stream_t stream);
 
-/** Stops routing the pool's streams to it (the capture ended). */
+/** Stops routing the pool's streams to it (the capture ended). When it is the
+ *  last routed pool, a flush that ga_empty_cache or ga_sleep left for the end
+ *  of the capture runs now; GA_ERR_DEVICE if that fails (the routing has
+ *  stopped either way). */
 GA_API ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool);
 
 /** Releases the pool (the graph is gone): its free segments go back to the
@@ -271,13 +282,16 @@ GA_API ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag);
  *  tags are given (GA_ERR_UNSUPPORTED otherwise). A page is given back to the
  *  device once none of it is mapped (expandable_page_size_mb:2 makes every
  *  page a 2 MiB one). Sleeping allocations cannot be freed before ga_wake;
- *  everything else keeps working. */
+ *  everything else keeps working. During a capture the device cannot be waited
+ *  for without invalidating it: with tags, GA_ERR_INVALID and nothing sleeps;
+ *  without, it releases the cache as ga_empty_cache does during a capture. */
 GA_API ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags);
 
 /** Maps memory again behind every sleeping allocation, at the same addresses,
  *  restoring offloaded contents. GA_ERR_OOM (with the report) when the device
  *  cannot hold them: what was mapped stays mapped, the rest still sleeps, and
- *  ga_wake can be called again. */
+ *  ga_wake can be called again. During a capture it runs in the relaxed
+ *  capture mode and moves no memory (as ga_malloc). */
 GA_API ga_status_t ga_wake(ga_allocator_t *a);
 
 /* ---- History and snapshots ----------------------------------------------- */

@@ -150,3 +150,125 @@ Test(capture, bad_pool_calls_are_refused) {
   cr_assert_eq(ga_release_pool(fx_a, 99), GA_ERR_INVALID);
   cr_assert(strstr(ga_last_error(), "no pool 99") != NULL, "%s", ga_last_error());
 }
+
+/* ---- Every capture-time call, in every configuration ----
+ * While S1 captures (routed to pool 7): empty_cache, sleep without tags,
+ * sleep with tags, wake, peer access, malloc and free, releasing another
+ * pool. None may invalidate the capture (the device counts every call that
+ * would); what cannot be done without a wait is left for the end of the
+ * capture, counted, and done when the capture ends. */
+
+static void assert_unbroken(const char *after) {
+  cr_assert_eq(broken(), 0, "%s invalidated the capture: %s", after, ga_last_error());
+}
+
+static void capture_time_calls(const char *conf) {
+  int expandable = conf && strstr(conf, "expandable_segments:True");
+  fx_open_on(2, conf, 512 * MiB);
+  /* Before the capture: cached memory on every stream, an event pending on a
+   * busy stream, live allocations with contents, and (expandable) a tagged
+   * allocation asleep. */
+  char *kv = NULL;
+  if (expandable) { /* first: a sleep flushes the cache */
+    kv = fx_alloc_on(8 * MiB, S2);
+    fx_fill(kv, 8 * MiB, 3);
+    cr_assert_eq(ga_tag(fx_a, kv, "kv"), GA_OK);
+    cr_assert_eq(ga_sleep(fx_a, "kv", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  }
+  char *live = fx_alloc_on(5 * MiB, S2), *keep = fx_alloc_on(40 * MiB, S3);
+  fx_fill(live, 5 * MiB, 1);
+  fx_fill(keep, 40 * MiB, 2);
+  fx_free(fx_alloc_on(30 * MiB, S1));
+  fx_free(fx_alloc_on(30 * MiB, S2));
+  fx_free(fx_alloc_on(MiB / 2, S3));
+  char *busy = fx_alloc_on(12 * MiB, S2);
+  fx_hold(S3, 1);
+  cr_assert_eq(ga_record_stream(fx_a, busy, S3), GA_OK);
+  fx_free(busy); /* pending on S3's event */
+  /* Another pool, captured and ended earlier, still holding memory. */
+  fx_capture(S2, 1);
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 8, S2), GA_OK);
+  fx_free(fx_alloc_on(3 * MiB, S2));
+  fx_capture(S2, 0);
+  cr_assert_eq(ga_end_allocate_to_pool(fx_a, 8), GA_OK);
+  int64_t reserved_before = fx_stats().reserved_bytes[GA_POOL_ALL].current;
+
+  capture(1);
+  void *g = fx_alloc_on(6 * MiB, S1);
+  assert_unbroken("ga_malloc");
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
+  assert_unbroken("ga_empty_cache");
+  cr_assert_eq(fx_stats().num_capture_deferred_flushes, 1, "the pending event waits for the end");
+  cr_assert_lt(fx_stats().reserved_bytes[GA_POOL_ALL].current, reserved_before,
+               "what needs no wait went back at once");
+  cr_assert_eq(ga_sleep(fx_a, NULL, 0), GA_OK, "%s", ga_last_error());
+  assert_unbroken("ga_sleep without tags");
+  if (expandable) {
+    cr_assert_eq(ga_sleep(fx_a, "kv", 0), GA_ERR_INVALID);
+    cr_assert(strstr(ga_last_error(), "capture is underway") && strstr(ga_last_error(), "nothing was put"),
+              "%s", ga_last_error());
+    assert_unbroken("ga_sleep with tags");
+    cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+    assert_unbroken("ga_wake");
+    cr_assert(fx_verify(kv, 8 * MiB, 3), "woken during the capture with its contents");
+  }
+  cr_assert_eq(ga_enable_peer_access(fx_a, 1), GA_OK, "%s", ga_last_error());
+  assert_unbroken("ga_enable_peer_access");
+  cr_assert_eq(ga_release_pool(fx_a, 8), GA_OK, "%s", ga_last_error());
+  assert_unbroken("ga_release_pool of another pool");
+  fx_free(g);
+  void *h = fx_alloc_on(2 * MiB, S1);
+  assert_unbroken("ga_free and ga_malloc");
+  cr_assert(fx_verify(live, 5 * MiB, 1) && fx_verify(keep, 40 * MiB, 2));
+  cr_assert_eq(ga_check(fx_a), 0);
+  fx_free(h);
+  assert_unbroken("ga_free");
+
+  /* The capture ends: the flush left for it happens now. */
+  fx_hold(S3, 0);
+  capture(0);
+  ga_stats_t s = fx_stats();
+  cr_assert_eq(s.active_bytes[GA_POOL_ALL].current, s.allocated_bytes[GA_POOL_ALL].current,
+               "the pending block was freed by the deferred flush");
+  cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
+  cr_assert(fx_verify(live, 5 * MiB, 1) && fx_verify(keep, 40 * MiB, 2));
+  fx_free(live);
+  fx_free(keep);
+  if (kv) {
+    cr_assert(fx_verify(kv, 8 * MiB, 3));
+    fx_free(kv);
+  }
+  assert_unbroken("the whole scenario");
+}
+
+Test(capture, calls_during_a_capture_native) { capture_time_calls(NULL); }
+Test(capture, calls_during_a_capture_native_gc_fraction) {
+  capture_time_calls("max_split_size_mb:40,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9");
+}
+Test(capture, calls_during_a_capture_expandable) { capture_time_calls("expandable_segments:True"); }
+Test(capture, calls_during_a_capture_expandable_2m_when_full) {
+  capture_time_calls("expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:when_full");
+}
+
+/* The flush left for the end of a capture waits for the last routed pool. */
+Test(capture, the_deferred_flush_waits_for_the_last_capture) {
+  fx_open("expandable_segments:True,expandable_page_size_mb:2", 256 * MiB);
+  fx_free(fx_alloc_on(20 * MiB, S1)); /* S1's memory: S1 will capture */
+  capture(1);
+  fx_capture(S2, 1);
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 9, S2), GA_OK);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
+  assert_unbroken("ga_empty_cache");
+  cr_assert_eq(fx_stats().num_capture_deferred_flushes, 1);
+  cr_assert_eq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 20 * MiB, "S1 captures: its pages stay");
+  fx_capture(S2, 0);
+  cr_assert_eq(ga_end_allocate_to_pool(fx_a, 9), GA_OK);
+  assert_unbroken("ending one capture");
+  cr_assert_eq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 20 * MiB, "S1 still captures");
+  capture(0);
+  cr_assert_eq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 0, "flushed once no capture was left");
+  cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK);
+  cr_assert_eq(ga_release_pool(fx_a, 9), GA_OK);
+  assert_unbroken("the scenario");
+}

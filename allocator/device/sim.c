@@ -169,16 +169,18 @@ static const double default_cost_us[GA_CALL_COUNT][2] = {
 
 /* ---- Capture ----
  * While a stream captures a graph, a thread in the global capture mode may not
- * allocate, free, map or synchronise: the driver would invalidate the capture.
- * The sim refuses such a call and counts it. */
+ * allocate, free, map, grant access, copy, query or synchronise: the driver
+ * would invalidate the capture. In the relaxed mode it may, except
+ * synchronise the capturing stream or the whole device, which no mode
+ * allows. The sim refuses such a call and counts it. */
+static int capture_refused(sim_device *s, const char *call, const char *why) {
+  s->captures_broken++;
+  ga_dev_set_error(&s->base, "%s: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (%s)", call, why);
+  return GA_DEV_ECAPTURE;
+}
 static int capture_breaks(sim_device *s, const char *call) {
   if (!s->capturing || thread_relaxed) return 0;
-  s->captures_broken++;
-  ga_dev_set_error(&s->base,
-                   "%s: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (a stream is capturing and this thread is "
-                   "in the global capture mode)",
-                   call);
-  return GA_DEV_ECAPTURE;
+  return capture_refused(s, call, "a stream is capturing and this thread is in the global capture mode");
 }
 
 /* ---- Faults ---- */
@@ -647,6 +649,7 @@ static int sim_set_access(ga_device *d, void *va, size_t size, const int *device
   uintptr_t v = (uintptr_t)va;
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_SET_ACCESS, "set_access");
+  if (!rc) rc = capture_breaks(s, "set_access");
   uint64_t mask = 0;
   for (int i = 0; !rc && i < n; i++) {
     if (devices[i] < 0 || devices[i] >= s->ndevices) {
@@ -677,6 +680,7 @@ static int sim_copy(ga_device *d, void *host, void *dev, size_t size, int to_hos
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_COPY, to_host ? "copy (device to host)" : "copy (host to device)");
+  if (!rc) rc = capture_breaks(s, "copy");
   uintptr_t v = (uintptr_t)dev;
   long i = ranges_find(&s->maps, v);
   uintptr_t at = v;
@@ -766,6 +770,7 @@ static int sim_event_query(ga_device *d, ga_event e) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_EVENT_QUERY, "event_query");
+  if (!rc) rc = capture_breaks(s, "event_query");
   sim_event *ev = event_get(e);
   if (!rc && !ev) {
     ga_dev_set_error(d, "event_query: CUDA_ERROR_INVALID_HANDLE");
@@ -819,8 +824,11 @@ static int sim_stream_synchronize(ga_device *d, ga_stream_t st) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_STREAM_SYNCHRONIZE, "stream_synchronize");
-  if (!rc) rc = capture_breaks(s, "stream_synchronize");
   sim_stream *ss = stream_get(s, st, 0);
+  if (!rc && ss && ss->capturing)
+    rc = capture_refused(s, "stream_synchronize", "the stream is capturing");
+  else if (!rc)
+    rc = capture_breaks(s, "stream_synchronize");
   if (!rc && ss && ss->held) { /* a held stream has work running: this waits for it */
     stream_complete(s, st, 0);
     s->waits++;
@@ -836,7 +844,7 @@ static int sim_synchronize(ga_device *d) {
   sim_device *s = sim_of(d);
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_SYNCHRONIZE, "synchronize");
-  if (!rc) rc = capture_breaks(s, "synchronize");
+  if (!rc && s->capturing) rc = capture_refused(s, "synchronize", "a stream is capturing");
   int waited = 0;
   for (size_t i = 0; !rc && i < s->nevents; i++)
     if (s->events[i]->pending) s->events[i]->pending = 0, waited = 1;

@@ -53,13 +53,6 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool
   return b; /* still in its tree: hand_out updates the tree once */
 }
 
-/* During a capture, device calls run in the relaxed capture mode (as
- * PyTorch's cudaMalloc does), so they do not invalidate it. Returns whether
- * the mode was changed (*prev then holds the mode to restore). */
-static int relax_capture(ga_allocator_t *a, int *prev) {
-  return a->pol.capture.routing && ga_dev_capture_mode(a->dev, 1, prev) == 0;
-}
-
 /* A new native segment, within the memory fraction. */
 static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream_t stream, int retry,
                        int *fraction_refused, ga_block **out) {
@@ -129,8 +122,12 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   /* A page mapped earlier without its peers' access is fixed before anything
    * is handed out. */
   if (a->space.regrant) {
-    int prev = 0, relax = relax_capture(a, &prev), rc = ga_expandable_regrant_locked(a);
-    if (relax) (void)ga_dev_capture_mode(a->dev, prev, NULL);
+    /* During a capture, device calls run in the relaxed capture mode (as
+     * PyTorch's cudaMalloc does), so they do not invalidate it. */
+    ga_relax r;
+    int rc = ga_capture_relax_locked(a, &r);
+    if (!rc) rc = ga_expandable_regrant_locked(a);
+    ga_capture_unrelax_locked(a, &r);
     if (rc) {
       ga_error_set("ga_malloc: cannot give peer devices access to expandable memory: %s", a->dev->error);
       return GA_ERR_DEVICE;
@@ -138,22 +135,24 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   }
   size_t rounded = ga_round_size(&a->cfg, size);
   int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
-  int fresh = 0, refused = 0, rc, prev_mode = 0, in_tree = 1;
+  int fresh = 0, refused = 0, rc, in_tree = 1;
   ga_private *priv = a->pol.capture.routing ? ga_private_routed_locked(a, stream) : NULL;
   ga_block *b = get_free_block(a, priv ? priv->trees : a->pol.trees, pool, stream, rounded);
   if (!b) {
     in_tree = 0;
-    int relax = relax_capture(a, &prev_mode);
+    ga_relax r;
     int expandable = a->cfg.expandable_segments; /* private pools too, as in current PyTorch */
     size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
     fresh = !expandable;
+    if ((rc = ga_capture_relax_locked(a, &r)))
+      return device_error(a, "entering the relaxed capture mode", rc);
     rc = expandable ? grow_expandable(a, priv, pool, stream, rounded, &refused, &b)
                     : grow_native(a, pool, stream, rounded, alloc_size, &refused, &b);
     if (!rc && priv && !expandable) { /* a new native segment joins the pool */
       b->seg->priv = priv;
       ga_private_segment_new_locked(a, priv);
     }
-    if (relax) (void)ga_dev_capture_mode(a->dev, prev_mode, NULL);
+    ga_capture_unrelax_locked(a, &r);
     if (rc == GA_DEV_EOOM) {
       a->stats.num_ooms++;
       ga_alloc_report_oom_locked(a, expandable ? rounded : alloc_size, rounded, refused);

@@ -9,9 +9,11 @@
  * for those freed later).
  *
  * While any stream is routed (a capture is underway) the allocator makes no
- * call that would invalidate a capture: device allocations run in the relaxed
- * capture mode, events are neither queried nor synchronised, pages are not
- * moved, and frees with recorded streams wait for the end of the capture.
+ * call that would invalidate a capture: device calls run in the relaxed
+ * capture mode (capture_mode.c), events are neither queried nor
+ * synchronised, pages are not moved, no capturing stream and never the whole
+ * device is synchronised, frees with recorded streams wait for the end of the
+ * capture, and so does the part of an empty_cache that would wait.
  */
 #include "policy.h"
 
@@ -37,46 +39,68 @@ ga_status_t ga_capture_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t 
 }
 
 /* The pool serves no stream any more; a capture that ended releases the
- * frees it deferred. */
-static void stop_routing(ga_allocator_t *a, ga_private *v) {
+ * frees it deferred, then finishes a flush left for its end. */
+static int stop_routing(ga_allocator_t *a, ga_private *v) {
   a->pol.capture.routing -= v->nstreams;
   v->nstreams = 0;
-  if (!a->pol.capture.routing) ga_stream_capture_ended_locked(a);
+  if (a->pol.capture.routing) return 0;
+  ga_stream_capture_ended_locked(a);
+  if (!a->pol.capture.flush_deferred) return 0;
+  a->pol.capture.flush_deferred = 0;
+  return ga_reclaim_all_locked(a);
 }
 
 /* Pool `id`, which stops serving its streams; NULL (the error text naming
- * `fn`) when there is none. */
-static ga_private *stop(ga_allocator_t *a, uint64_t id, const char *fn) {
+ * `fn`) when there is none. *rc: the deferred flush's code. */
+static ga_private *stop(ga_allocator_t *a, uint64_t id, const char *fn, int *rc) {
   ga_private *v = ga_private_find_locked(a, id);
+  *rc = 0;
   if (v)
-    stop_routing(a, v);
+    *rc = stop_routing(a, v);
   else
     ga_error_set("%s: no pool %llu", fn, (unsigned long long)id);
   return v;
 }
 
+static ga_status_t flush_failed(ga_allocator_t *a, const char *fn, int rc) {
+  ga_error_set(
+      "%s: the pool serves no stream now, but finishing the ga_empty_cache left for the end of the "
+      "capture failed: %s",
+      fn, rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
+  return rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
+}
+
 ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id) {
-  return stop(a, id, "ga_end_allocate_to_pool") ? GA_OK : GA_ERR_INVALID;
+  int rc;
+  if (!stop(a, id, "ga_end_allocate_to_pool", &rc)) return GA_ERR_INVALID;
+  return rc ? flush_failed(a, "ga_end_allocate_to_pool", rc) : GA_OK;
 }
 
 ga_status_t ga_capture_release_locked(ga_allocator_t *a, uint64_t id) {
-  ga_private *v = stop(a, id, "ga_release_pool");
+  int flush_rc, rc = 0;
+  ga_private *v = stop(a, id, "ga_release_pool", &flush_rc);
   if (!v) return GA_ERR_INVALID;
   v->released = 1;
   if (v->nsegs == 0) {
     ga_private_drop_locked(a, v);
-    return GA_OK;
+  } else {
+    /* Expandable memory goes back now unless another capture is underway
+     * (that waits for its streams); else at the next empty_cache. Either step
+     * may free v once its last segment is gone. Another capture's calls must
+     * not break it: they run in the relaxed mode. */
+    size_t native = ga_private_native_segments_locked(a, v);
+    int expandable = native < v->nsegs && !a->pol.capture.routing;
+    ga_relax r;
+    if ((expandable || native) && (rc = ga_capture_relax_locked(a, &r)) == 0) {
+      if (expandable) rc = ga_reclaim_expandable_locked(a, v);
+      if (!rc && native) rc = ga_reclaim_private_locked(a, v);
+      ga_capture_unrelax_locked(a, &r);
+    }
   }
-  /* Expandable memory goes back now unless another capture is underway
-   * (that waits for its streams); else at the next empty_cache. Either step
-   * may free v once its last segment is gone. */
-  size_t native = ga_private_native_segments_locked(a, v);
-  int rc = 0;
-  if (native < v->nsegs && !a->pol.capture.routing) rc = ga_reclaim_expandable_locked(a, v);
-  if (!rc && native) rc = ga_reclaim_private_locked(a, v);
   if (rc) {
-    ga_error_set("ga_release_pool: %s", rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
+    ga_error_set("ga_release_pool: %s; what is left goes back at the next ga_empty_cache",
+                 rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
     return rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
   }
-  return GA_OK;
+  return flush_rc ? flush_failed(a, "ga_release_pool", flush_rc) : GA_OK;
 }

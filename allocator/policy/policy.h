@@ -82,6 +82,18 @@ void ga_stream_teardown_locked(ga_allocator_t *a);
 ga_status_t ga_capture_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t stream);
 ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id);
 ga_status_t ga_capture_release_locked(ga_allocator_t *a, uint64_t id);
+/* The relaxed capture mode around device calls made while a capture is
+ * underway (a no-op otherwise): relax, the calls, unrelax. Relax returns the
+ * device's code when the mode cannot be changed: the caller then makes no
+ * call that a capture forbids. */
+typedef struct ga_relax {
+  int on, prev;
+} ga_relax;
+int ga_capture_relax_locked(ga_allocator_t *a, ga_relax *r);
+void ga_capture_unrelax_locked(ga_allocator_t *a, ga_relax *r);
+/* During a capture: is `stream` capturing (or can that not be told)? Such a
+ * stream may not be synchronised. 0 when no capture is underway. */
+int ga_capture_is_capturing_locked(ga_allocator_t *a, ga_stream_t stream);
 
 /* ---- Private pools' records (private.c) ---- */
 ga_private *ga_private_find_locked(ga_allocator_t *a, uint64_t id);

@@ -116,11 +116,18 @@ int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, 
 
 /* ---- Everything (empty_cache, last step of the native ladder) ----
  * Expandable segments unmap every whole free granule and drop empty
- * reservations; handles whose granules are all unmapped go back. */
+ * reservations; handles whose granules are all unmapped go back.
+ * During a capture nothing waits: pending events stay pending, the memory of
+ * a capturing stream stays mapped (unmapping it needs a wait on that stream),
+ * everything else goes back in the relaxed capture mode, and what was left
+ * is flushed when the capture ends (flush_deferred). */
 
-int ga_reclaim_all_locked(ga_allocator_t *a) {
-  /* A failed event wait keeps those blocks pending; the rest still goes back. */
-  int rc_sync = ga_stream_sync_all_locked(a), rc = 0;
+static int reclaim_all(ga_allocator_t *a) {
+  int rc_sync = 0, rc = 0;
+  if (!a->pol.capture.routing)
+    rc_sync = ga_stream_sync_all_locked(a); /* a failed wait keeps those blocks pending; the rest goes back */
+  else if (a->pol.streams.npending || a->pol.capture.ndeferred)
+    a->pol.capture.flush_deferred = 1;
   for (int pool = GA_P_LARGE; pool >= GA_P_SMALL && !rc; pool--) {
     blist l = {0};
     ga_free_tree_walk(&a->pol.trees[pool], collect_unsplit, &l);
@@ -136,6 +143,18 @@ int ga_reclaim_all_locked(ga_allocator_t *a) {
       rc = ga_reclaim_private_locked(a, v);
   }
   return rc ? rc : rc_sync;
+}
+
+int ga_reclaim_all_locked(ga_allocator_t *a) {
+  ga_relax r;
+  int rc = ga_capture_relax_locked(a, &r), before = a->pol.capture.flush_deferred;
+  if (rc) return rc; /* nothing safe to do: the mode cannot be relaxed */
+  a->pol.capture.flush_deferred = 0;
+  rc = reclaim_all(a);
+  ga_capture_unrelax_locked(a, &r);
+  if (a->pol.capture.flush_deferred) a->stats.num_capture_deferred_flushes++;
+  a->pol.capture.flush_deferred |= before;
+  return rc;
 }
 
 /* ---- Expandable segments: whole free granules, empty reservations ---- */
@@ -166,7 +185,12 @@ static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
     f->v[f->n++] = b;
   }
   if (f->n) {
-    /* Work queued before the frees may still touch this memory. */
+    /* Work queued before the frees may still touch this memory: wait for it,
+     * unless the stream is capturing (that would invalidate the capture). */
+    if (ga_capture_is_capturing_locked(a, s->stream)) {
+      a->pol.capture.flush_deferred = 1;
+      return 0;
+    }
     if ((rc = ga_dev_stream_synchronize(a->dev, s->stream))) return rc;
     a->stats.num_unmap_syncs++;
   }

@@ -129,7 +129,30 @@ static int restore_pending(ga_allocator_t *a) {
   return 0;
 }
 
+/* During a capture the device calls below run in the relaxed capture mode;
+ * a call that would invalidate the capture even so (waiting for the device)
+ * is not made. */
+static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags);
+
 ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags) {
+  ga_relax r;
+  if (tags && *tags && a->cfg.expandable_segments && a->pol.capture.routing) {
+    ga_error_set(
+        "ga_sleep: a CUDA-graph capture is underway (a stream is routed to a private pool): live "
+        "allocations can be released only once the device is idle, and waiting for it would invalidate "
+        "the capture; nothing was put to sleep (call ga_sleep after ga_end_allocate_to_pool)");
+    return GA_ERR_INVALID;
+  }
+  if (ga_capture_relax_locked(a, &r)) {
+    ga_error_set("ga_sleep: cannot enter the relaxed capture mode during a capture: %s", a->dev->error);
+    return GA_ERR_DEVICE;
+  }
+  ga_status_t st = sleep_locked(a, tags, flags);
+  ga_capture_unrelax_locked(a, &r);
+  return st;
+}
+
+static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags) {
   ga_status_t st = GA_OK;
   int rc = 0;
   uint32_t mask = tag_mask(a, tags);
@@ -141,7 +164,8 @@ ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags)
   } else if ((rc = restore_pending(a))) {
     ga_error_set("ga_sleep: a previous ga_wake left contents to restore, and that failed: %s", a->dev->error);
     st = GA_ERR_DEVICE;
-  } else if ((rc = ga_dev_synchronize(a->dev)) || (rc = ga_reclaim_all_locked(a))) {
+  } else if ((!a->pol.capture.routing && (rc = ga_dev_synchronize(a->dev))) ||
+             (rc = ga_reclaim_all_locked(a))) {
     ga_error_set("ga_sleep: %s", rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
     st = rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
   } else if (mask) {
@@ -175,7 +199,22 @@ static int wake_one(ga_allocator_t *a) {
   return 0;
 }
 
+static ga_status_t wake_locked(ga_allocator_t *a);
+
+/* During a capture, in the relaxed capture mode (nothing moves then, as in
+ * ga_malloc: the memory comes from the cache or new handles). */
 ga_status_t ga_wake_locked(ga_allocator_t *a) {
+  ga_relax r;
+  if (ga_capture_relax_locked(a, &r)) {
+    ga_error_set("ga_wake: cannot enter the relaxed capture mode during a capture: %s", a->dev->error);
+    return GA_ERR_DEVICE;
+  }
+  ga_status_t st = wake_locked(a);
+  ga_capture_unrelax_locked(a, &r);
+  return st;
+}
+
+static ga_status_t wake_locked(ga_allocator_t *a) {
   int refused = 0, rc = restore_pending(a), restore_failed = rc != 0;
   size_t g = a->space.gran;
   if (a->pol.sleep.nsleepers && !rc)
