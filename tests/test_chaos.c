@@ -5,10 +5,14 @@
  * memory fractions, private pools around simulated captures, tags and
  * sleep/wake with offload, peer access on a two-device machine, snapshots
  * with history recording switched on and off, and device faults armed at
- * random moments on any call kind. After every step ga_check() must pass; every live allocation
- * keeps its bytes (checked every few steps and at the end); a failed call
- * returns an error named in the status and leaves the allocator usable.
- * The fixture then checks that nothing is left on the device.
+ * random moments on any call kind. empty_cache, sleep and wake happen during
+ * captures too, peer access is turned on while allocations sleep, and calls
+ * with out-of-range arguments are mixed in (each refused by name, changing
+ * nothing). After every step ga_check() must pass and no capture may have
+ * been invalidated (the device counts every call that would); every live
+ * allocation keeps its bytes (checked every few steps and at the end); a
+ * failed call returns an error named in the status and leaves the allocator
+ * usable. The fixture then checks that nothing is left on the device.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +89,61 @@ static void assert_clean(ga_status_t st, const char *what) {
   if (st != GA_OK) cr_assert(ga_last_error()[0] != 0, "%s failed without saying why", what);
 }
 
+static uint64_t captures_broken(void) {
+  ga_sim_usage u;
+  fx_usage(&u);
+  return u.captures_broken;
+}
+
+/* Calls with arguments out of range: each is refused with its own status and
+ * a message, and changes nothing. */
+static void out_of_range_call(int expandable, const live *v, int n) {
+  ga_stats_t before = fx_stats();
+  double fraction = ga_get_memory_fraction(fx_a);
+  void *p = (void *)1;
+  switch (next() % 7) {
+    case 0: {
+      static const double bad[] = {-0.25, 1.5, 1e300, -1e-9};
+      cr_assert_eq(ga_set_memory_fraction(fx_a, bad[next() % 4]), GA_ERR_INVALID);
+      cr_assert_eq(ga_get_memory_fraction(fx_a), fraction, "a refused fraction changes nothing");
+      break;
+    }
+    case 1: {
+      static const int bad[] = {2, -1, 64, 1000, INT32_MIN, INT32_MAX, 0};
+      cr_assert_eq(ga_enable_peer_access(fx_a, bad[next() % 7]), GA_ERR_INVALID, "%s", ga_last_error());
+      break;
+    }
+    case 2:
+      cr_assert_eq(ga_malloc(fx_a, ((size_t)1 << 60) + 1 + next(), S1, &p), GA_ERR_OOM);
+      cr_assert_null(p);
+      break;
+    case 3:
+      if (n > 0) {
+        cr_assert_eq(ga_tag(fx_a, v[next() % (unsigned)n].p, "a tag of more than thirty-one characters"),
+                     GA_ERR_INVALID);
+      }
+      break;
+    case 4:
+      if (n > 0 && v[0].size > 1) {
+        cr_assert_eq(ga_free(fx_a, v[0].p + 1), GA_ERR_BAD_POINTER);
+        cr_assert(strstr(ga_last_error(), "inside the allocation"), "%s", ga_last_error());
+      }
+      break;
+    case 5:
+      if (!expandable) {
+        cr_assert_eq(ga_sleep(fx_a, "kv", 0), GA_ERR_UNSUPPORTED);
+      } else {
+        cr_assert_eq(ga_tag(fx_a, (void *)(uintptr_t)0x10, "kv"), GA_ERR_BAD_POINTER);
+      }
+      break;
+    default: cr_assert_eq(ga_config_validate("max_split_size_mb:99999999999999999999"), GA_ERR_CONFIG); break;
+  }
+  cr_assert(ga_last_error()[0] != 0 || n == 0, "refused without saying why");
+  ga_stats_t after = fx_stats();
+  cr_assert_eq(after.allocated_bytes[GA_POOL_ALL].current, before.allocated_bytes[GA_POOL_ALL].current);
+  cr_assert_eq(after.reserved_bytes[GA_POOL_ALL].current, before.reserved_bytes[GA_POOL_ALL].current);
+}
+
 static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) {
   /* Device 0 of a machine with two, so that peer access can be turned on. */
   fx_open_on(2, conf, capacity);
@@ -140,9 +199,10 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
       fx_inject(kind, 1 + next() % 4, next() % 2 ? GA_DEV_EOOM : GA_DEV_EDRIVER, 0);
     } else if (op < 86) {
       fx_clear_faults();
-    } else if (op < 88 && !routed) {
+    } else if (op < 88) { /* during a capture too */
       assert_clean(ga_empty_cache(fx_a), "ga_empty_cache");
-    } else if (op == 88 && want_access == 1) { /* a peer (NCCL) needs the memory too */
+    } else if (op == 88 && want_access == 1 && (asleep || !expandable || next() % 4 == 0)) {
+      /* A peer (NCCL) needs the memory too; mostly while allocations sleep. */
       ga_status_t st = ga_enable_peer_access(fx_a, 1);
       assert_clean(st, "ga_enable_peer_access");
       if (st == GA_OK) want_access = 3;
@@ -157,12 +217,15 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
         routed = 1;
       } else {
         fx_capture(S3, 0); /* the capture ends, then the pool stops (as PyTorch does) */
-        cr_assert_eq(ga_end_allocate_to_pool(fx_a, 100 + (uint64_t)pools_made), GA_OK, "%s", ga_last_error());
+        /* (A flush an empty_cache left for the end may fail under faults.) */
+        assert_clean(ga_end_allocate_to_pool(fx_a, 100 + (uint64_t)pools_made), "ga_end_allocate_to_pool");
         /* The graph is dropped at once half the time, else kept until later. */
         if (next() % 2) assert_clean(ga_release_pool(fx_a, 100 + (uint64_t)pools_made), "ga_release_pool");
         pools_made++;
         routed = 0;
       }
+    } else if (op == 96 || op == 97) {
+      out_of_range_call(expandable, v, n);
     } else if (op == 95) { /* a snapshot, with history recording switched at random */
       cr_assert_eq(ga_record_history(fx_a, (int)(next() % 2), 64 + next() % 512), GA_OK, "%s",
                    ga_last_error());
@@ -174,8 +237,13 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
       free(json);
       char stats[64];
       cr_assert_gt(ga_stats_json(fx_a, stats, sizeof stats), sizeof stats, "the length of the whole text");
-    } else if (op < 95 && expandable && !routed) { /* sleep and wake the "kv" allocations */
-      if (!asleep) {
+    } else if (op < 95 && expandable) { /* sleep and wake the "kv" allocations, during captures too */
+      if (!asleep && routed) {
+        /* Live memory cannot go to sleep without waiting for the device. */
+        cr_assert_eq(ga_sleep(fx_a, "kv", GA_SLEEP_OFFLOAD), GA_ERR_INVALID);
+        cr_assert(strstr(ga_last_error(), "capture is underway"), "%s", ga_last_error());
+        assert_clean(ga_sleep(fx_a, NULL, 0), "ga_sleep without tags");
+      } else if (!asleep) {
         ga_status_t st = ga_sleep(fx_a, "kv", GA_SLEEP_OFFLOAD);
         assert_clean(st, "ga_sleep");
         asleep = 1; /* after a failure, what did go to sleep stays asleep */
@@ -189,6 +257,8 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
       fprintf(stderr, "step %d op %u live %d asleep %d routed %d: %s\n", step, op, n, asleep, routed,
               ga_last_error());
     cr_assert_eq(ga_check(fx_a), 0, "step %d (op %u) broke an invariant (see stderr)", step, op);
+    cr_assert_eq(captures_broken(), 0, "step %d (op %u, routed %d) invalidated a capture: %s", step, op,
+                 routed, ga_last_error());
     for (int i = 0; i < n && (step % 16 == 0 || every); i++) {
       if (asleep && v[i].kv) continue;
       const ga_block *b = ga_blockmap_get(&fx_a->pol.map, (uintptr_t)v[i].p);
