@@ -6,17 +6,25 @@
 
 #include "trace.h"
 
-/* ---- Estimated driver time (cost.c) ----
- * Microseconds per device call, by kind. */
+/* ---- Driver time (cost.c) ----
+ * Overrides of the simulated device's cost table, in microseconds: per call
+ * and per unit (NAN = the device's own figure). */
 extern double ga_cost_us[GA_CALL_COUNT];
-/* Parses "kind=us,kind=us" into the table. -1 with a message on error. */
+extern double ga_cost_unit_us[GA_CALL_COUNT];
+/* Parses "kind=us[+unit_us],..." into the overrides. -1 with a message on error. */
 int cost_parse(const char *s, char *err, size_t errlen);
-/* Estimated driver time of the calls in `stats`, in milliseconds. */
+/* Applies the overrides to the device of `a` when it is simulated. */
+void cost_apply(ga_allocator_t *a);
+/* Time spent in the device calls of `stats` (waits excluded), in milliseconds. */
 double cost_ms(const ga_stats_t *stats);
-/* Prints the table and where its figures come from. */
+/* Prints how driver time is found and the cost table with the lag. */
 void cost_print(FILE *f);
-/* Where the figures come from: "assumed", "given with --cost" or "measured ...". */
+/* Where the figures come from. */
 extern char cost_source[256];
+/* The replay options --lag-us, --pace-us, --kernel-us, --iterations: consumes
+ * argv[*i] (and its value) when it is one of them. 1 consumed, 0 not one of
+ * them, -1 bad value (message printed). */
+int time_option(int argc, char **argv, int *i, const char *who);
 /* Measures every call kind `reps` times on device 0 of `backend` and keeps
  * the medians in the table (drivercost.c). -1 with a message on error. */
 int cost_measure(const char *backend, int reps, char *err, size_t errlen);

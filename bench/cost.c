@@ -1,36 +1,36 @@
-/* cost.c — an estimate of driver time on a GPU from device-call counts.
+/* cost.c — driver time in the benchmark.
  *
- * The figures are per-call costs in microseconds. They are assumptions of the
- * order of magnitude the CUDA driver API is commonly reported to take on
- * current GPUs when nothing is queued (allocation calls in the tens of
- * microseconds, cuMemSetAccess the slowest VMM step, event calls about a
- * microsecond), not measurements of ours. On a GPU, `ga-bench run`
- * replaces them with figures measured on the device before it starts
- * (drivercost.c), and `ga-bench drivercost` prints them as a --cost string.
- * Our "map" is cuMemMap followed by cuMemSetAccess, and "malloc"/"free" are
- * cuMemAlloc/cuMemFree.
+ * Every replay reports the time its device calls took, from the device's own
+ * clock (allocator statistics driver_us, num_stalls, stall_us): on a GPU the
+ * wall time of each call, on the simulated device the time of its cost table
+ * (allocator/device/sim.c: microseconds per call plus per mapping or granule
+ * touched, VMM figures from published driver timings). --cost replaces
+ * figures of that table ("kind=C" per call, "kind=C+U" per call and per
+ * unit); `ga-bench drivercost` measures per-call figures on a GPU and prints
+ * them in that form.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
+#include "device/sim.h"
+#include "internal.h"
 
-double ga_cost_us[GA_CALL_COUNT] = {
-    [GA_CALL_MALLOC] = 50.0,       [GA_CALL_FREE] = 40.0,
-    [GA_CALL_RESERVE] = 5.0,       [GA_CALL_UNRESERVE] = 5.0,
-    [GA_CALL_CREATE] = 25.0,       [GA_CALL_RELEASE] = 15.0,
-    [GA_CALL_MAP] = 30.0,          [GA_CALL_UNMAP] = 20.0,
-    [GA_CALL_EVENT_CREATE] = 2.0,  [GA_CALL_EVENT_RECORD] = 2.0,
-    [GA_CALL_EVENT_QUERY] = 0.5,   [GA_CALL_EVENT_SYNCHRONIZE] = 5.0,
-    [GA_CALL_EVENT_DESTROY] = 2.0, [GA_CALL_STREAM_SYNCHRONIZE] = 5.0,
-    [GA_CALL_SYNCHRONIZE] = 10.0,  [GA_CALL_MEM_INFO] = 5.0,
-    [GA_CALL_CAPTURE_QUERY] = 0.5, [GA_CALL_SET_ACCESS] = 10.0,
-};
+double ga_cost_us[GA_CALL_COUNT];      /* per call; NAN = the device's own figure */
+double ga_cost_unit_us[GA_CALL_COUNT]; /* per unit; NAN = the device's own figure */
+char cost_source[256] = "the simulated device's cost table";
 
-char cost_source[256] = "assumed";
+static void cost_init(void) {
+  static int done;
+  if (done) return;
+  for (int k = 0; k < GA_CALL_COUNT; k++) ga_cost_us[k] = ga_cost_unit_us[k] = NAN;
+  done = 1;
+}
 
 int cost_parse(const char *s, char *err, size_t errlen) {
   char buf[512];
+  cost_init();
   snprintf(buf, sizeof buf, "%s", s);
   for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
     char *eq = strchr(item, '=');
@@ -40,33 +40,59 @@ int cost_parse(const char *s, char *err, size_t errlen) {
       for (int i = 0; i < GA_CALL_COUNT; i++)
         if (!strcmp(item, ga_device_call_name((ga_device_call_t)i))) k = i;
     }
-    char *end = NULL;
-    double us = eq ? strtod(eq + 1, &end) : 0.0;
-    if (k < 0 || !end || *end || us < 0) {
+    char *end = NULL, *end2 = NULL;
+    double call = eq ? strtod(eq + 1, &end) : -1, unit = NAN;
+    if (end && *end == '+') unit = strtod(end + 1, &end2), end = end2;
+    if (k < 0 || !end || *end || !(call >= 0) || (!isnan(unit) && !(unit >= 0))) {
       snprintf(err, errlen,
-               "--cost: '%s' is not kind=microseconds (kinds: malloc, free, reserve, unreserve, create, "
-               "release, map, unmap, event_*, stream_synchronize, synchronize, mem_info, capture_query)",
+               "--cost: '%s' is not kind=microseconds or kind=per_call+per_unit (kinds: malloc, free, "
+               "reserve, unreserve, create, release, map, unmap, set_access, copy, event_*, "
+               "stream_synchronize, synchronize, mem_info, capture_query, capture_mode)",
                item);
       return -1;
     }
-    ga_cost_us[k] = us;
+    ga_cost_us[k] = call;
+    if (!isnan(unit)) ga_cost_unit_us[k] = unit;
   }
-  snprintf(cost_source, sizeof cost_source, "given with --cost");
+  snprintf(cost_source, sizeof cost_source, "the simulated device's cost table, with --cost");
   return 0;
 }
 
-double cost_ms(const ga_stats_t *stats) {
-  double us = 0.0;
-  for (int k = 0; k < GA_CALL_COUNT; k++) us += (double)stats->device_calls[k] * ga_cost_us[k];
-  return us / 1000.0;
+void cost_apply(ga_allocator_t *a) {
+  ga_device *d = ga_allocator_device(a);
+  cost_init();
+  for (int k = 0; k < GA_CALL_COUNT && ga_sim_is(d); k++) {
+    double call, unit;
+    if (isnan(ga_cost_us[k]) && isnan(ga_cost_unit_us[k])) continue;
+    ga_sim_get_cost(d, (ga_device_call_t)k, &call, &unit);
+    ga_sim_set_cost(d, (ga_device_call_t)k, isnan(ga_cost_us[k]) ? call : ga_cost_us[k],
+                    isnan(ga_cost_unit_us[k]) ? unit : ga_cost_unit_us[k]);
+  }
 }
 
+double cost_ms(const ga_stats_t *stats) { return (double)stats->driver_us / 1000.0; }
+
 void cost_print(FILE *f) {
-  fprintf(f, "estimated driver time uses (microseconds per call, %s; override with --cost):", cost_source);
-  for (int k = 0; k < GA_CALL_COUNT; k++)
-    if (k == GA_CALL_MALLOC || k == GA_CALL_FREE || k == GA_CALL_CREATE || k == GA_CALL_RELEASE ||
-        k == GA_CALL_MAP || k == GA_CALL_UNMAP || k == GA_CALL_STREAM_SYNCHRONIZE ||
-        k == GA_CALL_EVENT_RECORD)
-      fprintf(f, " %s=%g", ga_device_call_name((ga_device_call_t)k), ga_cost_us[k]);
-  fprintf(f, "\n");
+  char err[256];
+  ga_device *d = NULL;
+  const replay_opts *o = trace_replay_options();
+  if (ga_sim_open(0, (size_t)2 << 20, &d, err, sizeof err)) return;
+  ga_allocator_t *a = NULL;
+  if (ga_create_on_device("", d, &a) == GA_OK) cost_apply(a);
+  fprintf(
+      f, "driver time on a GPU: each call's wall time; on the simulated device, %s (us per call[+per unit]):",
+      cost_source);
+  static const ga_device_call_t shown[] = {
+      GA_CALL_MALLOC, GA_CALL_FREE,       GA_CALL_CREATE,       GA_CALL_RELEASE,           GA_CALL_MAP,
+      GA_CALL_UNMAP,  GA_CALL_SET_ACCESS, GA_CALL_EVENT_RECORD, GA_CALL_STREAM_SYNCHRONIZE};
+  for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
+    double call, unit;
+    const char *u = ga_sim_cost_unit(shown[i]);
+    ga_sim_get_cost(d, shown[i], &call, &unit);
+    fprintf(f, " %s=%g", ga_device_call_name(shown[i]), call);
+    if (u && unit > 0) fprintf(f, "+%g/%s", unit, u);
+  }
+  fprintf(f, "; GPU work completes %g us after it is queued (--lag-us)\n", o->lag_us);
+  ga_destroy(a);
+  ga_dev_destroy(d);
 }

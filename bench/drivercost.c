@@ -17,6 +17,7 @@
 
 #include "../allocator/device/device.h"
 #include "bench.h"
+#include "device/sim.h"
 
 static double now_us(void) {
   struct timespec t;
@@ -184,9 +185,11 @@ int cmd_drivercost(int argc, char **argv) {
       printf("  %-20s %10.2f\n", ga_device_call_name((ga_device_call_t)k), ga_cost_us[k]);
   printf("for ga-bench run:\n  --cost ");
   int first = 1;
+  /* A call that touches one mapping or granule: its time is the per-unit figure. */
   for (int k = 0; k < GA_CALL_COUNT; k++)
     if (k != GA_CALL_COPY && k != GA_CALL_CAPTURE_MODE) {
-      printf("%s%s=%.2f", first ? "" : ",", ga_device_call_name((ga_device_call_t)k), ga_cost_us[k]);
+      printf("%s%s=%s%.2f", first ? "" : ",", ga_device_call_name((ga_device_call_t)k),
+             ga_sim_cost_unit((ga_device_call_t)k) ? "0+" : "", ga_cost_us[k]);
       first = 0;
     }
   printf("\n");

@@ -150,6 +150,34 @@ int config_set_capacity(bench_config *v, size_t n, const char *capacity_mb, cons
   return 0;
 }
 
+int time_option(int argc, char **argv, int *i, const char *who) {
+  static const struct {
+    const char *flag;
+    double lo, hi;
+  } opts[] = {
+      {"--lag-us", 0, 1e9}, {"--pace-us", 0, 1e9}, {"--kernel-us", 0, 1e9}, {"--iterations", 1, 1000}};
+  for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
+    if (strcmp(argv[*i], opts[k].flag)) continue;
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : -1;
+    if (!v || !*v || *end || !(x >= opts[k].lo && x <= opts[k].hi) || (k == 3 && x != (int)x)) {
+      fprintf(stderr, "ga-bench %s: %s '%s' must be a %s from %g to %g\n", who, opts[k].flag, v ? v : "",
+              k == 3 ? "whole number" : "number", opts[k].lo, opts[k].hi);
+      return -1;
+    }
+    replay_opts o = *trace_replay_options();
+    if (k == 0) o.lag_us = x;
+    if (k == 1) o.pace_us = x;
+    if (k == 2) o.kernel_us = x;
+    if (k == 3) o.iterations = (int)x;
+    trace_replay_set_options(&o);
+    (*i)++;
+    return 1;
+  }
+  return 0;
+}
+
 int parse_scale(const char *v, uint64_t *out, const char *who) {
   char *end;
   unsigned long long n = strtoull(v, &end, 10);
@@ -175,12 +203,13 @@ static const char *base_name(const char *p) {
 }
 
 static void print_header(int with_config) {
-  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s %6s\n", "trace",
+  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s %6s %9s %6s %9s\n", "trace",
          with_config ? "config               " : "", "events", "peak live", "peak alloc", "peak resv",
-         "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "moved", "syncs");
-  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s %6s\n", "",
+         "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "moved", "syncs", "driver", "stalls",
+         "stalled");
+  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s %6s %9s %6s %9s\n", "",
          with_config ? "                     " : "", "", "(MiB)", "(MiB)", "(MiB)", "", "resv (MiB)", "", "",
-         "", "", "", "");
+         "", "", "", "", "(ms)", "", "(ms)");
 }
 
 static double mib(unsigned long long b) { return (double)b / (double)(1ULL << 20); }
@@ -193,12 +222,13 @@ static void print_row(const char *path, const char *config, const replay_result 
   }
   printf("%-36.36s ", base_name(path));
   if (config) printf("%-20.20s ", config);
-  printf("%7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %7llu %7lld %6lld\n", r->events,
-         mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
+  printf("%7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %7llu %7lld %6lld %9.1f %6lld %9.1f\n",
+         r->events, mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
          r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, pt, vs,
          (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
          (unsigned long long)r->stats.device_calls[GA_CALL_MAP], (long long)r->stats.num_pages_moved,
-         (long long)r->stats.num_unmap_syncs);
+         (long long)r->stats.num_unmap_syncs, cost_ms(&r->stats), (long long)r->stats.num_stalls,
+         (double)r->stats.stall_us / 1000.0);
 }
 
 /* ---- Commands ---- */
@@ -206,7 +236,8 @@ static void print_row(const char *path, const char *config, const replay_result 
 static void replay_usage(FILE *f) {
   fprintf(f,
           "usage: ga-bench replay PATH... [--conf [NAME=]STR]... [--capacity-mb N] [--size-scale N]\n"
-          "                       [--json] [--samples N]\n"
+          "                       [--json] [--samples N] [--lag-us L] [--pace-us P] [--kernel-us K]\n"
+          "                       [--iterations N] [--cost STR]\n"
           "  Replays RMM CSV traces (a PATH may be a folder of *.csv) under each configuration.\n"
           "  --conf        a GARDENALLOC_CONF string, optionally named (repeat to compare side by side;\n"
           "                default: the GARDENALLOC_CONF variable)\n"
@@ -215,6 +246,11 @@ static void replay_usage(FILE *f) {
           "  --json        one JSON object per trace and configuration instead of the table, with every\n"
           "                counter, the first OOM's report and the command\n"
           "  --samples N   with --json: the reserved/allocated/live curve in N points\n"
+          "  --lag-us L    the simulated GPU runs L us behind the CPU (default 0: streams idle)\n"
+          "  --pace-us P   the program's CPU time per event when the trace has no times (default 10)\n"
+          "  --kernel-us K GPU work queued on the event's stream after each event (default 0)\n"
+          "  --iterations N replay each trace N times in a row (what is live is freed between)\n"
+          "  --cost STR    replace figures of the simulated device's cost table (kind=us[+per_unit],...)\n"
           "  The table is followed by the report of the first out-of-memory of each replay that had one.\n");
 }
 
@@ -228,9 +264,18 @@ static int cmd_replay(int argc, char **argv) {
   size_t nconfigs = 0;
   for (int i = 0; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int t = time_option(argc, argv, &i, "replay");
+    if (t < 0) return 2;
+    if (t) continue;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       replay_usage(stdout);
       return 0;
+    } else if (!strcmp(argv[i], "--cost") && v) {
+      char err[600];
+      if (cost_parse(argv[++i], err, sizeof err)) {
+        fprintf(stderr, "ga-bench replay: %s\n", err);
+        return 2;
+      }
     } else if (!strcmp(argv[i], "--json"))
       json = 1;
     else if (!strcmp(argv[i], "--conf") && v) {
@@ -381,6 +426,9 @@ static int cmd_keys(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   bench_argv0 = argv[0];
+  replay_opts o = *trace_replay_options();
+  o.on_create = cost_apply; /* --cost on every simulated device */
+  trace_replay_set_options(&o);
   if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -179,6 +179,16 @@ void json_result(FILE *f, const json_fields *j) {
           (long long)r->stats.num_sync_all_streams);
   fprintf(f, "\"est_driver_ms\":%.3f,\"cpu_ns_per_alloc_free\":%.1f,\"seconds\":%.6f,", cost_ms(&r->stats),
           r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0, r->seconds);
+  fprintf(f,
+          "\"driver_us\":%lld,\"num_stalls\":%lld,\"stall_us\":%lld,\"lag_us\":%g,\"iterations\":%d,"
+          "\"steady_vmm_calls\":%llu,",
+          (long long)r->stats.driver_us, (long long)r->stats.num_stalls, (long long)r->stats.stall_us,
+          r->lag_us, r->iterations, (unsigned long long)r->steady_vmm_calls);
+  fprintf(f, "\"device_us\":{");
+  for (int k = 0; k < GA_CALL_COUNT; k++)
+    fprintf(f, "\"%s\":%llu%s", ga_device_call_name((ga_device_call_t)k),
+            (unsigned long long)(r->stats.device_ns[k] / 1000), k + 1 < GA_CALL_COUNT ? "," : "");
+  fprintf(f, "},");
   if (j->pytorch_reserved)
     fprintf(f, "\"pytorch_reserved_bytes\":%llu,", (unsigned long long)j->pytorch_reserved);
   fprintf(f, "\"device_calls\":{");

@@ -24,7 +24,8 @@ static void run_usage(FILE *f) {
       f,
       "usage: ga-bench run [--workload NAME]... [--trace FILE|DIR]... [--config [NAME=]CONF]...\n"
       "                    [--scale S] [--seed N] [--size-scale N] [--capacity-mb N] [--cost kind=us,...]\n"
-      "                    [--out DIR] [--json] [--y-near-data]\n"
+      "                    [--out DIR] [--json] [--y-near-data] [--lag-us L] [--pace-us P]\n"
+      "                    [--kernel-us K] [--iterations N]\n"
       "  Without --workload/--trace every built-in workload runs; without --config the\n"
       "  configurations native, native_split128, expandable, expandable_2m and\n"
       "  expandable_nomove (expandable_move_pages:when_full) run (--conf is the same option).\n"
@@ -33,7 +34,9 @@ static void run_usage(FILE *f) {
       "  receives run.csv, run.cmd (the command) and one SVG per workload; they replace earlier\n"
       "  results only when every replay succeeded. --json prints one JSON object per workload\n"
       "  and configuration instead of the table. --y-near-data starts the plots' y axis just\n"
-      "  below the data instead of at 0.\n"
+      "  below the data instead of at 0. On the simulated device, --lag-us makes the GPU run L us\n"
+      "  behind the CPU (default 0), --pace-us is the program's time per event (default 10),\n"
+      "  --kernel-us the GPU work queued after each event, --iterations repeats each workload.\n"
       "workloads:\n");
   for (size_t i = 0; i < ga_nworkloads; i++)
     fprintf(f, "  %-18s %s\n", ga_workloads[i].name, ga_workloads[i].about);
@@ -128,6 +131,9 @@ int cmd_run(int argc, char **argv) {
   const char *capacity = NULL, *out = "bench/results";
   char err[512];
   for (int i = 0; i < argc; i++) {
+    int t = time_option(argc, argv, &i, "run");
+    if (t < 0) return 2;
+    if (t) continue;
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -214,9 +220,6 @@ int cmd_run(int argc, char **argv) {
   }
   fprintf(cmdf, "%s\n", cmd.s);
   csv_header(csv);
-  /* On a GPU the cost table is measured there and then, unless --cost gave it. */
-  if (!strcmp(cost_source, "assumed") && cost_measure("cuda", 50, err, sizeof err) == 0)
-    fprintf(stderr, "ga-bench: device call costs %s\n", cost_source);
   if (!json) cost_print(stdout);
   int failed = 0;
   for (size_t j = 0; j < njobs; j++) {

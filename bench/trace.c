@@ -2,6 +2,9 @@
  * ga_free. Ids are mapped to pointers with an open-addressing table. */
 #include "trace.h"
 
+#include "device/sim.h"
+#include "internal.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,18 @@ static int push(trace *t, trace_event e) {
   }
   t->ev[t->n++] = e;
   return 0;
+}
+
+/* "HH:MM:SS.ffffff" (any number of fraction digits) as ns; 0 if it is not that. */
+static uint64_t parse_time(const char *s) {
+  unsigned h, m, sec;
+  int used = 0;
+  if (sscanf(s, "%u:%u:%u%n", &h, &m, &sec, &used) != 3) return 0;
+  uint64_t ns = ((uint64_t)h * 3600 + m * 60 + sec) * 1000000000ull, scale = 100000000ull;
+  if (s[used] == '.')
+    for (const char *p = s + used + 1; *p >= '0' && *p <= '9' && scale; p++, scale /= 10)
+      ns += (uint64_t)(*p - '0') * scale;
+  return ns;
 }
 
 static int parse_num(const char *s, uint64_t *out) {
@@ -118,7 +133,11 @@ int trace_read(FILE *f, const char *name, trace *t, char *err, size_t errlen) {
       rc = -1;
       break;
     }
-    if (push(t, (trace_event){.id = id, .size = size, .stream = stream, .is_free = (uint8_t)is_free})) {
+    uint64_t when = parse_time(fld[1]);
+    if (t->n && when != t->ev[t->n - 1].time_ns) t->timed = 1;
+    if (push(t,
+             (trace_event){
+                 .id = id, .size = size, .stream = stream, .time_ns = when, .is_free = (uint8_t)is_free})) {
       snprintf(err, errlen, "%s: out of memory", name);
       rc = -1;
       break;
@@ -129,6 +148,7 @@ int trace_read(FILE *f, const char *name, trace *t, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: read error: %s", name, strerror(errno));
     rc = -1;
   }
+  for (size_t i = 1; i < t->n && t->timed; i++) t->timed = t->ev[i].time_ns >= t->ev[i - 1].time_ns;
   if (rc) trace_free(t);
   return rc;
 }
@@ -192,6 +212,16 @@ static void erase(idmap *m, slot *x) {
 }
 
 /* ---- Replay ---- */
+
+static replay_opts options = {.lag_us = 0, .pace_us = 10, .kernel_us = 0, .iterations = 1};
+
+void trace_replay_set_options(const replay_opts *o) { options = *o; }
+const replay_opts *trace_replay_options(void) { return &options; }
+
+static uint64_t vmm_calls(const ga_stats_t *s) {
+  return s->device_calls[GA_CALL_MAP] + s->device_calls[GA_CALL_UNMAP] + s->device_calls[GA_CALL_SET_ACCESS] +
+         s->device_calls[GA_CALL_CREATE] + s->device_calls[GA_CALL_RELEASE];
+}
 
 void replay_samples_free(replay_samples *s) {
   free(s->event);
@@ -261,17 +291,50 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
   sampler z = {0};
   int rc = 0;
   struct timespec t0, t1;
+  /* Time on the simulated device: the program's pace, its GPU work, the lag. */
+  ga_device *dev = ga_allocator_device(a);
+  int sim = ga_sim_is(dev);
+  int iterations = options.iterations > 0 ? options.iterations : 1;
+  uint64_t pace_ns = (uint64_t)(options.pace_us * 1000.0), kernel_ns = (uint64_t)(options.kernel_us * 1000.0);
+  uint64_t first_vmm = 0;
+  if (sim) ga_sim_set_lag(dev, (uint64_t)(options.lag_us * 1000.0));
+  if (options.on_create) options.on_create(a);
+  r->iterations = iterations;
+  r->lag_us = sim ? options.lag_us : 0;
+  size_t total = t->n * (size_t)iterations;
+  if (samples) stride = total / (samples->max ? samples->max : 1000) + 1;
   if (stride) sample(samples, &z, a, 0);
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  size_t tenth = t->n / 10 + 1;
-  for (size_t i = 0; i < t->n && !rc; i++) {
+  size_t tenth = total / 10 + 1;
+  for (size_t k = 0; k < total && !rc; k++) {
+    size_t i = k % t->n;
     const trace_event *e = &t->ev[i];
-    if (stride && i % stride == 0 && i) {
-      sample(samples, &z, a, i);
+    if (i == 0 && k) { /* the next iteration starts from nothing live */
+      if (iterations > 1 && k == t->n) {
+        ga_stats_t s1;
+        ga_stats(a, &s1);
+        first_vmm = vmm_calls(&s1);
+      }
+      for (size_t j = 0; j < m.cap && !rc; j++) {
+        if (!m.s[j].id) continue;
+        if (m.s[j].ptr && ga_free(a, m.s[j].ptr) != GA_OK) {
+          snprintf(err, errlen, "%s: between iterations: %s", t->path, ga_last_error());
+          rc = -1;
+        }
+        m.s[j].id = 0;
+      }
+      live = asked = 0;
+      if (rc) break;
+    }
+    if (sim) ga_sim_advance(dev, t->timed && i ? e->time_ns - t->ev[i - 1].time_ns : pace_ns);
+    if (stride && k % stride == 0 && k) {
+      sample(samples, &z, a, k);
       z.live_max = live;
     }
-    if (progress && t->n >= 200000 && i % tenth == 0 && i)
-      fprintf(stderr, "  %s: %zu%% of %zu events\n", t->path, i * 100 / t->n, t->n);
+    if (progress && total >= 200000 && k % tenth == 0 && k)
+      fprintf(stderr, "  %s: %zu%% of %zu events\n", t->path, k * 100 / total, total);
+    if (sim)
+      ga_sim_enqueue(dev, (ga_stream_t)(uintptr_t)e->stream, kernel_ns); /* the kernel behind the event */
     slot *x = find(&m, e->id, !e->is_free);
     if (e->is_free) {
       if (!x) {
@@ -322,10 +385,11 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
     r->allocs++;
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  if (stride) sample(samples, &z, a, t->n);
+  if (stride) sample(samples, &z, a, total);
   r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   r->events = r->allocs + r->frees;
   ga_stats(a, &r->stats);
+  if (iterations > 1) r->steady_vmm_calls = vmm_calls(&r->stats) - first_vmm;
   snprintf(r->backend, sizeof r->backend, "%s", ga_backend_name(a));
   ga_mem_get_info(a, NULL, &r->device_total);
   r->peak_allocated = (uint64_t)r->stats.allocated_bytes[GA_POOL_ALL].peak;

@@ -17,9 +17,10 @@
 #include "gardenalloc.h"
 
 typedef struct trace_event {
-  uint64_t id;     /* Pointer column */
-  uint64_t size;   /* bytes asked (allocate) */
-  uint64_t stream; /* Stream column */
+  uint64_t id;      /* Pointer column */
+  uint64_t size;    /* bytes asked (allocate) */
+  uint64_t stream;  /* Stream column */
+  uint64_t time_ns; /* Time column (HH:MM:SS.ffffff) as ns; 0 when absent */
   uint8_t is_free;
 } trace_event;
 
@@ -28,7 +29,25 @@ typedef struct trace {
   trace_event *ev;
   size_t n, cap;
   size_t skipped_failures; /* "allocate failure" rows */
+  int timed;               /* the Time column gives the program's pace (it rises) */
 } trace;
+
+/* How a replay runs on the simulated device (ignored on a GPU, where time
+ * is real). The program's CPU time between events is the trace's (Time
+ * column) when it has one, else pace_us; after each event it queues GPU work
+ * on the event's stream (kernel_us), which completes at least lag_us after it
+ * was queued. iterations > 1 replays the trace again that many times in a
+ * row, freeing what is still live between iterations. */
+typedef struct replay_opts {
+  double lag_us;                        /* default 0: streams idle, nothing stalls */
+  double pace_us;                       /* default 10 */
+  double kernel_us;                     /* default 0 */
+  int iterations;                       /* default 1 */
+  void (*on_create)(ga_allocator_t *a); /* called with each new allocator (NULL: none) */
+} replay_opts;
+/* The options of every later replay (ga-bench sets them from its flags). */
+void trace_replay_set_options(const replay_opts *o);
+const replay_opts *trace_replay_options(void);
 
 /* Reads a trace file. On error returns -1 and writes "<path>:<line>: <what>".
  * Every 64-bit value is a valid id; a line longer than 4096 bytes or holding
@@ -48,8 +67,11 @@ typedef struct replay_result {
   char first_oom_report[1024];                                      /* its report (ga_last_error) */
   uint64_t peak_allocated, peak_reserved;
   uint64_t num_ooms, num_alloc_retries;
-  double seconds;      /* wall time of the replay loop */
-  ga_stats_t stats;    /* at the end, before teardown */
+  double seconds;            /* wall time of the replay loop */
+  ga_stats_t stats;          /* at the end, before teardown */
+  uint64_t steady_vmm_calls; /* map/unmap/set_access/create/release calls after the first iteration */
+  int iterations;            /* the options the replay ran with */
+  double lag_us;
   char backend[8];     /* "sim" or "cuda" */
   size_t device_total; /* device memory in bytes */
 } replay_result;
