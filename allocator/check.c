@@ -11,7 +11,7 @@ typedef struct totals {
   int64_t inactive[3], inactive_bytes[3], segment[3], reserved[3];
   int64_t oversize_alloc, oversize_seg;
   size_t free_blocks[2], allocated_blocks, pending_blocks, pending_events;
-  size_t mapped_granules, asleep_granules, expandable_segs;
+  size_t mapped_granules, mappings, asleep_granules, expandable_segs;
 } totals;
 
 #define BROKEN(...) (fprintf(stderr, "ga_check: " __VA_ARGS__), fputc('\n', stderr), broken++)
@@ -49,10 +49,21 @@ static int check_granules(ga_allocator_t *a, ga_segment *s, ga_block *b, totals 
   /* Count granules starting inside this block (each granule once). */
   for (size_t i = (b->ptr - s->base + g - 1) / g; i * g < b->ptr - s->base + b->size && i < s->ngranules;
        i++) {
-    if (s->granules[i].handle)
-      t->mapped_granules++;
-    else
+    const ga_granule *m = &s->granules[i];
+    if (!m->handle) {
       t->asleep_granules++;
+      continue;
+    }
+    t->mapped_granules++;
+    /* Each mapping is len granules of one handle, consecutive in both. */
+    size_t st = i - m->off;
+    const ga_granule *f = &s->granules[st];
+    if (m->off >= m->len || !f->handle || f->off || f->len != m->len || f->handle != m->handle ||
+        f->idx + m->off != m->idx || st + m->len > s->ngranules || m->idx >= m->handle->ngran)
+      BROKEN("granule %zu of segment %p: its mapping (granule %u of %u, handle granule %u) is inconsistent",
+             i, (void *)s->base, m->off, m->len, m->idx);
+    else if (m->off == 0)
+      t->mappings++;
   }
   return broken;
 }
@@ -251,9 +262,8 @@ int ga_check_locked(ga_allocator_t *a) {
              t.expandable_segs);
     if (u.live_handles != a->space.nhandles)
       BROKEN("the device has %zu handles, the allocator %zu", u.live_handles, a->space.nhandles);
-    if (u.live_mappings != t.mapped_granules)
-      BROKEN("the device has %zu mappings, the allocator maps %zu granules", u.live_mappings,
-             t.mapped_granules);
+    if (u.live_mappings != t.mappings)
+      BROKEN("the device has %zu mappings, the allocator %zu", u.live_mappings, t.mappings);
     size_t events = a->pol.streams.npending + a->pol.streams.nevent_cache;
     for (int i = 0; i < a->pol.streams.nfences; i++) events += a->pol.streams.fences[i].ev != NULL;
     if (u.live_events != events)

@@ -97,10 +97,14 @@ typedef struct ga_handle ga_handle;
 /* Marks a granule of a sleeping allocation in ga_segment.granules (handle NULL). */
 #define GA_GRANULE_ASLEEP UINT32_MAX
 
-/* A granule of physical memory: granule `idx` of `handle`. */
+/* A granule of physical memory: granule `idx` of `handle`. In a segment's
+ * granules array it also says which mapping (one map call) holds it: it is
+ * granule `off` of a mapping of `len` granules (consecutive in the handle and
+ * in the segment). */
 typedef struct ga_granule {
   ga_handle *handle;
   uint32_t idx;
+  uint16_t off, len;
 } ga_granule;
 
 /* A physical allocation (create): `size` bytes in granules, each either

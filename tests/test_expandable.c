@@ -319,7 +319,7 @@ Test(expandable, a_page_without_access_that_cannot_be_unmapped_is_not_lost) {
 }
 
 /* The case PyTorch got wrong (pytorch/pytorch#188008): a grow of many
- * granules fails at each granule in turn, in its map or in its access, and the
+ * granules fails at each of its map or access calls in turn, and the
  * allocator is then destroyed at once. Nothing may stay mapped, created or
  * reserved, and no unmap may cover a range that is not wholly mapped (the
  * driver double refuses those, which fails the test). */
@@ -330,7 +330,7 @@ static void grow_fails_at_each_granule(const char *conf, ga_device_call_t kind) 
   fx_free(fx_alloc(size));
   unsigned calls = (unsigned)(fx_calls(kind) - before);
   fx_close();
-  cr_assert_geq(calls, 10, "one %s call per granule at least (%u)", ga_device_call_name(kind), calls);
+  cr_assert_geq(calls, 1, "the grow makes %s calls", ga_device_call_name(kind));
   for (unsigned nth = 1; nth <= calls; nth++) {
     fx_open(conf, 256 * MiB);
     fx_inject(kind, nth, GA_DEV_EDRIVER, 0);
@@ -386,7 +386,7 @@ Test(expandable, empty_cache_gives_every_free_page_back) {
  * goes at the back, and both granules can move to another stream's range
  * without creating memory. */
 Test(expandable, a_fit_takes_the_end_that_leaves_whole_granules_free) {
-  fx_open(EXP, GiB);
+  fx_open(EXP2, GiB); /* 2 MiB pages: each granule a mapping of its own, free to move alone */
   char *a = fx_alloc(6 * MiB + 512 * KiB);
   void *b = fx_alloc(MiB + 512 * KiB); /* the rest of the 4th granule */
   fx_free(a);

@@ -46,14 +46,14 @@ typedef struct cand {
   } * v;
   size_t n, cap;
   size_t klo, khi; /* granules that must stay: the range being mapped */
-  size_t gran;
+  const ga_allocator_t *a;
   int oom;
 } cand;
 
 static int collect(ga_block *b, void *arg) {
   cand *c = arg;
   size_t g0, g1;
-  if (!b->seg->expandable || !whole_granules(b, c->gran, &g0, &g1)) return 0;
+  if (!b->seg->expandable || !ga_expandable_movable_locked(c->a, b, &g0, &g1)) return 0;
   if (g0 < c->khi && g1 > c->klo) { /* overlaps the range: only the part outside may move */
     if (g1 > c->khi)
       g0 = c->khi;
@@ -77,7 +77,7 @@ static int by_size(const void *x, const void *y) {
  * cache, smallest free blocks first. */
 static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t keep_hi) {
   size_t g = a->space.gran;
-  cand c = {.klo = keep_lo / g, .khi = round_up(keep_hi, g) / g, .gran = g};
+  cand c = {.klo = keep_lo / g, .khi = round_up(keep_hi, g) / g, .a = a};
   for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], collect, &c);
   if (c.oom) {
     free(c.v);

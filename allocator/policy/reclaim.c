@@ -174,13 +174,12 @@ static int releasable(const ga_segment *s, const ga_private *only) {
 
 /* Unmaps the whole free granules of s; gives s back when nothing is mapped. */
 static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
-  size_t g = a->space.gran;
   int rc = 0;
   /* Collect first: unmapping a free block never touches another FREE one. */
   f->n = 0;
   for (ga_block *b = s->head; b; b = b->next) {
-    size_t g0 = (b->ptr + g - 1) / g, g1 = (b->ptr + b->size) / g;
-    if (b->state != GA_BLOCK_FREE || g1 <= g0) continue;
+    size_t g0, g1;
+    if (b->state != GA_BLOCK_FREE || !ga_expandable_movable_locked(a, b, &g0, &g1)) continue;
     if ((rc = GA_VEC_ROOM(f->v, f->cap, f->n + 1))) return rc;
     f->v[f->n++] = b;
   }
@@ -195,8 +194,9 @@ static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
     a->stats.num_unmap_syncs++;
   }
   for (size_t i = 0; i < f->n && !rc; i++) {
-    ga_block *b = f->v[i];
-    rc = ga_move_unmap_free_locked(a, b, (b->ptr + g - 1) / g, (b->ptr + b->size) / g);
+    size_t g0, g1;
+    if (ga_expandable_movable_locked(a, f->v[i], &g0, &g1))
+      rc = ga_move_unmap_free_locked(a, f->v[i], g0, g1);
   }
   if (!rc && !s->head->next && s->head->state == GA_BLOCK_UNMAPPED) {
     ga_private *owner = s->priv;

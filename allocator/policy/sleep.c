@@ -62,44 +62,52 @@ static int sleeps(uint32_t mask, const ga_block *b) {
   return b->state == GA_BLOCK_ALLOCATED && b->tag && (mask >> (b->tag - 1)) & 1;
 }
 
-/* Does only sleeping memory occupy granule i of b's segment? b is the block
- * holding its first byte. */
-static int granule_sleeps(ga_allocator_t *a, uint32_t mask, const ga_block *b, size_t i) {
-  uintptr_t end = b->seg->base + (i + 1) * a->space.gran;
-  for (; b && b->ptr < end; b = b->next)
+/* The block of s holding address p (walking from b). */
+static ga_block *block_at(ga_block *b, uintptr_t p) {
+  while (b->prev && b->ptr > p) b = b->prev;
+  while (b->next && b->ptr + b->size <= p) b = b->next;
+  return b;
+}
+
+/* Does only sleeping memory occupy granules [i, i + n) of b's segment? */
+static int granules_sleep(ga_allocator_t *a, uint32_t mask, ga_block *b, size_t i, size_t n) {
+  uintptr_t lo = b->seg->base + i * a->space.gran, hi = lo + n * a->space.gran;
+  for (b = block_at(b, lo); b && b->ptr < hi; b = b->next)
     if (!sleeps(mask, b)) return 0;
   return 1;
 }
 
-/* Granule i of s goes to sleep: its bytes to the host when offloading, its
- * memory to the page cache, its place recorded for the wake. */
-static int sleep_granule(ga_allocator_t *a, ga_segment *s, size_t i, int offload) {
-  void *host = NULL;
-  int rc = GA_VEC_ROOM(a->pol.sleep.sleepers, a->pol.sleep.cap_sleepers, a->pol.sleep.nsleepers + 1);
-  if (!rc && offload && !(host = malloc(a->space.gran))) rc = GA_DEV_ENOMEM;
-  if (!rc) rc = ga_expandable_sleep_granule_locked(a, s, i, host);
-  if (rc) {
-    free(host);
-    return rc;
-  }
-  a->pol.sleep.sleepers[a->pol.sleep.nsleepers++] = (ga_sleeper){s, i, host, 0};
-  return 0;
+/* The mapping of n granules at granule i of s goes to sleep: its bytes to the
+ * host when offloading, its memory to the page cache, each granule's place
+ * recorded for the wake. */
+static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, int offload) {
+  void **hosts = calloc(n, sizeof *hosts);
+  int rc = hosts ? 0 : GA_DEV_ENOMEM;
+  if (!rc) rc = GA_VEC_ROOM(a->pol.sleep.sleepers, a->pol.sleep.cap_sleepers, a->pol.sleep.nsleepers + n);
+  for (size_t j = 0; !rc && offload && j < n; j++)
+    if (!(hosts[j] = malloc(a->space.gran))) rc = GA_DEV_ENOMEM;
+  if (!rc) rc = ga_expandable_sleep_locked(a, s, i, hosts);
+  for (size_t j = 0; !rc && j < n; j++)
+    a->pol.sleep.sleepers[a->pol.sleep.nsleepers++] = (ga_sleeper){s, i + j, hosts[j], 0};
+  for (size_t j = 0; rc && hosts && j < n; j++) free(hosts[j]);
+  free(hosts);
+  return rc;
 }
 
+/* A granule sleeps with its whole mapping (one unmap call), so a mapping
+ * shared with memory that stays awake stays mapped. */
 static int sleep_segment(ga_allocator_t *a, ga_segment *s, uint32_t mask, int offload) {
   size_t g = a->space.gran;
   for (ga_block *b = s->head; b; b = b->next) {
     if (!sleeps(mask, b)) continue;
     size_t i0 = (b->ptr - s->base) / g, i1 = (b->ptr - s->base + b->size + g - 1) / g;
-    for (size_t i = i0; i < i1; i++) {
-      if (!s->granules[i].handle) continue; /* already asleep (shared with the previous block) */
-      uintptr_t start = s->base + i * g;
-      const ga_block *first = b;
-      while (first->prev && first->ptr > start) first = first->prev;
-      if (!granule_sleeps(a, mask, first, i)) continue;
-      int rc = sleep_granule(a, s, i, offload);
+    for (size_t i = i0, start, n; i < i1; i++) {
+      if (!ga_expandable_mapping_locked(s, i, &start, &n)) continue; /* asleep already */
+      if (!granules_sleep(a, mask, b, start, n)) continue;
+      int rc = sleep_mapping(a, s, start, n, offload);
       if (rc) return rc;
-      for (ga_block *x = (ga_block *)first; x && x->ptr < start + g; x = x->next) x->asleep = 1;
+      uintptr_t lo = s->base + start * g, hi = lo + n * g;
+      for (ga_block *x = block_at(b, lo); x && x->ptr < hi; x = x->next) x->asleep = 1;
     }
   }
   return 0;

@@ -3,9 +3,11 @@
  * granule by granule.
  *
  * The blocks of an expandable segment tile its whole reservation; UNMAPPED
- * blocks have no memory behind them and are granule-aligned. Each granule is
- * mapped with its own map call, so any whole free granule can later be
- * unmapped alone and its memory mapped where a contiguous range is needed.
+ * blocks have no memory behind them and are granule-aligned. A run of
+ * granules of one handle is mapped with one map call (a mapping), and each
+ * range mapped gets access with one call. Free memory can later be unmapped
+ * and mapped where a contiguous range is needed, in whole mappings: the part
+ * of a mapping that stays is mapped again.
  * Which granules move, where, and when that is safe is the policy's choice
  * (policy/move.c); this file does the mapping and keeps the tiles right.
  *
@@ -43,6 +45,7 @@ static void granule_event(ga_allocator_t *a, const ga_segment *s, ga_granule m, 
   ga_pages_attribute_locked(a, m.handle, s->pool, mapped);
   ga_history_add_locked(a, mapped ? GA_H_SEGMENT_MAP : GA_H_SEGMENT_UNMAP, va, a->space.gran, s->stream);
 }
+
 static void *granule_va(const ga_allocator_t *a, const ga_segment *s, size_t i) {
   return (void *)(s->base + i * a->space.gran);
 }
@@ -105,7 +108,69 @@ int ga_expandable_delete_locked(ga_allocator_t *a, ga_segment *s) {
   return 0;
 }
 
-/* ---- One granule ---- */
+/* ---- Mappings ----
+ * A mapping is what one map call made: n granules of one handle, consecutive
+ * in the handle and in the segment. granules[i].off is granule i's place in
+ * its mapping and .len the mapping's length. An unmap covers whole mappings
+ * (the driver's rule), so a part of a mapping moves only when the rest of it
+ * is free too: the rest is mapped again. A handle's granules enter the page
+ * cache so that taking them gives them back in order, and a run of them is
+ * mapped with one call, with one access call per range mapped. */
+
+static size_t map_start(const ga_segment *s, size_t i) { return i - s->granules[i].off; }
+static size_t map_end(const ga_segment *s, size_t i) { return map_start(s, i) + s->granules[i].len; }
+
+/* Records the mapping of n granules of h from idx at granule i of s. */
+static void record(ga_allocator_t *a, ga_segment *s, size_t i, ga_handle *h, uint32_t idx, size_t n) {
+  GA_ASSERT(n > 0 && n <= UINT16_MAX && i + n <= s->ngranules);
+  for (size_t j = 0; j < n; j++) {
+    s->granules[i + j] = (ga_granule){h, idx + (uint32_t)j, (uint16_t)j, (uint16_t)n};
+    granule_event(a, s, s->granules[i + j], s->base + (i + j) * a->space.gran, 1);
+  }
+  h->nmapped += (uint32_t)n;
+  ga_stat_inc(&a->stats.mapped_bytes, n * a->space.gran);
+}
+
+/* Forgets the mapping of granules [i, i + n) of s (they are unmapped). */
+static void forget(ga_allocator_t *a, ga_segment *s, size_t i, size_t n) {
+  for (size_t j = i; j < i + n; j++) {
+    granule_event(a, s, s->granules[j], s->base + j * a->space.gran, 0);
+    s->granules[j].handle->nmapped--;
+    s->granules[j] = (ga_granule){0};
+  }
+  ga_stat_dec(&a->stats.mapped_bytes, n * a->space.gran);
+}
+
+/* Puts n granules of h from idx into the page cache, to be taken in order.
+ * The caller made room. */
+static void to_cache(ga_allocator_t *a, ga_handle *h, uint32_t idx, size_t n) {
+  for (size_t j = n; j-- > 0;) (void)ga_pages_put_locked(a, (ga_granule){h, idx + (uint32_t)j, 0, 0});
+}
+
+/* Takes from the page cache up to `max` granules that one map call can map
+ * (consecutive granules of one handle); returns how many, the first in *m. */
+static size_t take_run(ga_allocator_t *a, size_t max, ga_granule *m) {
+  ga_space *sp = &a->space;
+  *m = ga_pages_take_locked(a);
+  size_t n = 1;
+  while (n < max && n < UINT16_MAX && sp->ncache && sp->cache[sp->ncache - 1].handle == m->handle &&
+         sp->cache[sp->ncache - 1].idx == m->idx + n) {
+    (void)ga_pages_take_locked(a);
+    n++;
+  }
+  return n;
+}
+
+/* Keeps the first failure's text, adding the second's when there is one. */
+static void both_errors(ga_allocator_t *a, const char *why, int second_failed) {
+  if (second_failed) {
+    char second[sizeof a->dev->error];
+    memcpy(second, a->dev->error, sizeof second);
+    ga_dev_set_error(a->dev, "%s; taking the page back failed too: %s", why, second);
+  } else {
+    memcpy(a->dev->error, why, sizeof a->dev->error);
+  }
+}
 
 /* A grant that names peers added while nothing was mapped was refused as an
  * argument error: the driver does not accept those peers. They are turned
@@ -125,6 +190,40 @@ static void refuse_unproven(ga_allocator_t *a) {
   sp->naccess = sp->nproven;
 }
 
+/* Gives this device and its peers access to granules [i, i + n) of s, just
+ * mapped. On failure the mappings are taken back from the end; one that
+ * cannot be unmapped stays mapped with everything before it (they are
+ * granted again before anything is handed out), and *n says what stays. */
+static int grant_new(ga_allocator_t *a, ga_segment *s, size_t i, size_t *n) {
+  ga_space *sp = &a->space;
+  int rc = ga_dev_set_access(a->dev, granule_va(a, s, i), *n * sp->gran, sp->access, sp->naccess);
+  if (!rc) {
+    sp->nproven = sp->naccess;
+    return 0;
+  }
+  if (rc == GA_DEV_EINVAL && sp->nproven < sp->naccess) refuse_unproven(a);
+  char why[sizeof a->dev->error];
+  memcpy(why, a->dev->error, sizeof why);
+  int stuck = 0;
+  while (*n && !stuck) {
+    size_t st = map_start(s, i + *n - 1), k = i + *n - st;
+    ga_granule m = s->granules[st];
+    GA_ASSERT(st >= i);
+    if (ga_dev_unmap(a->dev, granule_va(a, s, st), k * sp->gran) != 0) {
+      stuck = 1;
+      sp->regrant = 1;
+      break;
+    }
+    forget(a, s, st, k);
+    to_cache(a, m.handle, m.idx, k); /* room: made by the caller, or they came from the cache */
+    *n -= k;
+  }
+  both_errors(a, why, stuck);
+  return rc;
+}
+
+/* ---- One granule ---- */
+
 int ga_expandable_fill_locked(ga_allocator_t *a, ga_segment *s, size_t i, const void *host) {
   ga_space *sp = &a->space;
   void *va = granule_va(a, s, i);
@@ -138,21 +237,6 @@ int ga_expandable_fill_locked(ga_allocator_t *a, ga_segment *s, size_t i, const 
   return rc;
 }
 
-/* Takes back a granule whose access or contents could not be set. 0 if
- * done; else the device error names both failures. */
-static int unmap_after(ga_allocator_t *a, void *va) {
-  char why[sizeof a->dev->error], unmap_why[sizeof a->dev->error];
-  memcpy(why, a->dev->error, sizeof why);
-  int rc = ga_dev_unmap(a->dev, va, a->space.gran);
-  if (rc) {
-    memcpy(unmap_why, a->dev->error, sizeof unmap_why);
-    ga_dev_set_error(a->dev, "%s; taking the page back failed too: %s", why, unmap_why);
-  } else {
-    memcpy(a->dev->error, why, sizeof why);
-  }
-  return rc;
-}
-
 int ga_expandable_map_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i, const void *host,
                                      int *stuck) {
   size_t g = a->space.gran;
@@ -160,53 +244,68 @@ int ga_expandable_map_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i,
   GA_ASSERT(a->space.ncache > 0 && i < s->ngranules && !s->granules[i].handle);
   *stuck = 0;
   ga_granule m = ga_pages_take_locked(a);
-  int rc = ga_dev_map(a->dev, va, g, m.handle->h, m.idx * g);
-  if (!rc && (rc = ga_expandable_fill_locked(a, s, i, host)) && unmap_after(a, va) != 0)
-    *stuck = 1; /* cannot take the mapping back: it is this granule's memory now */
+  int rc = ga_dev_map(a->dev, va, g, m.handle->h, (size_t)m.idx * g);
+  if (!rc && (rc = ga_expandable_fill_locked(a, s, i, host))) {
+    char why[sizeof a->dev->error];
+    memcpy(why, a->dev->error, sizeof why);
+    *stuck = ga_dev_unmap(a->dev, va, g) != 0; /* if so, it is this granule's memory now */
+    both_errors(a, why, *stuck);
+  }
   if (rc && !*stuck) {
-    (void)ga_pages_put_locked(a, m); /* room: it was just taken */
+    to_cache(a, m.handle, m.idx, 1); /* room: it was just taken */
     return rc;
   }
-  s->granules[i] = m;
-  m.handle->nmapped++;
-  ga_stat_inc(&a->stats.mapped_bytes, g);
-  granule_event(a, s, m, (uintptr_t)va, 1);
+  record(a, s, i, m.handle, m.idx, 1);
   return rc;
 }
 
-int ga_expandable_sleep_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i, void *host) {
-  size_t g = a->space.gran;
-  void *va = granule_va(a, s, i);
-  GA_ASSERT(i < s->ngranules && s->granules[i].handle);
-  int rc = ga_pages_room_locked(a, 1);
-  if (!rc && host) rc = ga_dev_copy(a->dev, host, va, g, 1);
-  if (!rc) rc = ga_dev_unmap(a->dev, va, g);
+int ga_expandable_mapping_locked(const ga_segment *s, size_t i, size_t *start, size_t *n) {
+  if (i >= s->ngranules || !s->granules[i].handle) return 0;
+  *start = map_start(s, i);
+  *n = s->granules[i].len;
+  return 1;
+}
+
+int ga_expandable_sleep_locked(ga_allocator_t *a, ga_segment *s, size_t i, void *const *hosts) {
+  size_t g = a->space.gran, n = s->granules[i].len;
+  GA_ASSERT(i < s->ngranules && s->granules[i].handle && s->granules[i].off == 0);
+  int rc = ga_pages_room_locked(a, n);
+  for (size_t j = 0; j < n && !rc; j++)
+    if (hosts[j]) rc = ga_dev_copy(a->dev, hosts[j], granule_va(a, s, i + j), g, 1);
+  if (!rc) rc = ga_dev_unmap(a->dev, granule_va(a, s, i), n * g);
   if (rc) return rc;
   ga_granule m = s->granules[i];
-  m.handle->nmapped--;
-  granule_event(a, s, m, (uintptr_t)va, 0);
-  (void)ga_pages_put_locked(a, m); /* room above */
-  s->granules[i] = (ga_granule){.handle = NULL, .idx = GA_GRANULE_ASLEEP};
-  ga_stat_dec(&a->stats.mapped_bytes, g);
+  forget(a, s, i, n);
+  to_cache(a, m.handle, m.idx, n); /* room above */
+  for (size_t j = 0; j < n; j++) s->granules[i + j] = (ga_granule){.handle = NULL, .idx = GA_GRANULE_ASLEEP};
   return 0;
 }
 
 /* ---- Mapping ranges ---- */
 
-/* Maps up to `want` granules at the front of UNMAPPED block u; *done says
- * how many are mapped (a granule left mapped by a failed undo included: its
- * peers' access is granted again before anything is handed out). */
-static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, size_t *done) {
+/* Maps up to `want` granules at the front of UNMAPPED block u, a run of one
+ * handle per map call (no mapping crosses granule `cut` of u), then gives
+ * them access in one call; *done says how many are mapped. */
+static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, size_t cut, size_t *done) {
   ga_segment *s = u->seg;
-  size_t first = (u->ptr - s->base) / a->space.gran;
+  size_t g = a->space.gran, first = (u->ptr - s->base) / g;
   int rc = granules_room(s, first + want);
   while (!rc && *done < want) {
-    int stuck;
-    rc = ga_expandable_map_granule_locked(a, s, first + *done, NULL, &stuck);
-    if (stuck) a->space.regrant = 1;
-    if (!rc || stuck) (*done)++;
+    ga_granule m;
+    size_t n = take_run(a, (*done < cut && cut < want ? cut : want) - *done, &m);
+    rc = ga_dev_map(a->dev, granule_va(a, s, first + *done), n * g, m.handle->h, (size_t)m.idx * g);
+    if (rc) {
+      to_cache(a, m.handle, m.idx, n); /* room: they were just taken */
+      break;
+    }
+    record(a, s, first + *done, m.handle, m.idx, n);
+    *done += n;
   }
-  if (*done) ga_pstat_add(a->stats.segment, s->pool, runs_delta_map(u, *done * a->space.gran == u->size));
+  if (*done) {
+    int r = grant_new(a, s, first, done);
+    if (!rc) rc = r;
+  }
+  if (*done) ga_pstat_add(a->stats.segment, s->pool, runs_delta_map(u, *done * g == u->size));
   return rc;
 }
 
@@ -220,9 +319,11 @@ int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi) {
       continue;
     }
     uintptr_t end = b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g;
-    size_t done = 0;
+    /* A granule the request covers only in part is a mapping of its own: the
+     * request's whole granules can then move alone once it is freed. */
+    size_t want = (end - b->ptr) / g, cut = end == hi_g && hi % g ? want - 1 : want, done = 0;
     int rc = ga_tiles_reserve_locked(a, 1); /* the split below cannot fail */
-    if (!rc) rc = map_granules(a, b, (end - b->ptr) / g, &done);
+    if (!rc) rc = map_granules(a, b, want, cut, &done);
     if (done) {
       /* The mapped prefix becomes FREE and joins its FREE neighbours. */
       if (done * g < b->size) (void)ga_tiles_split_locked(a, b, done * g);
@@ -237,33 +338,67 @@ int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi) {
 
 /* ---- Unmapping ---- */
 
+int ga_expandable_movable_locked(const ga_allocator_t *a, const ga_block *b, size_t *g0, size_t *g1) {
+  const ga_segment *s = b->seg;
+  size_t g = a->space.gran, bg = s->base / g;
+  size_t i0 = (b->ptr + g - 1) / g - bg, i1 = (b->ptr + b->size) / g - bg;
+  if (i1 <= i0) return 0;
+  /* A mapping that reaches past the block's whole granules cannot be unmapped. */
+  if (s->granules[i0].off) i0 = map_end(s, i0);
+  if (i1 > i0 && map_end(s, i1 - 1) > i1) i1 = map_start(s, i1 - 1);
+  if (i1 <= i0) return 0;
+  *g0 = i0 + bg;
+  *g1 = i1 + bg;
+  return 1;
+}
+
+/* Maps the n granules of h from idx at granule i of s again (the part of a
+ * mapping that stays), with access. 1 when they are mapped (one whose access
+ * failed and whose unmap failed too stays mapped, to be granted again), 0
+ * when they went to the page cache instead. */
+static int remap(ga_allocator_t *a, ga_segment *s, size_t i, ga_handle *h, uint32_t idx, size_t n) {
+  size_t g = a->space.gran;
+  if (ga_dev_map(a->dev, granule_va(a, s, i), n * g, h->h, (size_t)idx * g)) {
+    to_cache(a, h, idx, n);
+    return 0;
+  }
+  record(a, s, i, h, idx, n);
+  (void)grant_new(a, s, i, &n); /* one mapping: it stays whole or goes whole */
+  return n != 0;
+}
+
 int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1, ga_block **front,
                                ga_block **back) {
   ga_segment *s = b->seg;
-  size_t g = a->space.gran, k = g1 - g0, first = (g0 * g - s->base) / g;
+  size_t g = a->space.gran, bg = s->base / g, i0 = g0 - bg, i1 = g1 - bg;
   GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree && s->expandable);
   GA_ASSERT(g0 < g1 && g0 * g >= b->ptr && g1 * g <= b->ptr + b->size);
+  size_t m0 = map_start(s, i0), m1 = map_end(s, i1 - 1);
+  GA_ASSERT(s->base + m0 * g >= b->ptr &&
+            s->base + m1 * g <= b->ptr + b->size); /* whole mappings, all free */
   *front = *back = NULL;
   /* Room first: after the unmap nothing may fail. */
   int rc = ga_tiles_reserve_locked(a, 2);
-  if (!rc) rc = ga_pages_room_locked(a, k);
-  if (!rc) rc = ga_dev_unmap(a->dev, (void *)(g0 * g), k * g);
+  if (!rc) rc = ga_pages_room_locked(a, m1 - m0);
+  if (!rc) rc = ga_dev_unmap(a->dev, granule_va(a, s, m0), (m1 - m0) * g);
   if (rc) return rc;
-  for (size_t i = 0; i < k; i++) {
-    ga_granule m = s->granules[first + i];
-    s->granules[first + i] = (ga_granule){0};
-    m.handle->nmapped--;
-    granule_event(a, s, m, (g0 + i) * g, 0);
-    (void)ga_pages_put_locked(a, m);
-  }
-  ga_stat_dec(&a->stats.mapped_bytes, k * g);
+  ga_granule keep_lo = s->granules[m0], keep_hi = s->granules[i1 < m1 ? i1 : i1 - 1];
+  for (size_t j = i1; j-- > i0;) /* in reverse, so that they are taken in order */
+    (void)ga_pages_put_locked(a, (ga_granule){s->granules[j].handle, s->granules[j].idx, 0, 0});
+  forget(a, s, m0, m1 - m0);
+  /* The parts of the mappings outside [g0, g1) are free too: they are mapped
+   * again, or, if that fails, join the unmapped range. */
+  size_t u0 = i0, u1 = i1;
+  if (m0 < i0 && !remap(a, s, m0, keep_lo.handle, keep_lo.idx, i0 - m0)) u0 = m0;
+  if (i1 < m1 && !remap(a, s, i1, keep_hi.handle, keep_hi.idx, m1 - i1)) u1 = m1;
   /* b = [FREE front][UNMAPPED middle][FREE back] */
+  uintptr_t lo = s->base + u0 * g, hi = s->base + u1 * g;
   ga_block *mid = b;
-  if (g0 * g > b->ptr) {
-    mid = ga_tiles_split_locked(a, b, g0 * g - b->ptr);
+  if (lo > b->ptr) {
+    mid = ga_tiles_split_locked(a, b, lo - b->ptr);
     *front = b;
   }
-  if (g1 * g < mid->ptr + mid->size) *back = ga_tiles_split_locked(a, mid, k * g);
+  if (hi < mid->ptr + mid->size) *back = ga_tiles_split_locked(a, mid, hi - lo);
   /* The run this was cut from: a part of it stays on each side where a mapped block touches mid. */
   int left = mid->prev && mid->prev->state != GA_BLOCK_UNMAPPED;
   int right = mid->next && mid->next->state != GA_BLOCK_UNMAPPED;

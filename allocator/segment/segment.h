@@ -98,11 +98,13 @@ int ga_expandable_delete_locked(ga_allocator_t *a, ga_segment *s);
  * least hi. On failure, a prefix may be mapped (FREE, in no tree) and the
  * rest is UNMAPPED; nothing is half-mapped. */
 int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi);
-/* Unmaps granules [g0, g1) (absolute granule numbers, all inside b) of FREE
- * block b (in no tree) into the page cache. The caller knows b's stream is
- * past its free. On success *front and *back are the FREE parts of b before
- * and after (NULL when empty), in no tree, and the middle is UNMAPPED. On
- * failure b is unchanged. */
+/* Unmaps granules [g0, g1) (absolute granule numbers, within what
+ * ga_expandable_movable_locked gives) of FREE block b (in no tree) into the
+ * page cache; the parts of their mappings outside are mapped again (or, if
+ * that fails, unmapped too). The caller knows b's stream is past its free. On
+ * success *front and *back are the FREE parts of b before and after (NULL
+ * when empty), in no tree, and the middle is UNMAPPED. On failure b is
+ * unchanged. */
 int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1, ga_block **front,
                                ga_block **back);
 /* Maps the last cached granule at granule i of s (pre: ncache > 0, granule i
@@ -115,9 +117,17 @@ int ga_expandable_map_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i,
 /* The steps after the map for granule i of s: peers' access, then the copy
  * of `host` (when not NULL). */
 int ga_expandable_fill_locked(ga_allocator_t *a, ga_segment *s, size_t i, const void *host);
-/* Copies granule i of s out to `host` (when not NULL), unmaps it into the
- * page cache and marks it asleep. */
-int ga_expandable_sleep_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i, void *host);
+/* The mapping holding granule i of s: its first granule and length; 0 when i
+ * is not mapped. */
+int ga_expandable_mapping_locked(const ga_segment *s, size_t i, size_t *start, size_t *n);
+/* The mapping starting at granule i of s goes to sleep: granule j's bytes are
+ * copied to hosts[j] when not NULL, then it is unmapped into the page cache
+ * and its granules are marked asleep. */
+int ga_expandable_sleep_locked(ga_allocator_t *a, ga_segment *s, size_t i, void *const *hosts);
+/* The granules [*g0, *g1) (absolute numbers) of FREE block b that can be
+ * unmapped: its whole granules, less a mapping that reaches past them at
+ * either end. 0 when there are none. */
+int ga_expandable_movable_locked(const ga_allocator_t *a, const ga_block *b, size_t *g0, size_t *g1);
 /* Grants access to `devices` (this device first) on every mapped range;
  * *ranges counts the ranges granted. */
 int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n, size_t *ranges);

@@ -138,15 +138,15 @@ int ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page) {
 
 static void expandable_teardown(ga_allocator_t *a, ga_segment *s) {
   size_t g = a->space.gran;
-  for (ga_block *b = s->head; b; b = b->next) {
-    if (b->state == GA_BLOCK_UNMAPPED) continue;
-    /* Every granule touching a mapped block, once. */
-    for (size_t i = (b->ptr - s->base) / g, e = (b->ptr - s->base + b->size + g - 1) / g; i < e; i++) {
-      ga_granule *m = &s->granules[i];
-      if (!m->handle) continue;
-      (void)ga_dev_unmap(a->dev, (void *)(s->base + i * g), g);
-      m->handle->nmapped--;
-      *m = (ga_granule){0};
+  for (size_t i = 0; i < s->ngranules; i++) {
+    ga_granule *m = &s->granules[i];
+    if (!m->handle || m->off) continue;
+    /* A whole mapping, once. */
+    size_t n = m->len;
+    (void)ga_dev_unmap(a->dev, (void *)(s->base + i * g), n * g);
+    for (size_t j = i; j < i + n; j++) {
+      s->granules[j].handle->nmapped--;
+      s->granules[j] = (ga_granule){0};
     }
   }
   (void)ga_dev_unreserve(a->dev, (void *)s->base, s->size);
