@@ -502,3 +502,50 @@ Test(expandable, when_full_creates_memory_while_the_device_has_room) {
   fx_free(q);
   fx_free(r);
 }
+
+/* ---- Coalescing: one map call and one access call per range ---- */
+
+Test(expandable, a_fresh_20MiB_page_is_mapped_with_one_map_call_and_one_access_call) {
+  fx_open(EXP, GiB);
+  uint64_t maps = fx_calls(GA_CALL_MAP), access = fx_calls(GA_CALL_SET_ACCESS),
+           creates = fx_calls(GA_CALL_CREATE);
+  char *p = fx_alloc(20 * MiB);
+  cr_assert_eq(fx_calls(GA_CALL_CREATE) - creates, 1, "one 20 MiB handle");
+  cr_assert_eq(fx_calls(GA_CALL_MAP) - maps, 1, "mapped with one call");
+  cr_assert_eq(fx_calls(GA_CALL_SET_ACCESS) - access, 1, "granted with one call");
+  fx_fill(p, 20 * MiB, 3); /* every byte is there */
+  cr_assert(fx_verify(p, 20 * MiB, 3));
+  fx_free(p);
+}
+
+Test(expandable, a_part_of_a_mapping_moves_when_the_rest_of_it_is_free) {
+  fx_open(EXP, 32 * MiB);
+  char *a = fx_alloc_on(20 * MiB, S1); /* one mapping of a 20 MiB handle */
+  fx_free(a);
+  uint64_t creates = fx_calls(GA_CALL_CREATE);
+  char *b = fx_alloc_on(8 * MiB, S2); /* 8 MiB of it move to S2's range; 12 MiB stay, mapped again */
+  cr_assert_eq(fx_calls(GA_CALL_CREATE), creates, "no new memory");
+  cr_assert_eq(fx_stats().num_granules_moved, 4);
+  char *c = fx_alloc_on(12 * MiB, S1); /* what stayed on S1 serves it */
+  cr_assert_eq(c, a, "the part that stayed is mapped where it was");
+  fx_fill(b, 8 * MiB, 1);
+  fx_fill(c, 12 * MiB, 2);
+  cr_assert(fx_verify(b, 8 * MiB, 1) && fx_verify(c, 12 * MiB, 2));
+  cr_assert_eq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 20 * MiB);
+  fx_free(b);
+  fx_free(c);
+}
+
+/* A request maps what it covers whole as mappings of its own, and a granule
+ * it covers in part (shared with the next block) apart: once it is freed,
+ * its granules can move although a live block follows. */
+Test(expandable, a_freed_request_moves_although_a_live_block_follows_it) {
+  fx_open(EXP, 32 * MiB);
+  char *a = fx_alloc_on(10 * MiB, S1), *live = fx_alloc_on(9 * MiB, S1);
+  fx_free(a);
+  void *b = NULL;
+  cr_assert_eq(ga_malloc(fx_a, 10 * MiB, S2, &b), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_stats().num_granules_moved, 5);
+  fx_free(b);
+  fx_free(live);
+}
