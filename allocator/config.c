@@ -325,6 +325,19 @@ static int opt_expandable_move_pages(ctx *x) {
   return 0;
 }
 
+static int opt_expandable_policy(ctx *x) {
+  const tok *v = NULL;
+  char buf[64];
+  if (value(x, &v, "gardenalloc or pytorch")) return GA_DEV_EINVAL;
+  if (tok_is(v, "gardenalloc"))
+    x->c->expandable_pytorch = 0;
+  else if (tok_is(v, "pytorch"))
+    x->c->expandable_pytorch = 1;
+  else
+    return fail(x, "'%s' is not a policy (allowed: gardenalloc or pytorch)", tok_str(v, buf));
+  return 0;
+}
+
 static int opt_expandable_cache_max_mb(ctx *x) {
   return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->expandable_cache_max, "an integer >= 0 and <= " MAX_MIB);
 }

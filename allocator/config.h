@@ -45,6 +45,7 @@ typedef struct ga_config {
   size_t expandable_page_size;   /* bytes; 0 = large_segment_size */
   size_t expandable_cache_max;   /* bytes of unmapped pages kept for reuse */
   int expandable_move_when_full; /* expandable_move_pages:when_full */
+  int expandable_pytorch;        /* expandable_policy:pytorch */
   char backend[8];               /* "auto", "cuda" or "sim" */
   size_t sim_capacity;           /* bytes */
   int sim_devices;               /* devices the simulated machine has */
@@ -81,6 +82,10 @@ typedef struct ga_config {
   X(expandable_move_pages, "always|when_full", "always", "gardenalloc",                                      \
     "expandable segments: move free pages before creating memory (least memory), or only once the device "   \
     "is full (fewest driver calls)")                                                                         \
+  X(expandable_policy, "gardenalloc|pytorch", "gardenalloc", "gardenalloc",                                  \
+    "expandable segments: gardenalloc's (free pages move to where a range needs them), or exactly "          \
+    "PyTorch's (pages created and mapped one by one, nothing moves, free pages unmapped only by "            \
+    "empty_cache and the OOM retry), to compare the two")                                                    \
   X(release_lock_on_cudamalloc, "True|False", "False", "pytorch",                                            \
     "accepted for compatibility; gardenalloc holds its lock over device calls")                              \
   X(release_lock_on_hipmalloc, "True|False", "False", "pytorch", "alias of release_lock_on_cudamalloc")      \

@@ -549,3 +549,110 @@ Test(expandable, a_freed_request_moves_although_a_live_block_follows_it) {
   fx_free(b);
   fx_free(live);
 }
+
+/* ---- PyTorch's expandable segments, reproduced (expandable_policy:pytorch) ---- */
+
+#define PT "expandable_segments:True,expandable_policy:pytorch"
+
+static void pt_sixteens_and_thirtytwos(int reverse) {
+  fx_open(PT, GiB);
+  void *p[8];
+  size_t first = reverse ? 32 * MiB : 16 * MiB, second = reverse ? 16 * MiB : 32 * MiB;
+  int n1 = reverse ? 4 : 8, n2 = reverse ? 8 : 4;
+  for (int i = 0; i < n1; i++) p[i] = fx_alloc(first);
+  for (int i = 0; i < n1; i++) fx_free(p[i]);
+  for (int i = 0; i < n2; i++) p[i] = fx_alloc(second);
+  ga_stats_t s = fx_stats();
+  /* 20 MiB pages mapped as the requests grow: 7 pages either way, all reused. */
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].peak, 140 * MiB);
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 140 * MiB);
+  cr_assert_eq(s.device_calls[GA_CALL_CREATE], 7, "one handle per page");
+  cr_assert_eq(s.device_calls[GA_CALL_MAP], 7, "one map per page");
+  cr_assert_eq(s.num_granules_moved, 0, "nothing moves");
+  for (int i = 0; i < n2; i++) fx_free(p[i]);
+}
+
+Test(expandable, pytorch_policy_eight_16MiB_then_four_32MiB_maps_140MiB) { pt_sixteens_and_thirtytwos(0); }
+Test(expandable, pytorch_policy_four_32MiB_then_eight_16MiB_maps_140MiB) { pt_sixteens_and_thirtytwos(1); }
+
+Test(expandable, pytorch_policy_pages_are_2MiB_small_and_20MiB_large) {
+  fx_open(PT, GiB);
+  void *a = fx_alloc(2 * MiB), *b = fx_alloc(MiB / 2);
+  assert_reserved(22 * MiB);
+  fx_free(a);
+  fx_free(b);
+  void *c = fx_alloc(2 * MiB), *d = fx_alloc(2 * MiB);
+  assert_reserved(22 * MiB); /* the free large page serves both: nothing was unmapped */
+  cr_assert_eq(fx_calls(GA_CALL_UNMAP), 0);
+  fx_free(c);
+  fx_free(d);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  assert_reserved(0); /* empty_cache gives every free page back */
+}
+
+Test(expandable, pytorch_policy_grants_access_once_per_range_grown) {
+  fx_open(PT, GiB);
+  uint64_t access = fx_calls(GA_CALL_SET_ACCESS);
+  void *p = fx_alloc(50 * MiB); /* 3 pages: 3 creates, 3 maps, one access call */
+  cr_assert_eq(fx_calls(GA_CALL_CREATE), 3);
+  cr_assert_eq(fx_calls(GA_CALL_MAP), 3);
+  cr_assert_eq(fx_calls(GA_CALL_SET_ACCESS) - access, 1);
+  fx_free(p);
+}
+
+/* pytorch/pytorch PR #193400: with max_split_size_mb:128, each cycle of
+ * A = 91 MiB, B = 45.5 MiB, a 2 MiB block that stays, then A and B freed,
+ * grows reserved memory, because the merged 136.5 MiB free block is oversize
+ * and never serves the next A. Its published table, to the MiB, on a 16 GiB
+ * card (the run starts with a 64 MiB canary). gardenalloc's own policy stays
+ * bounded. */
+static int64_t cycles(const char *conf, int n, const int64_t *want_reserved) {
+  fx_open(conf, (size_t)16 << 30);
+  void *canary = fx_alloc(64 * MiB), *keep[101];
+  for (int c = 0; c <= n; c++) {
+    void *a = fx_alloc(91 * MiB), *b = fx_alloc(45 * MiB + 512 * KiB);
+    keep[c] = fx_alloc(2 * MiB);
+    fx_free(a);
+    fx_free(b);
+    ga_stats_t s = fx_stats();
+    if (c % 20 == 0) {
+      cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].current, (int64_t)(66 + 2 * c) * (int64_t)MiB, "cycle %d",
+                   c);
+      if (want_reserved)
+        cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, want_reserved[c / 20] * (int64_t)MiB,
+                     "cycle %d: reserved %lld MiB", c,
+                     (long long)(s.reserved_bytes[GA_POOL_ALL].current >> 20));
+    }
+  }
+  int64_t reserved = fx_stats().reserved_bytes[GA_POOL_ALL].current;
+  for (int c = 0; c <= n; c++) fx_free(keep[c]);
+  fx_free(canary);
+  return reserved;
+}
+
+Test(expandable, pytorch_policy_reproduces_the_max_split_size_cycle_of_pr_193400) {
+  static const int64_t published[] = {220, 2980, 5760, 8520, 11300, 14060};
+  cycles(PT ",max_split_size_mb:128", 100, published);
+}
+
+Test(expandable, gardenalloc_policy_keeps_the_same_cycle_bounded) {
+  int64_t reserved = cycles("expandable_segments:True,max_split_size_mb:128", 100, NULL);
+  cr_assert_leq(reserved, 266 * MiB + 140 * MiB, "reserved %lld MiB: live plus one cycle's blocks",
+                (long long)(reserved >> 20));
+}
+
+Test(expandable, pytorch_policy_never_moves_pages) {
+  fx_open(PT, GiB);
+  char *p[4];
+  for (int i = 0; i < 4; i++) p[i] = fx_alloc_on(20 * MiB, S1);
+  fx_free(p[1]);
+  fx_free(p[3]);
+  void *q = fx_alloc_on(40 * MiB, S2); /* gardenalloc moves p[1] and p[3]'s pages; PyTorch maps new ones */
+  ga_stats_t s = fx_stats();
+  cr_assert_eq(s.num_granules_moved, 0);
+  cr_assert_eq(s.device_calls[GA_CALL_UNMAP], 0);
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 120 * MiB);
+  fx_free(q);
+  fx_free(p[0]);
+  fx_free(p[2]);
+}

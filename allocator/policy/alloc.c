@@ -33,7 +33,7 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool
   if (a->pol.allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
   ga_block *b = ga_free_tree_lower_bound(p, stream, size, 0);
   if (!b || b->stream != stream) return NULL;
-  if (b->seg->expandable) {
+  if (b->seg->expandable && !a->cfg.expandable_pytorch) {
     /* Among the few best fits, take the one that strands the least free
      * memory in partly used granules. */
     ga_block *best = b;
@@ -97,11 +97,18 @@ static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t r
 
 /* Expandable mode: map granules (cached, moved from free memory anywhere, or
  * new); if that fails, wait for pending stream events, which frees more
- * memory to move, and retry once. */
+ * memory to move, and retry once. PyTorch's policy instead releases every
+ * cached block and free page (release_cached_blocks) and retries. */
 static int grow_expandable(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t rounded,
                            int *refused, ga_block **b) {
   int rc = ga_move_grow_locked(a, priv, pool, stream, rounded, refused, b);
   if (rc != GA_DEV_EOOM || a->pol.capture.routing) return rc;
+  if (a->cfg.expandable_pytorch) {
+    int r = ga_reclaim_all_locked(a);
+    if (r) return r;
+    a->stats.num_alloc_retries++;
+    return ga_move_grow_locked(a, priv, pool, stream, rounded, refused, b);
+  }
   int r = ga_stream_sync_all_locked(a);
   if (r) return r;
   a->stats.num_alloc_retries++;

@@ -194,14 +194,20 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
     run = s->head;
   }
   uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, g);
+  size_t page = pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
+  int pytorch = a->cfg.expandable_pytorch;
+  if (pytorch) /* PyTorch maps whole pages, aligned in the segment */
+    hi = hi_g = run->seg->base + round_up(hi - run->seg->base, page);
   size_t n = 0;
   for (ga_block *b = run; b && b->ptr < hi; b = b->next)
     if (b->state == GA_BLOCK_UNMAPPED)
       n += ((b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g) - b->ptr) / g;
-  size_t page = pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
   /* Free memory outside the range may move here; `run` survives any merge
-   * (the earlier block of a merge is the one kept). */
-  int rc = ga_move_obtain_locked(a, n, pool, page, lo, hi_g, fraction_refused);
+   * (the earlier block of a merge is the one kept). PyTorch's policy creates
+   * a handle per page instead. */
+  int rc = pytorch ? create_until(a, n, pool, page, fraction_refused)
+                   : ga_move_obtain_locked(a, n, pool, page, lo, hi_g, fraction_refused);
+  if (rc && pytorch) (void)ga_pages_trim_locked(a, 0); /* the pages made for it go back */
   if (rc) return rc;
   run_trees(a, run, hi_g, 0);
   rc = ga_expandable_map_locked(a, run, hi);
@@ -211,7 +217,8 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
   }
   /* run is one FREE block of at least size bytes now, in no tree. */
   *out = run;
-  (void)ga_pages_trim_locked(a, a->cfg.expandable_cache_max); /* a failed release keeps the page cached */
+  /* A failed release keeps the page cached; PyTorch keeps no page cache. */
+  (void)ga_pages_trim_locked(a, pytorch ? 0 : a->cfg.expandable_cache_max);
   return 0;
 }
 
