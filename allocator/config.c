@@ -325,6 +325,17 @@ static int opt_expandable_move_pages(ctx *x) {
   return 0;
 }
 
+static int opt_expandable_move_hold(ctx *x) {
+  const tok *v = NULL;
+  uint64_t n;
+  char buf[64];
+  if (value(x, &v, "an integer >= 0")) return GA_DEV_EINVAL;
+  if (parse_u64(v, &n))
+    return fail(x, "'%s' is not a whole number (allowed: an integer >= 0)", tok_str(v, buf));
+  x->c->expandable_move_hold = (size_t)n;
+  return 0;
+}
+
 static int opt_expandable_policy(ctx *x) {
   const tok *v = NULL;
   char buf[64];

@@ -44,6 +44,7 @@ typedef struct ga_config {
   size_t large_segment_size;     /* bytes */
   size_t expandable_page_size;   /* bytes; 0 = large_segment_size */
   size_t expandable_cache_max;   /* bytes of unmapped pages kept for reuse */
+  size_t expandable_move_hold;   /* frees during which memory moved into a segment stays there */
   int expandable_move_when_full; /* expandable_move_pages:when_full */
   int expandable_pytorch;        /* expandable_policy:pytorch */
   char backend[8];               /* "auto", "cuda" or "sim" */
@@ -82,6 +83,9 @@ typedef struct ga_config {
   X(expandable_move_pages, "always|when_full", "always", "gardenalloc",                                      \
     "expandable segments: move free pages before creating memory (least memory), or only once the device "   \
     "is full (fewest driver calls)")                                                                         \
+  X(expandable_move_hold, "int >= 0", "0", "gardenalloc",                                                    \
+    "expandable segments: memory moved into a segment does not move out again for this many frees "          \
+    "(0: it may at once; more: fewer moves back and forth in a repeated workload, more memory)")             \
   X(expandable_policy, "gardenalloc|pytorch", "gardenalloc", "gardenalloc",                                  \
     "expandable segments: gardenalloc's (free pages move to where a range needs them), or exactly "          \
     "PyTorch's (pages created and mapped one by one, nothing moves, free pages unmapped only by "            \

@@ -127,6 +127,7 @@ struct ga_segment {
   ga_stream_t stream;
   ga_block *head;          /* block at base */
   ga_segment *prev, *next; /* all segments of the allocator */
+  uint64_t moved_in;       /* policy: the free count when memory last moved into it (0: never) */
   ga_granule *granules;    /* expandable: the memory behind granule i (handle NULL: none) */
   size_t ngranules;        /* entries allocated in granules */
 };

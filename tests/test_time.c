@@ -81,3 +81,74 @@ Test(time, record_stream_reuse_waits_on_events_that_answer_from_the_clock) {
   cr_assert_eq(fx_stats().num_stalls, 0, "event queries never wait");
   fx_free(r);
 }
+
+Test(time, with_room_on_the_device_memory_whose_free_is_not_passed_stays_and_new_memory_is_made) {
+  fx_open(EXP2, 64 * MiB);
+  cr_assert_eq(ga_sim_set_lag(fx_dev, 5 * MS), 0);
+  void *a = fx_alloc_on(4 * MiB, S1);
+  ga_sim_enqueue(fx_dev, S1, 1 * MS);
+  fx_free(a);
+  void *b = fx_alloc_on(4 * MiB, S2);
+  ga_stats_t s = fx_stats();
+  cr_assert_eq(s.num_stalls, 0, "no wait while the device has room");
+  cr_assert_eq(s.num_granules_moved, 0, "a's memory may still be in use: it stays");
+  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 8 * MiB, "new memory for b");
+  ga_sim_advance(fx_dev, 7 * MS); /* S1 is past the free now */
+  fx_free(b);
+  void *c = fx_alloc_on(8 * MiB, fx_stream(3)); /* a's and b's memory move, without a wait */
+  cr_assert_eq(fx_stats().num_stalls, 0);
+  cr_assert_eq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 8 * MiB);
+  fx_free(c);
+}
+
+/* A repeated iteration (a step of a training loop, with a second stream and
+ * both pools). PyTorch's policy, and gardenalloc's with moves only when the
+ * device is full (which is PyTorch's until then), make no map, unmap,
+ * access, create or release call after the first iteration. gardenalloc's
+ * default moves the same free pages between the two streams' ranges every
+ * iteration (less memory, calls each time); expandable_move_hold keeps moved
+ * memory where it went, so the calls stop after the second. */
+static uint64_t vmm(void) {
+  return fx_calls(GA_CALL_MAP) + fx_calls(GA_CALL_UNMAP) + fx_calls(GA_CALL_SET_ACCESS) +
+         fx_calls(GA_CALL_CREATE) + fx_calls(GA_CALL_RELEASE);
+}
+static void iteration(void) {
+  void *w[6], *s[4];
+  size_t sizes[6] = {40 * MiB, 3 * MiB, 17 * MiB, 64 * MiB, 5 * MiB + 7, 9 * MiB};
+  for (int i = 0; i < 6; i++) w[i] = fx_alloc_on(sizes[i], i % 3 ? S1 : S2);
+  for (int i = 0; i < 4; i++) s[i] = fx_alloc_on(100 * KiB * (size_t)(i + 1), S1);
+  fx_free(w[1]);
+  fx_free(w[3]);
+  void *x = fx_alloc_on(70 * MiB, S1);
+  for (int i = 0; i < 4; i++) fx_free(s[i]);
+  fx_free(x);
+  for (int i = 0; i < 6; i++)
+    if (i != 1 && i != 3) fx_free(w[i]);
+}
+/* The memory calls of iteration `nth` (1-based) of four; *reserved: at the end. */
+static uint64_t calls_in_iteration(const char *conf, int nth, int64_t *reserved) {
+  fx_open(conf, GiB);
+  uint64_t calls = 0;
+  for (int i = 1; i <= 4; i++) {
+    uint64_t before = vmm();
+    iteration();
+    if (i == nth) calls = vmm() - before;
+  }
+  *reserved = fx_stats().reserved_bytes[GA_POOL_ALL].peak;
+  return calls;
+}
+
+Test(time, a_repeated_iteration_makes_no_memory_call_after_the_first_with_pytorch_s_policy) {
+  int64_t pt, full, moves, hold;
+  cr_assert_eq(calls_in_iteration("expandable_segments:True,expandable_policy:pytorch", 2, &pt), 0);
+  fx_close();
+  cr_assert_eq(calls_in_iteration("expandable_segments:True,expandable_move_pages:when_full", 2, &full), 0);
+  cr_assert_eq(full, pt, "moves only when full: PyTorch's memory while there is room");
+  fx_close();
+  cr_assert_gt(calls_in_iteration("expandable_segments:True", 4, &moves), 0, "pages move back and forth");
+  cr_assert_lt(moves, pt, "and the peak is lower");
+  fx_close();
+  cr_assert_eq(calls_in_iteration("expandable_segments:True,expandable_move_hold:1000", 3, &hold), 0);
+  cr_assert(hold >= moves && hold <= pt, "hold: between the two (%lld, %lld, %lld MiB)",
+            (long long)(moves >> 20), (long long)(hold >> 20), (long long)(pt >> 20));
+}

@@ -33,9 +33,10 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool
   if (a->pol.allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
   ga_block *b = ga_free_tree_lower_bound(p, stream, size, 0);
   if (!b || b->stream != stream) return NULL;
-  if (b->seg->expandable && !a->cfg.expandable_pytorch) {
-    /* Among the few best fits, take the one that strands the least free
-     * memory in partly used granules. */
+  if (b->seg->expandable && !a->cfg.expandable_pytorch && a->pol.large_page == a->space.gran) {
+    /* With pages of one granule (each free to move alone): among the few
+     * best fits, take the one that strands the least free memory in partly
+     * used granules. With larger pages, plain best fit serves better. */
     ga_block *best = b;
     size_t best_w = stranded(a, b, size);
     int k = 0;

@@ -115,7 +115,9 @@ static size_t whole_granules(uintptr_t lo, uintptr_t hi, size_t g) {
 /* Expandable segments: take the back of the block instead of the front when
  * that leaves more whole free granules (which can move elsewhere) behind. */
 static int take_back(const ga_allocator_t *a, const ga_block *b, size_t rounded) {
-  if (!b->seg->expandable || a->cfg.expandable_pytorch) return 0; /* PyTorch always takes the front */
+  /* With pages of one granule only: PyTorch always takes the front, which
+   * serves larger pages better. */
+  if (!b->seg->expandable || a->cfg.expandable_pytorch || a->pol.large_page != a->space.gran) return 0;
   uintptr_t lo = b->ptr, hi = b->ptr + b->size;
   return whole_granules(lo, hi - rounded, a->space.gran) > whole_granules(lo + rounded, hi, a->space.gran);
 }

@@ -11,6 +11,7 @@
  * while a capture is underway (that would synchronise a stream).
  * segment/expandable.c does the mapping; this file decides.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "policy.h"
@@ -47,6 +48,7 @@ typedef struct cand {
   size_t n, cap;
   size_t klo, khi; /* granules that must stay: the range being mapped */
   const ga_allocator_t *a;
+  uint64_t hold; /* frees during which memory that moved in stays (0: none) */
   int oom;
 } cand;
 
@@ -54,6 +56,9 @@ static int collect(ga_block *b, void *arg) {
   cand *c = arg;
   size_t g0, g1;
   if (!b->seg->expandable || !ga_expandable_movable_locked(c->a, b, &g0, &g1)) return 0;
+  /* Memory that moved into this segment lately stays a while (expandable_move_hold). */
+  uint64_t now = c->a->pol.streams.free_clock, in = b->seg->moved_in;
+  if (c->hold && in && now - in < c->hold) return 0;
   if (g0 < c->khi && g1 > c->klo) { /* overlaps the range: only the part outside may move */
     if (g1 > c->khi)
       g0 = c->khi;
@@ -73,11 +78,17 @@ static int by_size(const void *x, const void *y) {
   return a->b->ptr < b->b->ptr ? -1 : a->b->ptr > b->b->ptr;
 }
 
-/* Moves up to `want` whole free granules of the general pools into the page
- * cache, smallest free blocks first. */
-static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t keep_hi) {
+/* Moves up to `want` free granules of the general pools into the page
+ * cache, smallest free blocks first (the large ones stay able to serve large
+ * requests). Only granules whose stream is known to be past their free move,
+ * unless `wait`: then their streams are synchronised as needed (a stall on a
+ * GPU, counted in num_unmap_syncs). */
+static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t keep_hi, int wait) {
   size_t g = a->space.gran;
-  cand c = {.klo = keep_lo / g, .khi = round_up(keep_hi, g) / g, .a = a};
+  cand c = {.klo = keep_lo / g,
+            .khi = round_up(keep_hi, g) / g,
+            .a = a,
+            .hold = wait ? 0 : a->cfg.expandable_move_hold};
   for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], collect, &c);
   if (c.oom) {
     free(c.v);
@@ -91,9 +102,10 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
     size_t k = g1 - g0 < want ? g1 - g0 : want;
     /* Work queued on the block's stream before its free may still touch it:
      * unmap only once the stream is known to be past that free. */
-    int waited;
-    if ((rc = ga_stream_fence_locked(a, b->stream, b->free_seq, &waited))) break;
+    int idle, waited;
+    if ((rc = ga_stream_fence_locked(a, b->stream, b->free_seq, wait, &idle, &waited))) break;
     a->stats.num_unmap_syncs += waited;
+    if (!idle) continue;
     if ((rc = ga_move_unmap_free_locked(a, b, g1 - k, g1))) break;
     a->stats.num_granules_moved += (int64_t)k;
     want -= k;
@@ -108,19 +120,24 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
 
 /* ---- Creating memory ---- */
 
-/* New handles until the cache holds n granules: at most one page each and
- * never more than needed, so nothing is created that no range asked for;
- * within the memory fraction. */
-static int create_until(ga_allocator_t *a, size_t n, int pool, size_t page, int *fraction_refused) {
+/* New handles until the cache holds n granules, within the memory fraction.
+ * `whole`: each a whole page where the device has room (the rest waits in
+ * the page cache for the next request: fewer, larger handles map in fewer
+ * calls), else only what is needed. */
+static int create_until(ga_allocator_t *a, size_t n, int pool, size_t page, int whole,
+                        int *fraction_refused) {
   ga_space *sp = &a->space;
+  size_t limit = a->pol.allowed_max;
   while (sp->ncache < n) {
     size_t need = (n - sp->ncache) * sp->gran, size = need < page ? need : page;
-    size_t limit = a->pol.allowed_max;
     if (limit != SIZE_MAX && (sp->reserved > limit || size > limit - sp->reserved)) {
       *fraction_refused = 1;
       return GA_DEV_EOOM;
     }
-    int rc = ga_pages_create_locked(a, size, pool);
+    int rc = GA_DEV_EOOM;
+    if (whole && size < page && (limit == SIZE_MAX || page <= limit - sp->reserved))
+      rc = ga_pages_create_locked(a, page, pool);
+    if (rc == GA_DEV_EOOM) rc = ga_pages_create_locked(a, size, pool);
     if (rc) return rc;
   }
   return 0;
@@ -129,18 +146,25 @@ static int create_until(ga_allocator_t *a, size_t n, int pool, size_t page, int 
 int ga_move_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
                           uintptr_t keep_hi, int *fraction_refused) {
   *fraction_refused = 0;
+  if (a->space.ncache >= n) return 0;
   /* expandable_move_pages:when_full: new memory first, moves only when the
    * device (or the fraction) has no room left. */
+  int capture = a->pol.capture.routing != 0, rc;
   if (a->cfg.expandable_move_when_full) {
-    int rc = create_until(a, n, pool, page, fraction_refused);
+    rc = create_until(a, n, pool, page, 1, fraction_refused);
     if (rc != GA_DEV_EOOM) return rc;
     *fraction_refused = 0;
   }
-  /* Moving pages may synchronise their streams: never during a capture. */
-  int rc = 0;
-  size_t have = a->space.ncache;
-  if (have < n && !a->pol.capture.routing && (rc = steal(a, n - have, keep_lo, keep_hi))) return rc;
-  return create_until(a, n, pool, page, fraction_refused);
+  /* Free granules move first, but only those known idle: nothing waits. */
+  if (!capture && (rc = steal(a, n - a->space.ncache, keep_lo, keep_hi, 0))) return rc;
+  rc = create_until(a, n, pool, page, 1, fraction_refused);
+  /* The device is full: wait for the streams whose frees are not known done
+   * (never during a capture: that would synchronise a stream). */
+  if (rc != GA_DEV_EOOM || capture) return rc;
+  int refused = *fraction_refused;
+  if ((rc = steal(a, n - a->space.ncache, keep_lo, keep_hi, 1))) return rc;
+  *fraction_refused = refused;
+  return a->space.ncache >= n ? 0 : GA_DEV_EOOM;
 }
 
 /* ---- Growing a range ---- */
@@ -168,17 +192,26 @@ static ga_block *find_run(ga_allocator_t *a, ga_private *priv, int pool, ga_stre
   return NULL;
 }
 
-/* The FREE blocks that mapping [run, hi_g) may merge: from run on, up to one
- * starting at hi_g. Out of their trees for the map (into: 0), back after. */
-static void run_trees(ga_allocator_t *a, ga_block *run, uintptr_t hi_g, int into) {
-  for (ga_block *b = run; b && b->ptr <= hi_g && (b->state == GA_BLOCK_FREE || b->state == GA_BLOCK_UNMAPPED);
+/* The FREE blocks that mapping [run, hi) may merge: from run on, up to one
+ * starting at hi. Out of their trees for the map (into: 0); back after
+ * (into: 1), but for `keep` and those already back. */
+static void run_trees(ga_allocator_t *a, ga_block *run, uintptr_t hi, int into, const ga_block *keep) {
+  for (ga_block *b = run; b && b->ptr <= hi && (b->state == GA_BLOCK_FREE || b->state == GA_BLOCK_UNMAPPED);
        b = b->next) {
-    if (b->state != GA_BLOCK_FREE) continue;
-    if (into)
-      ga_block_to_free_tree_locked(a, b);
-    else
+    if (b->state != GA_BLOCK_FREE || b == keep) continue;
+    if (!into)
       ga_block_from_free_tree_locked(a, b);
+    else if (!b->in_tree)
+      ga_block_to_free_tree_locked(a, b);
   }
+}
+
+/* Where mapping for [run, hi_g) may reach: the end of the UNMAPPED block
+ * holding hi_g's last granule (the rest of a handle is mapped as a free tail). */
+static uintptr_t reach(const ga_block *run, uintptr_t hi_g, int extend) {
+  const ga_block *b = run;
+  while (b->next && b->ptr + b->size < hi_g) b = b->next;
+  return extend && b->state == GA_BLOCK_UNMAPPED ? b->ptr + b->size : hi_g;
 }
 
 int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
@@ -205,17 +238,19 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
   /* Free memory outside the range may move here; `run` survives any merge
    * (the earlier block of a merge is the one kept). PyTorch's policy creates
    * a handle per page instead. */
-  int rc = pytorch ? create_until(a, n, pool, page, fraction_refused)
+  int64_t moved = a->stats.num_granules_moved;
+  int rc = pytorch ? create_until(a, n, pool, page, 0, fraction_refused)
                    : ga_move_obtain_locked(a, n, pool, page, lo, hi_g, fraction_refused);
+  if (a->stats.num_granules_moved != moved) run->seg->moved_in = a->pol.streams.free_clock + 1;
   if (rc && pytorch) (void)ga_pages_trim_locked(a, 0); /* the pages made for it go back */
   if (rc) return rc;
-  run_trees(a, run, hi_g, 0);
-  rc = ga_expandable_map_locked(a, run, hi);
-  if (rc) {
-    run_trees(a, run, hi_g, 1); /* what was mapped stays, free */
-    return rc;
-  }
-  /* run is one FREE block of at least size bytes now, in no tree. */
+  uintptr_t end = reach(run, hi_g, !pytorch);
+  run_trees(a, run, end, 0, NULL);
+  rc = ga_expandable_map_locked(a, run, hi, !pytorch);
+  /* What was mapped stays, free; on success run is one FREE block of at
+   * least size bytes, which stays out of its tree for the caller. */
+  run_trees(a, run, end, 1, rc ? NULL : run);
+  if (rc) return rc;
   *out = run;
   /* A failed release keeps the page cached; PyTorch keeps no page cache. */
   (void)ga_pages_trim_locked(a, pytorch ? 0 : a->cfg.expandable_cache_max);

@@ -66,10 +66,13 @@ void ga_stream_process_events_locked(ga_allocator_t *a);
 int ga_stream_sync_all_locked(ga_allocator_t *a);
 /* A capture ended: the frees it deferred record their events now. */
 void ga_stream_capture_ended_locked(ga_allocator_t *a);
-/* Is memory freed on `stream` at free_seq surely no longer used by it? Waits
- * (stream synchronize) only when an earlier fence has not passed that point;
- * *waited tells whether it synchronised. */
-int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int *waited);
+/* Is memory freed on `stream` at free_seq surely no longer used by it?
+ * *idle = 1 when a fence the stream has passed proves it (one recorded now
+ * passes at once when nothing is queued on the stream). Otherwise, with
+ * `wait`, the stream is synchronised (*waited = 1, and *idle = 1); without,
+ * *idle = 0 and nothing waits. */
+int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int wait, int *idle,
+                           int *waited);
 /* Keeps a fence for `stream` from now on (it has free memory that may move). */
 void ga_stream_fence_watch_locked(ga_allocator_t *a, ga_stream_t stream);
 /* Records fences on the streams watched, for the next time. */

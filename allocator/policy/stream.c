@@ -128,17 +128,31 @@ static struct ga_fence *fence_of(ga_allocator_t *a, ga_stream_t s, int create) {
   return &a->pol.streams.fences[a->pol.streams.nfences++];
 }
 
-int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int *waited) {
+int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int wait, int *idle,
+                           int *waited) {
   struct ga_fence *f = fence_of(a, stream, 1);
-  *waited = 0;
-  if (f && free_seq <= f->safe_seq) return 0;
+  *idle = *waited = 0;
+  if (f && free_seq <= f->safe_seq) return *idle = 1, 0;
   if (f && f->ev && f->ev_seq >= free_seq && ga_dev_event_query(a->dev, f->ev) == 0) {
     f->safe_seq = f->ev_seq; /* the stream passed the fence: everything freed before it is idle */
-    return 0;
+    return *idle = 1, 0;
   }
+  /* A fence recorded now passes at once on a stream with nothing queued. */
+  if (f && (!f->ev || f->ev_seq < free_seq) && (f->ev || event_get(a, &f->ev) == 0)) {
+    if (ga_dev_event_record(a->dev, f->ev, stream) == 0) {
+      f->ev_seq = a->pol.streams.free_clock;
+      if (ga_dev_event_query(a->dev, f->ev) == 0) {
+        f->safe_seq = f->ev_seq;
+        return *idle = 1, 0;
+      }
+    } else {
+      f->ev_seq = 0;
+    }
+  }
+  if (!wait) return 0;
   int rc = ga_dev_stream_synchronize(a->dev, stream);
   if (rc) return rc;
-  *waited = 1;
+  *idle = *waited = 1;
   if (f) f->safe_seq = a->pol.streams.free_clock;
   return 0;
 }

@@ -147,14 +147,15 @@ static void to_cache(ga_allocator_t *a, ga_handle *h, uint32_t idx, size_t n) {
   for (size_t j = n; j-- > 0;) (void)ga_pages_put_locked(a, (ga_granule){h, idx + (uint32_t)j, 0, 0});
 }
 
-/* Takes from the page cache up to `max` granules that one map call can map
- * (consecutive granules of one handle); returns how many, the first in *m. */
-static size_t take_run(ga_allocator_t *a, size_t max, ga_granule *m) {
+/* Takes from the page cache a run of consecutive granules of one handle,
+ * which one map call can map: up to `max`, and on to `extend` while the
+ * handle's run goes on. Returns how many, the first in *m. */
+static size_t take_run(ga_allocator_t *a, size_t max, size_t extend, ga_granule *m) {
   ga_space *sp = &a->space;
   *m = ga_pages_take_locked(a);
   size_t n = 1;
-  while (n < max && n < UINT16_MAX && sp->ncache && sp->cache[sp->ncache - 1].handle == m->handle &&
-         sp->cache[sp->ncache - 1].idx == m->idx + n) {
+  while ((n < max || n < extend) && n < UINT16_MAX && sp->ncache &&
+         sp->cache[sp->ncache - 1].handle == m->handle && sp->cache[sp->ncache - 1].idx == m->idx + n) {
     (void)ga_pages_take_locked(a);
     n++;
   }
@@ -283,16 +284,17 @@ int ga_expandable_sleep_locked(ga_allocator_t *a, ga_segment *s, size_t i, void 
 
 /* ---- Mapping ranges ---- */
 
-/* Maps up to `want` granules at the front of UNMAPPED block u, a run of one
- * handle per map call (no mapping crosses granule `cut` of u), then gives
- * them access in one call; *done says how many are mapped. */
-static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, size_t cut, size_t *done) {
+/* Maps `want` granules at the front of UNMAPPED block u, a run of one handle
+ * per map call, and on while the last run's handle goes on (up to `room`
+ * granules: the rest of a handle just made is mapped with it, as a free
+ * tail), then gives them access in one call; *done says how many are mapped. */
+static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, size_t room, size_t *done) {
   ga_segment *s = u->seg;
   size_t g = a->space.gran, first = (u->ptr - s->base) / g;
-  int rc = granules_room(s, first + want);
+  int rc = granules_room(s, first + room);
   while (!rc && *done < want) {
     ga_granule m;
-    size_t n = take_run(a, (*done < cut && cut < want ? cut : want) - *done, &m);
+    size_t n = take_run(a, want - *done, room - *done, &m);
     rc = ga_dev_map(a->dev, granule_va(a, s, first + *done), n * g, m.handle->h, (size_t)m.idx * g);
     if (rc) {
       to_cache(a, m.handle, m.idx, n); /* room: they were just taken */
@@ -309,7 +311,7 @@ static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, size_t cut,
   return rc;
 }
 
-int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi) {
+int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi, int extend) {
   size_t g = a->space.gran;
   uintptr_t hi_g = round_up(hi, g);
   GA_ASSERT(run->seg->expandable && (!run->prev || run->prev->state != GA_BLOCK_FREE));
@@ -319,11 +321,9 @@ int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi) {
       continue;
     }
     uintptr_t end = b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g;
-    /* A granule the request covers only in part is a mapping of its own: the
-     * request's whole granules can then move alone once it is freed. */
-    size_t want = (end - b->ptr) / g, cut = end == hi_g && hi % g ? want - 1 : want, done = 0;
+    size_t want = (end - b->ptr) / g, room = extend ? b->size / g : want, done = 0;
     int rc = ga_tiles_reserve_locked(a, 1); /* the split below cannot fail */
-    if (!rc) rc = map_granules(a, b, want, cut, &done);
+    if (!rc) rc = map_granules(a, b, want, room, &done);
     if (done) {
       /* The mapped prefix becomes FREE and joins its FREE neighbours. */
       if (done * g < b->size) (void)ga_tiles_split_locked(a, b, done * g);

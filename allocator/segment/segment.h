@@ -91,13 +91,15 @@ int ga_expandable_new_locked(ga_allocator_t *a, ga_private *owner, int pool, ga_
 /* Gives an expandable segment that is one UNMAPPED block back (unreserve). */
 int ga_expandable_delete_locked(ga_allocator_t *a, ga_segment *s);
 /* Maps granules from the page cache (pre: it holds enough) behind every
- * UNMAPPED block from `run` up to `hi` rounded up to a granule. Pre: run's
- * predecessor is not FREE, and every FREE block from run to there (and one
- * starting at that end) is in no tree. Mapped memory becomes FREE and merges
- * with its FREE neighbours: on success `run` is one FREE block reaching at
- * least hi. On failure, a prefix may be mapped (FREE, in no tree) and the
- * rest is UNMAPPED; nothing is half-mapped. */
-int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi);
+ * UNMAPPED block from `run` up to `hi` rounded up to a granule, a run of one
+ * handle with each map call; with `extend`, the rest of the last run's handle
+ * too while the block has room (a free tail). Pre: run's predecessor is not
+ * FREE, and every FREE block from run to there (and one starting at that end)
+ * is in no tree. Mapped memory becomes FREE and merges with its FREE
+ * neighbours: on success `run` is one FREE block reaching at least hi. On
+ * failure, a prefix may be mapped (FREE, in no tree) and the rest is
+ * UNMAPPED; nothing is half-mapped. */
+int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi, int extend);
 /* Unmaps granules [g0, g1) (absolute granule numbers, within what
  * ga_expandable_movable_locked gives) of FREE block b (in no tree) into the
  * page cache; the parts of their mappings outside are mapped again (or, if

@@ -105,7 +105,9 @@ class Results(unittest.TestCase):
         out = os.path.join(self.d, "j")
         lines = run(["run", "--workload", "pytorch_cases", "--scale", "0.1", "--json", "--out", out],
                     cwd=self.d).stdout.splitlines()
-        self.assertEqual(len([json.loads(l) for l in lines]), 5)
+        self.assertEqual([json.loads(l)["config"] for l in lines],
+                         ["native", "native_split128", "pytorch_expandable", "expandable", "expandable_2m",
+                          "expandable_nomove"])
 
     def test_bad_options_are_named(self):
         for args, msg in ((["replay", self.trace, "--size-scale", "0"], "--size-scale '0' must be"),

@@ -125,7 +125,7 @@ class Viewer(unittest.TestCase):
         """Why one event per granule: the same snapshot with the map events of
         adjacent granules merged into one range (as a map of several granules
         would record) throws where the viewer did."""
-        _, snap, _ = SNAPS[("expandable", "training_cached")]
+        _, snap, _ = SNAPS[("expandable", "training")]
         events, merged = snap["device_traces"][0], []
         for e in events:
             last = merged[-1] if merged else None
