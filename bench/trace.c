@@ -316,12 +316,12 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
         first_vmm = vmm_calls(&s1);
       }
       for (size_t j = 0; j < m.cap && !rc; j++) {
-        if (!m.s[j].id) continue;
+        if (!m.s[j].used) continue;
         if (m.s[j].ptr && ga_free(a, m.s[j].ptr) != GA_OK) {
           snprintf(err, errlen, "%s: between iterations: %s", t->path, ga_last_error());
           rc = -1;
         }
-        m.s[j].id = 0;
+        m.s[j].used = 0;
       }
       live = asked = 0;
       if (rc) break;

@@ -170,3 +170,45 @@ Test(replay, a_real_pytorch_trace_reaches_its_recorded_peak) {
   cr_assert_eq(r.num_ooms, 0);
   trace_free(&t);
 }
+
+/* A real trace replayed 5 times in a row, what it leaves live freed between
+ * the iterations: the same peak as one replay, five times the events, and no
+ * memory call of the device after the first iteration with PyTorch's
+ * expandable policy or with moves only when the device is full. */
+static void iterate(const char *conf, int iterations, replay_result *r) {
+  const char *csv = GA_SHARED_DIR "/traces/pytorch_snapshots/cs336_medium_ctx128_inference.csv";
+  trace t;
+  char err[512];
+  cr_assert_eq(trace_load(csv, &t, err, sizeof err), 0, "%s", err);
+  replay_opts o = *trace_replay_options(), keep = o;
+  o.iterations = iterations;
+  trace_replay_set_options(&o);
+  int rc = trace_replay(&t, conf, r, err, sizeof err);
+  trace_replay_set_options(&keep);
+  trace_free(&t);
+  cr_assert_eq(rc, 0, "%s: %s", conf, err);
+}
+
+Test(replay, repeated_iterations_reach_a_steady_state) {
+  static const char *confs[] = {
+      "backend:sim",
+      "backend:sim,expandable_segments:True,expandable_policy:pytorch",
+      "backend:sim,expandable_segments:True,expandable_move_pages:when_full",
+  };
+  for (size_t i = 0; i < sizeof confs / sizeof *confs; i++) {
+    replay_result one, five;
+    iterate(confs[i], 1, &one);
+    iterate(confs[i], 5, &five);
+    cr_assert_eq(five.iterations, 5);
+    cr_assert_eq(five.allocs, 5 * one.allocs, "%s", confs[i]);
+    cr_assert_eq(five.frees, 5 * one.frees, "%s", confs[i]);
+    cr_assert_eq(five.peak_requested, one.peak_requested, "%s", confs[i]);
+    cr_assert_eq(five.peak_reserved, one.peak_reserved, "%s: the first iteration's memory serves the rest",
+                 confs[i]);
+    cr_assert_eq(five.steady_vmm_calls, 0, "%s: %llu memory calls after the first iteration", confs[i],
+                 (unsigned long long)five.steady_vmm_calls);
+    if (i == 0)
+      cr_assert_eq(five.stats.device_calls[GA_CALL_MALLOC], one.stats.device_calls[GA_CALL_MALLOC],
+                   "native: no cudaMalloc after the first iteration");
+  }
+}
