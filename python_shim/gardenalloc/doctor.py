@@ -8,9 +8,9 @@ Converts the PyTorch memory snapshot (torch.cuda.memory._dump_snapshot with
 the history recorded; an RMM CSV trace works too) and replays it, on a
 simulated GPU of the given capacity, under PyTorch's own policy (gardenalloc's
 native mode, which reproduces it exactly) with default settings, with the
-snapshot's own settings and with max_split_size_mb variants, and under
-gardenalloc's expandable segments (which also bound what PyTorch's expandable
-segments can do). Then it says, in a few lines: the peak of live bytes (the floor no allocator goes
+snapshot's own settings, with max_split_size_mb variants and with PyTorch's
+expandable segments (expandable_policy:pytorch, their policy exactly), and
+under gardenalloc's expandable segments. Then it says, in a few lines: the peak of live bytes (the floor no allocator goes
 below), what each setting reserves, whether the OOM goes away, how much was
 lost to fragmentation, and which configuration line to use, or that the job
 does not fit at all.
@@ -34,24 +34,23 @@ GIB = float(1 << 30)
 MIB = float(1 << 20)
 
 # (name, label, gardenalloc configuration, the line a user would set). Native
-# mode is PyTorch's policy exactly; the gardenalloc rows are gardenalloc.
+# mode is PyTorch's policy exactly, and expandable_policy:pytorch PyTorch's
+# expandable segments; the gardenalloc rows are gardenalloc.
 SETTINGS = [
     ("pytorch", "PyTorch, default settings", "", "PYTORCH_CUDA_ALLOC_CONF unset"),
     ("split128", "PyTorch, max_split_size_mb:128", "max_split_size_mb:128",
      "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128"),
     ("split512", "PyTorch, max_split_size_mb:512", "max_split_size_mb:512",
      "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512"),
+    ("pt_expandable", "PyTorch, expandable_segments:True", "expandable_segments:True,expandable_policy:pytorch",
+     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
     ("ga_when_full", "gardenalloc, expandable, move when full", "expandable_segments:True,expandable_move_pages:when_full",
      "GARDENALLOC_CONF=expandable_segments:True,expandable_move_pages:when_full"),
     ("gardenalloc", "gardenalloc, expandable_segments:True", "expandable_segments:True",
      "GARDENALLOC_CONF=expandable_segments:True"),
 ]
-PYTORCH_ROWS = ("pytorch", "split128", "split512", "yours")
+PYTORCH_ROWS = ("pytorch", "split128", "split512", "pt_expandable", "yours")
 GARDENALLOC_ROWS = ("ga_when_full", "gardenalloc")
-
-EXPANDABLE_NOTE = ("PyTorch's own expandable_segments:True is not replayed exactly: it gives memory back only in "
-                   "whole 20 MiB pages, and only at empty_cache or an OOM retry, where gardenalloc's \"move when full\" "
-                   "row moves single 2 MiB granules; expect it to do no better than that row.")
 
 
 class DoctorError(Exception):
@@ -197,15 +196,8 @@ def verdict(settings, res, capacity, facts):
         out.append("PyTorch's own allocator avoids it with %s (peak reserved %s). Set:" % (
             best[2], gib(res[best[0]]["peak_reserved_bytes"])))
         return out, best[3]
-    tried = [s[2] for s in settings if s[0] in ("split128", "split512")]
-    out.append("None of PyTorch's max_split_size_mb settings (%s) avoids it." % ", ".join(tried))
-    when_full = res["ga_when_full"]
-    if when_full["num_ooms"]:
-        out.append("Nor would PyTorch's expandable segments: even gardenalloc moving 2 MiB granules when full runs "
-                   "out (%d OOMs), and PyTorch's give back only whole 20 MiB pages." % when_full["num_ooms"])
-    else:
-        out.append("PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) may avoid it; "
-                   "they are not replayed exactly here (see below).")
+    tried = [s[2].replace(",expandable_policy:pytorch", "") for s in settings if s[0] in PYTORCH_ROWS[1:]]
+    out.append("None of PyTorch's settings (%s) avoids it." % ", ".join(tried))
     ga = [s for s in fits if s[0] in GARDENALLOC_ROWS]
     if ga:
         best = min(ga, key=lambda s: res[s[0]]["peak_reserved_bytes"])
@@ -248,9 +240,10 @@ def settings_for(facts):
     snapshot names one that native mode reproduces (and that is not one of
     the rows already)."""
     own = _own_settings(facts)
-    if not own or "expandable_segments:True" in own or own in [s[2] for s in SETTINGS]:
+    conf = own + ",expandable_policy:pytorch" if "expandable_segments:True" in own else own
+    if not own or conf in [s[2] for s in SETTINGS]:
         return list(SETTINGS)
-    return [("yours", "PyTorch, your settings (%s)" % own[:20], own, "PYTORCH_CUDA_ALLOC_CONF=" + own)] + \
+    return [("yours", "PyTorch, your settings (%s)" % own[:20], conf, "PYTORCH_CUDA_ALLOC_CONF=" + own)] + \
         list(SETTINGS)
 
 
@@ -279,13 +272,6 @@ def report(path, facts, capacity, how, settings, res):
     lines += text
     if use:
         lines.append("    " + use)
-    base = res["yours"] if "yours" in res else res["pytorch"]
-    if base["num_ooms"] and base["trace_peak_live_bytes"] <= capacity:
-        lines.append("")
-        lines.append(EXPANDABLE_NOTE)
-    if "expandable_segments:True" in _own_settings(facts):
-        lines.append("The recorded run used expandable segments: its OOM is not replayed exactly either; the "
-                     "default-settings row is PyTorch without them.")
     return lines, use
 
 

@@ -59,13 +59,15 @@ class Doctor(unittest.TestCase):
         # PyTorch's policy fails at the very request that failed when it was recorded
         self.assertRegex(out, r"PyTorch, default settings +6\.\d\d GiB +\+\d\.\d %% +1   event %d" % self.failed_at)
         self.assertIn("Fragmentation, not size.", out)
-        self.assertIn("None of PyTorch's max_split_size_mb settings (max_split_size_mb:128, max_split_size_mb:512)",
-                      out)
+        self.assertIn("None of PyTorch's settings (max_split_size_mb:128, max_split_size_mb:512, "
+                      "expandable_segments:True) avoids it.", out)
+        self.assertRegex(out, r"PyTorch, expandable_segments:True +6\.\d\d GiB +\+\d\.\d %% +1   event %d"
+                         % self.failed_at, "PyTorch's expandable segments, replayed exactly, fail too")
         self.assertIn("gardenalloc avoids it", out)
         self.assertRegex(out, r"\n    GARDENALLOC_CONF=expandable_segments:True\S*\n")
         with open(page) as f:
             text = f.read()
-        self.assertEqual(len(re.findall("<svg", text)), 5)
+        self.assertEqual(len(re.findall("<svg", text)), 6)
         self.assertIn("Fragmentation, not size.", text)
 
     def test_json_carries_every_replay_and_the_verdict(self):
@@ -75,7 +77,7 @@ class Doctor(unittest.TestCase):
         self.assertEqual(j["capacity_bytes"], 6740 << 20)
         self.assertTrue(j["use"].startswith("GARDENALLOC_CONF=expandable_segments:True"))
         names = [s["name"] for s in j["settings"]]
-        self.assertEqual(names, ["pytorch", "split128", "split512", "ga_when_full", "gardenalloc"])
+        self.assertEqual(names, ["pytorch", "split128", "split512", "pt_expandable", "ga_when_full", "gardenalloc"])
         py = j["settings"][0]["replay"]
         self.assertEqual(py["first_oom"]["event"], self.failed_at)
         self.assertIn("CUDA out of memory", py["first_oom"]["report"])
@@ -123,6 +125,22 @@ class Doctor(unittest.TestCase):
         r = subprocess.run([sys.executable, "-m", "gardenalloc", "--help"], capture_output=True, text=True,
                            cwd=support.SHIM)
         self.assertIn("doctor", r.stdout)
+
+
+class OwnSettings(unittest.TestCase):
+    def rows(self, own):
+        return {s[0]: s for s in doctor.settings_for({"settings": {"PYTORCH_CUDA_ALLOC_CONF": own}})}
+
+    def test_the_recorded_settings_are_replayed_with_the_policy_they_name(self):
+        self.assertNotIn("yours", self.rows("expandable_segments:True"), "that is the pt_expandable row")
+        yours = self.rows("expandable_segments:True,max_split_size_mb:256")["yours"]
+        self.assertEqual(yours[2], "expandable_segments:True,max_split_size_mb:256,expandable_policy:pytorch",
+                         "PyTorch's expandable segments, not gardenalloc's")
+        self.assertEqual(yours[3], "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:256")
+        self.assertEqual(self.rows("max_split_size_mb:64")["yours"][2], "max_split_size_mb:64")
+        self.assertNotIn("yours", self.rows("max_split_size_mb:128"))
+        self.assertEqual(self.rows("backend:sim,expandable_segments:True")["pt_expandable"][2],
+                         "expandable_segments:True,expandable_policy:pytorch")
 
 
 if __name__ == "__main__":
