@@ -203,13 +203,13 @@ static const char *base_name(const char *p) {
 }
 
 static void print_header(int with_config) {
-  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s %6s %9s %6s %9s\n", "trace",
+  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %6s %6s %6s %6s %6s %9s %6s %8s %6s %6s\n", "trace",
          with_config ? "config               " : "", "events", "peak live", "peak alloc", "peak resv",
-         "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "moved", "syncs", "driver", "stalls",
-         "stalled");
-  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %7s %7s %6s %9s %6s %9s\n", "",
+         "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "access", "unmaps", "moved", "syncs",
+         "driver", "stalls", "stalled", "steady", "ns/op");
+  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %6s %6s %6s %6s %6s %9s %6s %8s %6s %6s\n", "",
          with_config ? "                     " : "", "", "(MiB)", "(MiB)", "(MiB)", "", "resv (MiB)", "", "",
-         "", "", "", "", "(ms)", "", "(ms)");
+         "", "", "", "", "", "", "(ms)", "", "(ms)", "calls", "");
 }
 
 static double mib(unsigned long long b) { return (double)b / (double)(1ULL << 20); }
@@ -222,13 +222,20 @@ static void print_row(const char *path, const char *config, const replay_result 
   }
   printf("%-36.36s ", base_name(path));
   if (config) printf("%-20.20s ", config);
-  printf("%7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %7llu %7lld %6lld %9.1f %6lld %9.1f\n",
-         r->events, mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
-         r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, pt, vs,
-         (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
-         (unsigned long long)r->stats.device_calls[GA_CALL_MAP], (long long)r->stats.num_pages_moved,
-         (long long)r->stats.num_unmap_syncs, cost_ms(&r->stats), (long long)r->stats.num_stalls,
-         (double)r->stats.stall_us / 1000.0);
+  char steady[24] = "-";
+  if (r->iterations > 1) snprintf(steady, sizeof steady, "%llu", (unsigned long long)r->steady_memory_calls);
+  printf(
+      "%7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %6llu %6llu %6llu %6lld %6lld %9.1f %6lld %8.1f "
+      "%6s "
+      "%6.0f\n",
+      r->events, mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
+      r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, pt, vs,
+      (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
+      (unsigned long long)r->stats.device_calls[GA_CALL_MAP],
+      (unsigned long long)r->stats.device_calls[GA_CALL_SET_ACCESS],
+      (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_pages_moved,
+      (long long)r->stats.num_unmap_syncs, cost_ms(&r->stats), (long long)r->stats.num_stalls,
+      (double)r->stats.stall_us / 1000.0, steady, r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
 }
 
 /* ---- Commands ---- */

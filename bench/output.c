@@ -181,9 +181,9 @@ void json_result(FILE *f, const json_fields *j) {
           r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0, r->seconds);
   fprintf(f,
           "\"driver_us\":%lld,\"num_stalls\":%lld,\"stall_us\":%lld,\"lag_us\":%g,\"iterations\":%d,"
-          "\"steady_vmm_calls\":%llu,",
+          "\"steady_memory_calls\":%llu,",
           (long long)r->stats.driver_us, (long long)r->stats.num_stalls, (long long)r->stats.stall_us,
-          r->lag_us, r->iterations, (unsigned long long)r->steady_vmm_calls);
+          r->lag_us, r->iterations, (unsigned long long)r->steady_memory_calls);
   fprintf(f, "\"device_us\":{");
   for (int k = 0; k < GA_CALL_COUNT; k++)
     fprintf(f, "\"%s\":%llu%s", ga_device_call_name((ga_device_call_t)k),

@@ -56,7 +56,8 @@ static void csv_header(FILE *f) {
           "workload,config,conf,events,peak_requested_bytes,peak_allocated_bytes,peak_reserved_bytes,"
           "reserved_over_requested,fragmentation,ooms,num_alloc_retries,num_unmap_syncs,num_pages_moved");
   for (int k = 0; k < GA_CALL_COUNT; k++) fprintf(f, ",calls_%s", ga_device_call_name((ga_device_call_t)k));
-  fprintf(f, ",est_driver_ms,cpu_ns_per_alloc_free\n");
+  fprintf(f,
+          ",est_driver_ms,num_stalls,stall_ms,lag_us,iterations,steady_memory_calls,cpu_ns_per_alloc_free\n");
 }
 
 static void csv_row(FILE *f, const char *wl, const bench_config *c, const replay_result *r) {
@@ -69,23 +70,33 @@ static void csv_row(FILE *f, const char *wl, const bench_config *c, const replay
           (unsigned long long)r->num_ooms, (unsigned long long)r->num_alloc_retries,
           (long long)r->stats.num_unmap_syncs, (long long)r->stats.num_pages_moved);
   for (int k = 0; k < GA_CALL_COUNT; k++) fprintf(f, ",%llu", (unsigned long long)r->stats.device_calls[k]);
-  fprintf(f, ",%.3f,%.1f\n", cost_ms(&r->stats), ns);
+  fprintf(f, ",%.3f,%lld,%.3f,%g,%d,%llu,%.1f\n", cost_ms(&r->stats), (long long)r->stats.num_stalls,
+          (double)r->stats.stall_us / 1000.0, r->lag_us, r->iterations,
+          (unsigned long long)r->steady_memory_calls, ns);
 }
 
 static void table_header(const char *wl, size_t events) {
   printf("\n%s (%zu events)\n", wl, events);
-  printf("  %-18s %10s %10s %10s %9s %6s %4s %7s %7s %7s %10s %8s\n", "config", "peak req", "peak alloc",
-         "peak resv", "resv/req", "frag", "OOM", "dev alloc", "maps", "moved", "driver ms", "ns/op");
+  printf("  %-18s %10s %10s %10s %9s %6s %4s %7s %6s %6s %6s %6s %9s %6s %7s %6s %7s\n", "config", "peak req",
+         "peak alloc", "peak resv", "resv/req", "frag", "OOM", "dev alloc", "maps", "access", "unmaps",
+         "moved", "driver ms", "stalls", "stall ms", "steady", "ns/op");
 }
 
 static void table_row(const bench_config *c, const replay_result *r) {
   double frag = r->peak_reserved ? 1.0 - (double)r->peak_allocated / (double)r->peak_reserved : 0.0;
-  printf("  %-18s %9.1fM %9.1fM %9.1fM %9.3f %6.3f %4llu %7lld %7llu %7lld %10.1f %8.0f\n", c->name,
-         mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
-         r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, frag,
-         (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
-         (unsigned long long)r->stats.device_calls[GA_CALL_MAP], (long long)r->stats.num_pages_moved,
-         cost_ms(&r->stats), r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
+  char steady[24] = "-";
+  if (r->iterations > 1) snprintf(steady, sizeof steady, "%llu", (unsigned long long)r->steady_memory_calls);
+  printf(
+      "  %-18s %9.1fM %9.1fM %9.1fM %9.3f %6.3f %4llu %7lld %6llu %6llu %6llu %6lld %9.1f %6lld %7.1f %6s "
+      "%7.0f\n",
+      c->name, mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
+      r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, frag,
+      (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
+      (unsigned long long)r->stats.device_calls[GA_CALL_MAP],
+      (unsigned long long)r->stats.device_calls[GA_CALL_SET_ACCESS],
+      (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_pages_moved,
+      cost_ms(&r->stats), (long long)r->stats.num_stalls, (double)r->stats.stall_us / 1000.0, steady,
+      r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
 }
 
 /* The staged files of a run: committed together, or all discarded. */

@@ -218,8 +218,10 @@ static replay_opts options = {.lag_us = 0, .pace_us = 10, .kernel_us = 0, .itera
 void trace_replay_set_options(const replay_opts *o) { options = *o; }
 const replay_opts *trace_replay_options(void) { return &options; }
 
-static uint64_t vmm_calls(const ga_stats_t *s) {
-  return s->device_calls[GA_CALL_MAP] + s->device_calls[GA_CALL_UNMAP] + s->device_calls[GA_CALL_SET_ACCESS] +
+/* Calls that obtain, map or give back device memory. */
+static uint64_t memory_calls(const ga_stats_t *s) {
+  return s->device_calls[GA_CALL_MALLOC] + s->device_calls[GA_CALL_FREE] + s->device_calls[GA_CALL_MAP] +
+         s->device_calls[GA_CALL_UNMAP] + s->device_calls[GA_CALL_SET_ACCESS] +
          s->device_calls[GA_CALL_CREATE] + s->device_calls[GA_CALL_RELEASE];
 }
 
@@ -296,7 +298,7 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
   int sim = ga_sim_is(dev);
   int iterations = options.iterations > 0 ? options.iterations : 1;
   uint64_t pace_ns = (uint64_t)(options.pace_us * 1000.0), kernel_ns = (uint64_t)(options.kernel_us * 1000.0);
-  uint64_t first_vmm = 0;
+  uint64_t first_memory = 0;
   if (sim) ga_sim_set_lag(dev, (uint64_t)(options.lag_us * 1000.0));
   if (options.on_create) options.on_create(a);
   r->iterations = iterations;
@@ -313,7 +315,7 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
       if (iterations > 1 && k == t->n) {
         ga_stats_t s1;
         ga_stats(a, &s1);
-        first_vmm = vmm_calls(&s1);
+        first_memory = memory_calls(&s1);
       }
       for (size_t j = 0; j < m.cap && !rc; j++) {
         if (!m.s[j].used) continue;
@@ -389,7 +391,7 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
   r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   r->events = r->allocs + r->frees;
   ga_stats(a, &r->stats);
-  if (iterations > 1) r->steady_vmm_calls = vmm_calls(&r->stats) - first_vmm;
+  if (iterations > 1) r->steady_memory_calls = memory_calls(&r->stats) - first_memory;
   snprintf(r->backend, sizeof r->backend, "%s", ga_backend_name(a));
   ga_mem_get_info(a, NULL, &r->device_total);
   r->peak_allocated = (uint64_t)r->stats.allocated_bytes[GA_POOL_ALL].peak;

@@ -67,10 +67,11 @@ typedef struct replay_result {
   char first_oom_report[1024];                                      /* its report (ga_last_error) */
   uint64_t peak_allocated, peak_reserved;
   uint64_t num_ooms, num_alloc_retries;
-  double seconds;            /* wall time of the replay loop */
-  ga_stats_t stats;          /* at the end, before teardown */
-  uint64_t steady_vmm_calls; /* map/unmap/set_access/create/release calls after the first iteration */
-  int iterations;            /* the options the replay ran with */
+  double seconds;   /* wall time of the replay loop */
+  ga_stats_t stats; /* at the end, before teardown */
+  uint64_t
+      steady_memory_calls; /* malloc/free/create/map/set_access/unmap/release after the first iteration */
+  int iterations;          /* the options the replay ran with */
   double lag_us;
   char backend[8];     /* "sim" or "cuda" */
   size_t device_total; /* device memory in bytes */

@@ -205,8 +205,8 @@ Test(replay, repeated_iterations_reach_a_steady_state) {
     cr_assert_eq(five.peak_requested, one.peak_requested, "%s", confs[i]);
     cr_assert_eq(five.peak_reserved, one.peak_reserved, "%s: the first iteration's memory serves the rest",
                  confs[i]);
-    cr_assert_eq(five.steady_vmm_calls, 0, "%s: %llu memory calls after the first iteration", confs[i],
-                 (unsigned long long)five.steady_vmm_calls);
+    cr_assert_eq(five.steady_memory_calls, 0, "%s: %llu memory calls after the first iteration", confs[i],
+                 (unsigned long long)five.steady_memory_calls);
     if (i == 0)
       cr_assert_eq(five.stats.device_calls[GA_CALL_MALLOC], one.stats.device_calls[GA_CALL_MALLOC],
                    "native: no cudaMalloc after the first iteration");
