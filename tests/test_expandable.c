@@ -13,13 +13,20 @@ TestSuite(expandable, .fini = fx_close);
 
 /* ---- Published cases: order no longer matters ---- */
 
-static void sixteens_then_thirtytwos(int reverse) {
-  void *p[8];
+/* Eight 16 MiB blocks freed, then four 32 MiB ones (or the reverse): the
+ * published case. Returns how many of p are live. */
+static int sixteens_then_thirtytwos_live(int reverse, void *p[8]) {
   size_t first = reverse ? 32 * MiB : 16 * MiB, second = reverse ? 16 * MiB : 32 * MiB;
   int n1 = reverse ? 4 : 8, n2 = reverse ? 8 : 4;
   for (int i = 0; i < n1; i++) p[i] = fx_alloc(first);
   for (int i = 0; i < n1; i++) fx_free(p[i]);
   for (int i = 0; i < n2; i++) p[i] = fx_alloc(second);
+  return n2;
+}
+
+static void sixteens_then_thirtytwos(int reverse) {
+  void *p[8];
+  int n2 = sixteens_then_thirtytwos_live(reverse, p);
   ga_stats_t s = fx_stats();
   cr_assert_leq(s.reserved_bytes[GA_POOL_ALL].peak, 140 * MiB, "peak reserved %lld",
                 (long long)s.reserved_bytes[GA_POOL_ALL].peak);
@@ -567,11 +574,7 @@ Test(expandable, what_moves_is_a_whole_mapping) {
 static void pt_sixteens_and_thirtytwos(int reverse) {
   fx_open(PT, GiB);
   void *p[8];
-  size_t first = reverse ? 32 * MiB : 16 * MiB, second = reverse ? 16 * MiB : 32 * MiB;
-  int n1 = reverse ? 4 : 8, n2 = reverse ? 8 : 4;
-  for (int i = 0; i < n1; i++) p[i] = fx_alloc(first);
-  for (int i = 0; i < n1; i++) fx_free(p[i]);
-  for (int i = 0; i < n2; i++) p[i] = fx_alloc(second);
+  int n2 = sixteens_then_thirtytwos_live(reverse, p);
   ga_stats_t s = fx_stats();
   /* 20 MiB pages mapped as the requests grow: 7 pages either way, all reused. */
   cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].peak, 140 * MiB);
