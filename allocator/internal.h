@@ -128,6 +128,9 @@ struct ga_segment {
   ga_block *head;          /* block at base */
   ga_segment *prev, *next; /* all segments of the allocator */
   uint64_t moved_in;       /* policy: the free count when memory last moved into it (0: never) */
+  uint8_t gave;            /* policy: memory moved out of it since it last grew */
+  size_t keep_mapped;      /* policy: mapped bytes that no longer move out (0: all may) */
+  size_t above_keep;       /* policy: scratch of a move, mapped bytes above keep_mapped */
   ga_granule *granules;    /* expandable: the memory behind granule i (handle NULL: none) */
   size_t ngranules;        /* entries allocated in granules */
 };

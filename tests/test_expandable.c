@@ -492,6 +492,36 @@ Test(expandable, a_fence_not_yet_passed_still_waits) {
   cr_assert_eq(syncs_for_two_moves(1), 1, "s3's work runs: moving c waits (the device is full)");
 }
 
+/* ---- Swings: memory that moved out and is needed back stays ---- */
+
+/* S1 and S2 take turns with 40 MiB each on a 100 MiB device. The first turns
+ * move S1's memory to S2 and back; once each range has grown back after
+ * giving memory away it keeps what it needs, and the turns make no memory
+ * call. A third stream still gets that memory when the device is full. */
+Test(expandable, a_range_that_grows_back_after_a_move_keeps_its_memory) {
+  fx_open(EXP2, 100 * MiB);
+  int64_t moved[4];
+  uint64_t maps[4];
+  for (int turn = 0; turn < 4; turn++) {
+    fx_free(fx_alloc_on(40 * MiB, S1));
+    fx_free(fx_alloc_on(40 * MiB, S2));
+    moved[turn] = fx_stats().num_granules_moved;
+    maps[turn] = fx_calls(GA_CALL_MAP) + fx_calls(GA_CALL_UNMAP) + fx_calls(GA_CALL_CREATE);
+  }
+  cr_assert_eq(moved[0], 20, "S2 took S1's free memory");
+  cr_assert_eq(moved[1], 40, "S1 took it back: S1 swung");
+  cr_assert_eq(moved[2], 40, "S2 grew back with new memory: S1 keeps its own");
+  cr_assert_eq(moved[3], moved[2]);
+  cr_assert_eq(maps[3], maps[2], "the last turn makes no memory call");
+  assert_reserved(80 * MiB);
+  /* 20 MiB left on the device: 60 MiB on S3 fits only by taking kept memory. */
+  ga_stream_t s3 = S3;
+  void *c = fx_alloc_on(60 * MiB, s3);
+  cr_assert_eq(fx_stats().num_granules_moved, 60);
+  assert_reserved(100 * MiB);
+  fx_free(c);
+}
+
 /* ---- expandable_move_pages:when_full ---- */
 
 Test(expandable, when_full_creates_memory_while_the_device_has_room) {

@@ -105,9 +105,11 @@ Test(time, with_room_on_the_device_memory_whose_free_is_not_passed_stays_and_new
  * both pools). PyTorch's policy, and gardenalloc's with moves only when the
  * device is full (which is PyTorch's until then), make no map, unmap,
  * access, create or release call after the first iteration. gardenalloc's
- * default moves the same free pages between the two streams' ranges every
- * iteration (less memory, calls each time); expandable_move_hold keeps moved
- * memory where it went, so the calls stop after the second. */
+ * default moves free pages between the segments in the first iteration; in
+ * the second the segments that gave memory away grow back (calls) and learn
+ * to keep what they need, so from the third on nothing moves, with less
+ * memory than PyTorch's policy. expandable_move_hold keeps moved memory where
+ * it went, which stops the calls after the second iteration too. */
 static uint64_t vmm(void) {
   return fx_calls(GA_CALL_MAP) + fx_calls(GA_CALL_UNMAP) + fx_calls(GA_CALL_SET_ACCESS) +
          fx_calls(GA_CALL_CREATE) + fx_calls(GA_CALL_RELEASE);
@@ -138,16 +140,20 @@ static uint64_t calls_in_iteration(const char *conf, int nth, int64_t *reserved)
   return calls;
 }
 
-Test(time, a_repeated_iteration_makes_no_memory_call_after_the_first_with_pytorch_s_policy) {
+Test(time, a_repeated_iteration_reaches_a_state_without_memory_calls) {
   int64_t pt, full, moves, hold;
   cr_assert_eq(calls_in_iteration("expandable_segments:True,expandable_policy:pytorch", 2, &pt), 0);
   fx_close();
   cr_assert_eq(calls_in_iteration("expandable_segments:True,expandable_move_pages:when_full", 2, &full), 0);
   cr_assert_eq(full, pt, "moves only when full: PyTorch's memory while there is room");
   fx_close();
-  cr_assert_gt(calls_in_iteration("expandable_segments:True", 4, &moves), 0, "pages move back and forth");
-  cr_assert_lt(moves, pt, "and the peak is lower");
+  cr_assert_gt(calls_in_iteration("expandable_segments:True", 2, &moves), 0, "pages move back once");
   fx_close();
+  for (int nth = 3; nth <= 4; nth++) {
+    cr_assert_eq(calls_in_iteration("expandable_segments:True", nth, &moves), 0, "iteration %d", nth);
+    fx_close();
+  }
+  cr_assert_lt(moves, pt, "and the peak is lower");
   cr_assert_eq(calls_in_iteration("expandable_segments:True,expandable_move_hold:1000", 3, &hold), 0);
   cr_assert(hold >= moves && hold <= pt, "hold: between the two (%lld, %lld, %lld MiB)",
             (long long)(moves >> 20), (long long)(hold >> 20), (long long)(pt >> 20));

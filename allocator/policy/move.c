@@ -9,6 +9,14 @@
  * granule is unmapped only once its stream is known to be past the free
  * (a fence that has passed, else a stream synchronisation), and nothing moves
  * while a capture is underway (that would synchronise a stream).
+ *
+ * Moves must not go on for ever in a repeated workload (training steps,
+ * decode steps): a segment that has to grow again after memory moved out of
+ * it swings, and would swing the same way every step. From then on it keeps
+ * the most it has had mapped since: only memory above that moves out, unless
+ * the device is full. Each segment's keep only rises, so the moves stop once
+ * every segment holds its own peak, by the second repetition (a ratchet; its
+ * price is the memory that the moves would have shared between segments).
  * segment/expandable.c does the mapping; this file decides.
  */
 #include <stdio.h>
@@ -49,6 +57,7 @@ typedef struct cand {
   size_t klo, khi; /* granules that must stay: the range being mapped */
   const ga_allocator_t *a;
   uint64_t hold; /* frees during which memory that moved in stays (0: none) */
+  int keep;      /* segments keep what they swung back to (see above) */
   int oom;
 } cand;
 
@@ -59,6 +68,7 @@ static int collect(ga_block *b, void *arg) {
   /* Memory that moved into this segment lately stays a while (expandable_move_hold). */
   uint64_t now = c->a->pol.streams.free_clock, in = b->seg->moved_in;
   if (c->hold && in && now - in < c->hold) return 0;
+  if (c->keep && b->seg->keep_mapped && b->seg->above_keep < c->a->space.gran) return 0;
   if (g0 < c->khi && g1 > c->klo) { /* overlaps the range: only the part outside may move */
     if (g1 > c->khi)
       g0 = c->khi;
@@ -71,6 +81,19 @@ static int collect(ga_block *b, void *arg) {
   c->v[c->n++] = (struct one){b, g0, g1};
   return 0;
 }
+
+/* Mapped bytes of expandable segment s. */
+static size_t mapped_bytes(const ga_segment *s) {
+  size_t n = 0;
+  for (const ga_block *b = s->head; b; b = b->next)
+    if (b->state != GA_BLOCK_UNMAPPED) n += b->size;
+  return n;
+}
+
+/* Whether segments keep memory they swung back to: not while moving only
+ * because the device is full (`wait`), nor with moves only when full (then
+ * the policy is PyTorch's until the device is full). */
+static int keeps(const ga_allocator_t *a, int wait) { return !wait && !a->cfg.expandable_move_when_full; }
 
 static int by_size(const void *x, const void *y) {
   const struct one *a = x, *b = y;
@@ -88,7 +111,14 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
   cand c = {.klo = keep_lo / g,
             .khi = round_up(keep_hi, g) / g,
             .a = a,
-            .hold = wait ? 0 : a->cfg.expandable_move_hold};
+            .hold = wait ? 0 : a->cfg.expandable_move_hold,
+            .keep = keeps(a, wait)};
+  if (c.keep)
+    for (ga_segment *s = a->space.segs; s; s = s->next)
+      if (s->expandable && s->keep_mapped) {
+        size_t m = mapped_bytes(s);
+        s->above_keep = m > s->keep_mapped ? m - s->keep_mapped : 0;
+      }
   for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], collect, &c);
   if (c.oom) {
     free(c.v);
@@ -100,6 +130,8 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
     ga_block *b = c.v[i].b;
     size_t g0 = c.v[i].g0, g1 = c.v[i].g1;
     size_t k = g1 - g0 < want ? g1 - g0 : want;
+    if (c.keep && b->seg->keep_mapped && k > b->seg->above_keep / g) k = b->seg->above_keep / g;
+    if (!k) continue;
     /* Work queued on the block's stream before its free may still touch it:
      * unmap only once the stream is known to be past that free. */
     int idle, waited;
@@ -108,6 +140,8 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
     if (!idle) continue;
     if ((rc = ga_move_unmap_free_locked(a, b, g1 - k, g1))) break;
     a->stats.num_granules_moved += (int64_t)k;
+    b->seg->gave = 1;
+    if (c.keep && b->seg->keep_mapped) b->seg->above_keep -= k * g;
     want -= k;
   }
   /* Fence every stream with free memory that may move: a later move of
@@ -229,6 +263,9 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
   uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, g);
   size_t page = pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
   int pytorch = a->cfg.expandable_pytorch;
+  /* Growing again after memory moved out: it swings (see above). */
+  int swing = run->seg->gave && !pytorch && keeps(a, 0);
+  run->seg->gave = 0;
   if (pytorch) /* PyTorch maps whole pages, aligned in the segment */
     hi = hi_g = run->seg->base + round_up(hi - run->seg->base, page);
   size_t n = 0;
@@ -243,15 +280,25 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
                    : ga_move_obtain_locked(a, n, pool, page, lo, hi_g, fraction_refused);
   if (a->stats.num_granules_moved != moved) run->seg->moved_in = a->pol.streams.free_clock + 1;
   if (rc && pytorch) (void)ga_pages_trim_locked(a, 0); /* the pages made for it go back */
-  if (rc) return rc;
+  if (rc) {
+    run->seg->gave |= (uint8_t)swing; /* it did not grow */
+    return rc;
+  }
   uintptr_t end = reach(run, hi_g, !pytorch);
   run_trees(a, run, end, 0, NULL);
   rc = ga_expandable_map_locked(a, run, hi, !pytorch);
   /* What was mapped stays, free; on success run is one FREE block of at
    * least size bytes, which stays out of its tree for the caller. */
   run_trees(a, run, end, 1, rc ? NULL : run);
-  if (rc) return rc;
+  if (rc) {
+    run->seg->gave |= (uint8_t)swing;
+    return rc;
+  }
   *out = run;
+  if (swing || run->seg->keep_mapped) {
+    size_t m = mapped_bytes(run->seg);
+    if (m > run->seg->keep_mapped) run->seg->keep_mapped = m;
+  }
   /* A failed release keeps the page cached; PyTorch keeps no page cache. */
   (void)ga_pages_trim_locked(a, pytorch ? 0 : a->cfg.expandable_cache_max);
   return 0;
