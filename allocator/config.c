@@ -315,13 +315,12 @@ static int opt_expandable_page_size_mb(ctx *x) {
 static int opt_expandable_move_pages(ctx *x) {
   const tok *v = NULL;
   char buf[64];
-  if (value(x, &v, "always or when_full")) return GA_DEV_EINVAL;
-  if (tok_is(v, "always"))
-    x->c->expandable_move_when_full = 0;
-  else if (tok_is(v, "when_full"))
-    x->c->expandable_move_when_full = 1;
-  else
-    return fail(x, "'%s' is not a policy (allowed: always or when_full)", tok_str(v, buf));
+  if (value(x, &v, "settle, always or when_full")) return GA_DEV_EINVAL;
+  if (tok_is(v, "settle") || tok_is(v, "always") || tok_is(v, "when_full")) {
+    x->c->expandable_move_always = tok_is(v, "always");
+    x->c->expandable_move_when_full = tok_is(v, "when_full");
+  } else
+    return fail(x, "'%s' is not a policy (allowed: settle, always or when_full)", tok_str(v, buf));
   return 0;
 }
 

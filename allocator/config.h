@@ -46,6 +46,7 @@ typedef struct ga_config {
   size_t expandable_cache_max;   /* bytes of unmapped pages kept for reuse */
   size_t expandable_move_hold;   /* frees during which memory moved into a segment stays there */
   int expandable_move_when_full; /* expandable_move_pages:when_full */
+  int expandable_move_always;    /* expandable_move_pages:always (no settling) */
   int expandable_pytorch;        /* expandable_policy:pytorch */
   char backend[8];               /* "auto", "cuda" or "sim" */
   size_t sim_capacity;           /* bytes */
@@ -80,9 +81,10 @@ typedef struct ga_config {
     "MiB)")                                                                                                  \
   X(expandable_cache_max_mb, "int MiB 0..2^40", "256", "gardenalloc",                                        \
     "expandable segments: unmapped pages kept for reuse; beyond this they go back to the device")            \
-  X(expandable_move_pages, "always|when_full", "always", "gardenalloc",                                      \
-    "expandable segments: move free pages before creating memory (least memory), or only once the device "   \
-    "is full (fewest driver calls)")                                                                         \
+  X(expandable_move_pages, "settle|always|when_full", "settle", "gardenalloc",                               \
+    "expandable segments: move free pages before creating memory, except out of a range that grew back "     \
+    "after giving memory away (settle: no calls once a repeated workload has peaked), always (least "        \
+    "memory, calls in every repetition), or only once the device is full (PyTorch's memory, fewest calls)")  \
   X(expandable_move_hold, "int >= 0", "0", "gardenalloc",                                                    \
     "expandable segments: memory moved into a segment does not move out again for this many frees "          \
     "(0: it may at once; more: fewer moves back and forth in a repeated workload, more memory)")             \

@@ -90,10 +90,13 @@ static size_t mapped_bytes(const ga_segment *s) {
   return n;
 }
 
-/* Whether segments keep memory they swung back to: not while moving only
- * because the device is full (`wait`), nor with moves only when full (then
- * the policy is PyTorch's until the device is full). */
-static int keeps(const ga_allocator_t *a, int wait) { return !wait && !a->cfg.expandable_move_when_full; }
+/* Whether segments keep memory they swung back to (expandable_move_pages:
+ * settle): not while moving only because the device is full (`wait`), nor
+ * with moves only when full (then the policy is PyTorch's until the device
+ * is full) or always. */
+static int keeps(const ga_allocator_t *a, int wait) {
+  return !wait && !a->cfg.expandable_move_when_full && !a->cfg.expandable_move_always;
+}
 
 static int by_size(const void *x, const void *y) {
   const struct one *a = x, *b = y;
