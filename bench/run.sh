@@ -2,12 +2,17 @@
 # The main job, on the default device (a GPU when one answers, else the
 # simulated 80 GiB device), after building gardenalloc (Release, into build/):
 #  1. the built-in workloads under native, native + max_split_size_mb:128,
-#     expandable and expandable with 2 MiB pages, side by side
-#     (bench/results/run.csv and one SVG plot per workload);
-#  2. the real PyTorch traces in traces/pytorch_snapshots/ in native
-#     and expandable mode next to PyTorch's own reserved memory, and the
-#     MiniMalloc problems (sizes x64), as JSON lines in bench/results/, and
-#     the same traces under every configuration with one plot per trace
+#     PyTorch's expandable segments, and gardenalloc's expandable segments
+#     (default, 2 MiB pages, moves only when full) side by side
+#     (bench/results/run.csv and one SVG plot per workload), then again with
+#     the GPU 5 ms behind the CPU and 5 iterations (bench/results/lag5ms_x5/);
+#  2. the real PyTorch traces in traces/pytorch_snapshots/ in native mode
+#     next to PyTorch's own reserved memory, gardenalloc's expandable
+#     segments beside PyTorch's (no lag; 5 ms; 5 ms and 5 iterations), the
+#     summary of memory, driver time and stalls over the knobs
+#     (bench/tools/versus.py, bench/results/versus.txt), and the MiniMalloc
+#     problems (sizes x64), as JSON lines in bench/results/, and the same
+#     traces under every configuration with one plot per trace
 #     (bench/results/pytorch_traces/, bench/results/minimalloc_x64/);
 #  3. the hot path: allocate+free pairs from the cache next to libc malloc,
 #     with instructions per pair from callgrind when valgrind is installed.
@@ -19,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 . scripts/need.sh
-need_packages cmake:cmake cc:gcc make:make
+need_packages cmake:cmake cc:gcc make:make python3:python3
 
 # The traces are in the repository (traces/); GA_SHARED_DIR names another
 # folder holding a traces/ of the same layout.
@@ -38,6 +43,9 @@ mkdir -p bench/results
 echo "== built-in workloads"
 build/bench/ga-bench run --scale "${GA_BENCH_SCALE:-1}" --out bench/results
 echo
+echo "== built-in workloads, the GPU 5 ms behind the CPU, 5 iterations each"
+build/bench/ga-bench run --scale "${GA_BENCH_SCALE:-1}" --lag-us 5000 --iterations 5 --out bench/results/lag5ms_x5
+echo
 
 run() { # name, then ga-bench replay arguments
   local name=$1
@@ -50,10 +58,19 @@ run() { # name, then ga-bench replay arguments
 }
 run pytorch_native "$traces" --conf ""
 run pytorch_native_max_split_128 "$traces" --conf "max_split_size_mb:128"
-run pytorch_expandable "$traces" --conf "expandable_segments:True"
+both=(--conf "gardenalloc=expandable_segments:True"
+  --conf "pytorch_expandable=expandable_segments:True,expandable_policy:pytorch")
+run pytorch_expandable "$traces" "${both[@]}"
+run pytorch_expandable_lag5ms "$traces" "${both[@]}" --lag-us 5000
+run pytorch_expandable_lag5ms_x5 "$traces" "${both[@]}" --lag-us 5000 --iterations 5
+echo "== expandable segments against PyTorch's: memory, driver time, stalls over the knobs"
+python3 bench/tools/versus.py --bench build/bench/ga-bench "$traces" | tee bench/results/versus.txt
+python3 bench/tools/versus.py --bench build/bench/ga-bench "$traces" --iterations 5 | tee -a bench/results/versus.txt
+echo
 minimalloc="$shared/traces/minimalloc"
 run minimalloc_x64_native "$minimalloc" --size-scale 64 --conf ""
-run minimalloc_x64_expandable "$minimalloc" --size-scale 64 --conf "expandable_segments:True"
+run minimalloc_x64_expandable "$minimalloc" --size-scale 64 "${both[@]}" \
+  --conf "2m_always=expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:always"
 echo "== plots of the real traces under every configuration"
 build/bench/ga-bench run --trace "$traces" --out bench/results/pytorch_traces --y-near-data 2>/dev/null |
   grep -E '^CSV' | tail -1

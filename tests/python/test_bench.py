@@ -118,6 +118,30 @@ class Results(unittest.TestCase):
             self.assertEqual(r.returncode, 2, args)
             self.assertIn(msg, r.stderr)
 
+@unittest.skipUnless(BENCH, "ga-bench is not built (build/bench/ga-bench)")
+class Versus(unittest.TestCase):
+    def test_versus_compares_with_pytorch_s_policy_on_every_axis(self):
+        real = support.trace_file("pytorch_snapshots", "cs336_medium_ctx128_inference.csv")
+        if not real:
+            self.skipTest("the real traces are absent")
+        tool = os.path.join(support.REPO, "bench", "tools", "versus.py")
+        r = subprocess.run(["python3", tool, "--bench", BENCH, real, "--iterations", "2", "--lag-us", "0",
+                            "--conf", "full=expandable_segments:True,expandable_move_pages:when_full",
+                            "--conf", "always=expandable_segments:True,expandable_move_pages:always", "--per-trace"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = {l.split()[0]: l.split() for l in r.stdout.splitlines() if l.split() and l.split()[0] in
+                ("full", "always", "pytorch")}
+        self.assertEqual(rows["full"][2:], rows["pytorch"][2:], "moves only when full: PyTorch's policy")
+        self.assertEqual(rows["pytorch"][4], "0", "PyTorch's policy is never above itself")
+        self.assertGreater(int(rows["always"][-1]), 0, "always: pages move in the second pass too")
+        self.assertIn("cs336_medium_ctx128_inference.csv", r.stdout)
+        bad = subprocess.run(["python3", tool, "--bench", BENCH, real, "--conf", "nameless"], capture_output=True,
+                             text=True)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("--conf takes NAME=CONF", bad.stderr)
+
+
 
 if __name__ == "__main__":
     unittest.main()
