@@ -92,7 +92,12 @@ void cost_print(FILE *f) {
     fprintf(f, " %s=%g", ga_device_call_name(shown[i]), call);
     if (u && unit > 0) fprintf(f, "+%g/%s", unit, u);
   }
-  fprintf(f, "; GPU work completes %g us after it is queued (--lag-us)\n", o->lag_us);
+  fprintf(f,
+          "; GPU work completes %g us after it is queued (--lag-us); the program takes %g us per event "
+          "(--pace-us; a trace's own times where it has them) and queues %g us of GPU work after each "
+          "(--kernel-us); %d iteration%s (--iterations)\n",
+          o->lag_us, o->pace_us, o->kernel_us, o->iterations > 0 ? o->iterations : 1,
+          o->iterations > 1 ? "s" : "");
   ga_destroy(a);
   ga_dev_destroy(d);
 }

@@ -357,7 +357,9 @@ static int cmd_replay(int argc, char **argv) {
         json_result(stdout, &j);
       } else {
         if (!header) {
-          printf("device: %s, %.2f GiB\n\n", r.backend, gib(r.device_total));
+          printf("device: %s, %.2f GiB\n", r.backend, gib(r.device_total));
+          cost_print(stdout);
+          printf("\n");
           print_header(several);
           header = 1;
         }
