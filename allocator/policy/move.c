@@ -10,6 +10,20 @@
  * (a fence that has passed, else a stream synchronisation), and nothing moves
  * while a capture is underway (that would synchronise a stream).
  *
+ * With pages larger than a granule (the default 20 MiB), only a free block
+ * that ends where its mapped run ends (at the segment's unmapped space or a
+ * hole) gives memory, from its back, or an oversize one (it serves no split
+ * request), unless the device is full (and not with expandable_move_pages:
+ * always or when_full). Memory taken from the middle of a free run splits it
+ * around a hole: best fit then puts
+ * smaller blocks in the two halves, the hole can no longer be mapped again as
+ * one range, and a later request that the whole block would have served
+ * makes a new page (MiniMalloc K, sizes x64: 162 MiB reserved where
+ * PyTorch's policy reserves 130). A block that ends at unmapped space stays
+ * one run with what it gave, which a later growth maps back in place. With
+ * pages of one granule, every free granule may move (best fit and placement
+ * keep whole granules free for that, see alloc.c and block.c).
+ *
  * Moves must not go on for ever in a repeated workload (training steps,
  * decode steps): a segment that has to grow again after memory moved out of
  * it swings, and would swing the same way every step. From then on it keeps
@@ -58,6 +72,7 @@ typedef struct cand {
   const ga_allocator_t *a;
   uint64_t hold; /* frees during which memory that moved in stays (0: none) */
   int keep;      /* segments keep what they swung back to (see above) */
+  int edge;      /* only free blocks at the end of a mapped run give memory */
   int oom;
 } cand;
 
@@ -69,6 +84,11 @@ static int collect(ga_block *b, void *arg) {
   uint64_t now = c->a->pol.streams.free_clock, in = b->seg->moved_in;
   if (c->hold && in && now - in < c->hold) return 0;
   if (c->keep && b->seg->keep_mapped && b->seg->above_keep < c->a->space.gran) return 0;
+  /* With pages larger than a granule, only a free block that ends where its
+   * mapped run ends gives memory (see above), or an oversize one (it serves
+   * no split request anyway). */
+  if (c->edge && b->size < c->a->cfg.max_split_size && b->next && b->next->state != GA_BLOCK_UNMAPPED)
+    return 0;
   if (g0 < c->khi && g1 > c->klo) { /* overlaps the range: only the part outside may move */
     if (g1 > c->khi)
       g0 = c->khi;
@@ -115,7 +135,8 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
             .khi = round_up(keep_hi, g) / g,
             .a = a,
             .hold = wait ? 0 : a->cfg.expandable_move_hold,
-            .keep = keeps(a, wait)};
+            .keep = keeps(a, wait),
+            .edge = keeps(a, wait) && a->pol.large_page != g};
   if (c.keep)
     for (ga_segment *s = a->space.segs; s; s = s->next)
       if (s->expandable && s->keep_mapped) {
