@@ -494,17 +494,17 @@ static inline size_t fx_block_size(void *p) {
 /* Runs `scenario` once to count the calls of `kind` it makes, then once per
  * position with that call failing (err), asserting that the fault fired and
  * that a clean run afterwards succeeds with no failure. The fixture checks
- * consistency and leaks after each run. */
-static inline void fx_fault_sweep(const char *conf, size_t capacity, ga_device_call_t kind, int err,
-                                  int (*scenario)(void)) {
-  fx_open(conf, capacity);
+ * consistency and leaks after each run. On a machine of ndev devices;
+ * returns the number of positions (0: the scenario makes no such call). */
+static inline unsigned fx_fault_sweep_on(int ndev, const char *conf, size_t capacity, ga_device_call_t kind,
+                                         int err, int (*scenario)(void)) {
+  fx_open_on(ndev, conf, capacity);
   uint64_t at_create = fx_calls(kind);
-  scenario();
+  cr_assert_eq(scenario(), 0, "the scenario fails without a fault: %s", ga_last_error());
   unsigned calls = (unsigned)(fx_calls(kind) - at_create);
   fx_close();
-  cr_assert(calls > 0, "the scenario makes no %s call", ga_device_call_name(kind));
   for (unsigned nth = 1; nth <= calls; nth++) {
-    fx_open(conf, capacity);
+    fx_open_on(ndev, conf, capacity);
     fx_inject(kind, nth, err, 0);
     scenario();
     fx_clear_faults();
@@ -515,6 +515,12 @@ static inline void fx_fault_sweep(const char *conf, size_t capacity, ga_device_c
                  ga_device_call_name(kind), nth, ga_last_error());
     fx_close();
   }
+  return calls;
+}
+static inline void fx_fault_sweep(const char *conf, size_t capacity, ga_device_call_t kind, int err,
+                                  int (*scenario)(void)) {
+  cr_assert_gt(fx_fault_sweep_on(1, conf, capacity, kind, err, scenario), 0, "the scenario makes no %s call",
+               ga_device_call_name(kind));
 }
 
 /* A byte pattern that depends on the address and a seed. */

@@ -85,3 +85,182 @@ Test(faults, device_oom_everywhere_is_an_oom_report) {
   fx_clear_faults();
   fx_free(fx_alloc(MiB));
 }
+
+/* ---- The exhaustive sweep: every call kind, every position, four configurations ----
+ * One scenario walks the whole API on a machine of two devices: allocations
+ * of both pools on two streams with their bytes written, a free whose block
+ * waits on a busy stream's event, the OOM ladder to the end, peer access,
+ * (expandable) a tagged allocation put to sleep with offload and woken, a
+ * capture on S3 with an allocation from its private pool and an empty_cache
+ * during it, the pool released, and empty_cache with the stream idle. For
+ * every kind of device call, the scenario is run once to count its calls;
+ * then for every n the n-th call of that kind fails (a driver error; for
+ * malloc and create also out of memory): the allocator must stay consistent
+ * after every step (ga_check), keep the bytes of every live allocation, and
+ * once the fault is cleared run the whole scenario again without a failure;
+ * after ga_destroy nothing may be left on the device. The chaos walk injects
+ * at random; this leaves no position out. */
+
+static int sweep_failures;
+static void sweep_call(ga_status_t st, const char *what) {
+  cr_assert(st == GA_OK || st == GA_ERR_OOM || st == GA_ERR_DEVICE, "%s: unexpected %s: %s", what,
+            ga_status_str(st), ga_last_error());
+  if (st != GA_OK) {
+    cr_assert(ga_last_error()[0] != 0, "%s failed without saying why", what);
+    sweep_failures++;
+  }
+  cr_assert_eq(ga_check(fx_a), 0, "after %s (see stderr)", what);
+}
+
+/* The first and last 64 KiB of an allocation (the whole of a small one). */
+static void fill_ends(char *p, size_t n, unsigned seed) {
+  size_t k = n < 128 * KiB ? n : 64 * KiB;
+  fx_fill(p, k, seed);
+  if (k < n) fx_fill(p + n - k, k, seed + 1);
+}
+static int verify_ends(const char *p, size_t n, unsigned seed) {
+  size_t k = n < 128 * KiB ? n : 64 * KiB;
+  return fx_verify(p, k, seed) && (k == n || fx_verify(p + n - k, k, seed + 1));
+}
+
+#define SWEEP_N 6
+static int whole_api_scenario(void) {
+  static uint64_t pool = 1000; /* a new id each run: a pool whose release failed keeps its id */
+  int exp = fx_a->cfg.expandable_segments;
+  static const size_t sizes[SWEEP_N] = {MiB / 2, 3 * MiB, 30 * MiB, 100, 12 * MiB, 60 * MiB};
+  char *p[SWEEP_N] = {0};
+  sweep_failures = 0;
+  for (int i = 0; i < SWEEP_N; i++) {
+    sweep_call(ga_malloc(fx_a, sizes[i], i % 2 ? S1 : S2, (void **)&p[i]), "ga_malloc");
+    if (p[i]) fill_ends(p[i], sizes[i], (unsigned)i);
+  }
+  /* A free that waits for a busy stream's event. */
+  char *busy = NULL;
+  sweep_call(ga_malloc(fx_a, 5 * MiB, S1, (void **)&busy), "ga_malloc");
+  fx_hold(S2, 1);
+  if (busy) {
+    cr_assert_eq(ga_record_stream(fx_a, busy, S2), GA_OK);
+    fx_free(busy);
+  }
+  /* The whole OOM ladder (the device has 512 MiB). */
+  void *huge = NULL;
+  ga_status_t st = ga_malloc(fx_a, GiB, S1, &huge);
+  cr_assert(st == GA_ERR_OOM || st == GA_ERR_DEVICE, "%s", ga_status_str(st));
+  if (st == GA_ERR_DEVICE) sweep_failures++;
+  cr_assert_eq(ga_check(fx_a), 0);
+  fx_hold(S2, 0);
+  sweep_call(ga_enable_peer_access(fx_a, 1), "ga_enable_peer_access");
+  /* On a stream of its own: sleep with offload, then wake (retried: the
+   * fault is one-shot). A granule sleeps with its whole mapping, so the
+   * allocation fills its mappings: 6 MiB with 2 MiB pages, a whole page with
+   * larger ones. */
+  char *kv = NULL;
+  size_t kvn = fx_a->pol.large_page > 2 * MiB ? fx_a->pol.large_page : 6 * MiB;
+  if (exp) sweep_call(ga_malloc(fx_a, kvn, S3, (void **)&kv), "ga_malloc");
+  if (kv) {
+    fill_ends(kv, kvn, 11);
+    cr_assert_eq(ga_tag(fx_a, kv, "kv"), GA_OK);
+    sweep_call(ga_sleep(fx_a, "kv", GA_SLEEP_OFFLOAD), "ga_sleep");
+    char *x = NULL; /* the allocator works while memory sleeps */
+    sweep_call(ga_malloc(fx_a, 7 * MiB, S2, (void **)&x), "ga_malloc while asleep");
+    if (x) fx_free(x);
+    for (int tries = 0; tries < 4; tries++) {
+      st = ga_wake(fx_a);
+      sweep_call(st, "ga_wake");
+      if (st == GA_OK) break;
+    }
+    cr_assert_eq(st, GA_OK, "ga_wake still fails after the fault: %s", ga_last_error());
+    cr_assert(verify_ends(kv, kvn, 11), "the woken allocation lost its bytes");
+    fx_free(kv);
+  }
+  /* A capture on S3 with an allocation of its pool and an empty_cache during
+   * it (with free memory on S1 to give back: S1 does not capture). */
+  if (p[5]) {
+    cr_assert(verify_ends(p[5], sizes[5], 5));
+    fx_free(p[5]);
+    p[5] = NULL;
+  }
+  fx_capture(S3, 1);
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, ++pool, S3), GA_OK, "%s", ga_last_error());
+  char *g = NULL;
+  sweep_call(ga_malloc(fx_a, 4 * MiB, S3, (void **)&g), "ga_malloc during the capture");
+  if (g) fill_ends(g, 4 * MiB, 9);
+  sweep_call(ga_empty_cache(fx_a), "ga_empty_cache during the capture");
+  if (g) {
+    cr_assert(verify_ends(g, 4 * MiB, 9), "the capture's block lost its bytes");
+    fx_free(g);
+  }
+  fx_capture(S3, 0);
+  sweep_call(ga_end_allocate_to_pool(fx_a, pool), "ga_end_allocate_to_pool");
+  sweep_call(ga_release_pool(fx_a, pool), "ga_release_pool");
+  ga_sim_usage u;
+  fx_usage(&u);
+  cr_assert_eq(u.captures_broken, 0, "a capture was invalidated: %s", ga_last_error());
+  for (int i = 0; i < SWEEP_N; i++)
+    if (p[i]) {
+      cr_assert(verify_ends(p[i], sizes[i], (unsigned)i), "block %d (%zu bytes) lost its bytes", i, sizes[i]);
+      fx_free(p[i]);
+    }
+  sweep_call(ga_empty_cache(fx_a), "ga_empty_cache");
+  return sweep_failures;
+}
+
+static void sweep_all_kinds(const char *name, const char *conf, const ga_device_call_t *must, size_t nmust) {
+  unsigned total = 0;
+  char reached[512] = "", missed[512] = "";
+  size_t nr = 0, nm = 0;
+  for (int k = 0; k < GA_CALL_COUNT; k++) {
+    for (int e = 0; e < 2; e++) {
+      if (e == 1 && k != GA_CALL_MALLOC && k != GA_CALL_CREATE) continue;
+      unsigned n = fx_fault_sweep_on(2, conf, 512 * MiB, (ga_device_call_t)k,
+                                     e ? GA_DEV_EOOM : GA_DEV_EDRIVER, whole_api_scenario);
+      total += n;
+      if (e) continue;
+      if (n)
+        nr += (size_t)snprintf(reached + nr, sizeof reached - nr, " %s:%u", ga_device_call_name(k), n);
+      else
+        nm += (size_t)snprintf(missed + nm, sizeof missed - nm, " %s", ga_device_call_name(k));
+      for (size_t i = 0; i < nmust; i++)
+        cr_assert(must[i] != (ga_device_call_t)k || n > 0, "%s: the scenario makes no %s call", name,
+                  ga_device_call_name(k));
+    }
+  }
+  fprintf(stderr, "fault sweep %s: %u positions; calls by kind:%s; not made:%s\n", name, total, reached,
+          missed);
+}
+
+static const ga_device_call_t native_kinds[] = {GA_CALL_MALLOC,       GA_CALL_FREE,
+                                                GA_CALL_EVENT_CREATE, GA_CALL_EVENT_RECORD,
+                                                GA_CALL_EVENT_QUERY,  GA_CALL_EVENT_SYNCHRONIZE,
+                                                GA_CALL_MEM_INFO,     GA_CALL_CAPTURE_MODE};
+static const ga_device_call_t expandable_kinds[] = {GA_CALL_RESERVE,
+                                                    GA_CALL_UNRESERVE,
+                                                    GA_CALL_CREATE,
+                                                    GA_CALL_RELEASE,
+                                                    GA_CALL_MAP,
+                                                    GA_CALL_UNMAP,
+                                                    GA_CALL_SET_ACCESS,
+                                                    GA_CALL_COPY,
+                                                    GA_CALL_EVENT_CREATE,
+                                                    GA_CALL_EVENT_RECORD,
+                                                    GA_CALL_EVENT_SYNCHRONIZE,
+                                                    GA_CALL_STREAM_SYNCHRONIZE,
+                                                    GA_CALL_SYNCHRONIZE,
+                                                    GA_CALL_MEM_INFO,
+                                                    GA_CALL_CAPTURE_QUERY,
+                                                    GA_CALL_CAPTURE_MODE};
+#define NK(v) (sizeof v / sizeof v[0])
+
+Test(faults, sweep_native) { sweep_all_kinds("native", NULL, native_kinds, NK(native_kinds)); }
+Test(faults, sweep_native_gc_fraction) {
+  sweep_all_kinds("native_gc_fraction",
+                  "garbage_collection_threshold:0.3,per_process_memory_fraction:0.6,max_split_size_mb:40",
+                  native_kinds, NK(native_kinds));
+}
+Test(faults, sweep_expandable) {
+  sweep_all_kinds("expandable", "expandable_segments:True", expandable_kinds, NK(expandable_kinds));
+}
+Test(faults, sweep_expandable_2m) {
+  sweep_all_kinds("expandable_2m", "expandable_segments:True,expandable_page_size_mb:2", expandable_kinds,
+                  NK(expandable_kinds));
+}
