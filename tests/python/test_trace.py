@@ -309,6 +309,46 @@ class Malformed(unittest.TestCase):
             rc, _, err = run_main([os.path.join(d, "missing.pickle"), os.path.join(d, "o.csv")])
             self.assertIn("cannot read", err)
 
+    def check_bytes(self, argv, what):
+        """As check, except that the last line is the message: CPython's C
+        unpickler may itself print a line ("SystemError: deallocated bytearray
+        object has exported buffers") while it frees the buffer of a damaged
+        BYTEARRAY8 opcode."""
+        rc, out, err = run_main(argv)
+        self.assertIn(rc, (0, 2), what)
+        self.assertNotIn("Traceback", err, what)
+        if rc == 2:
+            self.assertTrue(err.splitlines()[-1].startswith("gardenalloc.trace: "), (what, err))
+        return rc
+
+    def test_damaged_bytes_give_a_clear_message(self):
+        """The file itself damaged: cut at random lengths, bytes overwritten at
+        random (pickle protocols 2 and 4, and JSON), and odd --device values."""
+        r = random.Random(15)
+        snap = small_snapshot()
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "o.csv")
+            originals = [pickle.dumps(snap, protocol=2), pickle.dumps(snap, protocol=4),
+                         json.dumps(snap).encode()]
+            n = 0
+            for data in originals:
+                for cut in sorted(set(r.randrange(len(data)) for _ in range(60))):
+                    self.check_bytes([write(d, "s.bin", data[:cut]), out], ("cut", cut))
+                    n += 1
+                for _ in range(120):
+                    b = bytearray(data)
+                    for _ in range(r.randint(1, 4)):
+                        b[r.randrange(len(b))] = r.randrange(256)
+                    self.check_bytes([write(d, "s.bin", bytes(b)), out], ("bytes", bytes(b)))
+                    n += 1
+            p = write(d, "s.pickle", snap)
+            for dev in ("abc", "1.5", "99999999999999999999", "", "0x1", "-3"):
+                rc, _, err = run_main([p, out, "--device", dev])
+                self.assertEqual(rc, 2, "--device %r accepted" % dev)
+                self.assertNotIn("Traceback", err)
+                self.assertIn("device", err.splitlines()[-1], err)
+            self.assertGreater(n, 400)
+
     def test_as_a_command_no_traceback_either(self):
         with tempfile.TemporaryDirectory() as d:
             p = write(d, "s.pickle", {"device_traces": "abc"})
