@@ -173,3 +173,24 @@ Test(sleep, peer_access_turned_on_while_pages_sleep) {
   fx_free(w);
   fx_free(other);
 }
+
+/* A sleep with tags that cannot be done is refused before any device call:
+ * in native mode it is GA_ERR_UNSUPPORTED even during a capture whose
+ * relaxed mode could not be entered (it was that device error). */
+Test(sleep, a_refused_sleep_makes_no_device_call) {
+  fx_open(NULL, 256 * MiB);
+  char *p = fx_alloc(4 * MiB);
+  cr_assert_eq(ga_tag(fx_a, p, "kv"), GA_OK);
+  fx_capture(S3, 1);
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 5, S3), GA_OK);
+  fx_inject(GA_CALL_CAPTURE_MODE, 1, GA_DEV_EDRIVER, 0);
+  uint64_t modes = fx_calls(GA_CALL_CAPTURE_MODE);
+  cr_assert_eq(ga_sleep(fx_a, "kv", 0), GA_ERR_UNSUPPORTED, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "needs expandable_segments:True"), "%s", ga_last_error());
+  cr_assert_eq(fx_calls(GA_CALL_CAPTURE_MODE), modes, "no device call");
+  fx_clear_faults();
+  fx_capture(S3, 0);
+  cr_assert_eq(ga_end_allocate_to_pool(fx_a, 5), GA_OK);
+  cr_assert_eq(ga_release_pool(fx_a, 5), GA_OK);
+  fx_free(p);
+}

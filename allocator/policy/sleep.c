@@ -144,7 +144,14 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
 
 ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags) {
   ga_relax r;
-  if (tags && *tags && a->cfg.expandable_segments && a->pol.capture.routing) {
+  /* The arguments first: a refused call makes no device call. */
+  if (tags && *tags && !a->cfg.expandable_segments) {
+    ga_error_set(
+        "ga_sleep: releasing live allocations needs expandable_segments:True (native segments cannot "
+        "keep their addresses without their memory)");
+    return GA_ERR_UNSUPPORTED;
+  }
+  if (tags && *tags && a->pol.capture.routing) {
     ga_error_set(
         "ga_sleep: a CUDA-graph capture is underway (a stream is routed to a private pool): live "
         "allocations can be released only once the device is idle, and waiting for it would invalidate "
@@ -164,12 +171,7 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
   ga_status_t st = GA_OK;
   int rc = 0;
   uint32_t mask = tag_mask(a, tags);
-  if (tags && *tags && !a->cfg.expandable_segments) {
-    ga_error_set(
-        "ga_sleep: releasing live allocations needs expandable_segments:True (native segments cannot "
-        "keep their addresses without their memory)");
-    st = GA_ERR_UNSUPPORTED;
-  } else if ((rc = restore_pending(a))) {
+  if ((rc = restore_pending(a))) {
     ga_error_set("ga_sleep: a previous ga_wake left contents to restore, and that failed: %s", a->dev->error);
     st = GA_ERR_DEVICE;
   } else if ((!a->pol.capture.routing && (rc = ga_dev_synchronize(a->dev))) ||
