@@ -4,6 +4,7 @@
 #   "cmake:cmake"      the command cmake, else install cmake
 #   "pc:criterion:libcriterion-dev"   the pkg-config module, else the package
 #   "py:ensurepip:python3-venv"       the python3 module, else the package
+#   "file:/path/to/lib.a:libfoo-dev"  the file, else the package
 need_packages() {
   local missing=() item name pkg
   for item in "$@"; do
@@ -12,6 +13,11 @@ need_packages() {
       name=${item%%:*}
       pkg=${item#*:}
       pkg-config --exists "$name" 2>/dev/null || missing+=("$pkg")
+    elif [ "${item%%:*}" = file ]; then
+      item=${item#file:}
+      name=${item%:*}
+      pkg=${item##*:}
+      [ -e "$name" ] || missing+=("$pkg")
     elif [ "${item%%:*}" = py ]; then
       item=${item#py:}
       name=${item%%:*}
