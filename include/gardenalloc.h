@@ -249,9 +249,11 @@ GA_API const char *ga_device_call_name(ga_device_call_t kind);
  *  on first use): its own segments, kept out of general reuse until the pool
  *  is released; blocks freed go back to the pool. While any stream is routed
  *  to a pool the allocator makes no call that would invalidate a CUDA-graph
- *  capture: device allocations run in the relaxed capture mode, events are
- *  neither queried nor synchronised, pages are not moved, the cache is not
- *  flushed, and frees of blocks used on other streams wait for the end. */
+ *  capture: device calls run in the relaxed capture mode, events are neither
+ *  queried nor synchronised, no capturing stream and never the whole device
+ *  is synchronised, pages are not moved, ga_empty_cache gives back only what
+ *  needs no wait (the rest at the end of the capture), and frees of blocks
+ *  used on other streams wait for the end. */
 GA_API ga_status_t ga_begin_allocate_to_pool(ga_allocator_t *a, uint64_t pool, ga_stream_t stream);
 
 /** Stops routing the pool's streams to it (the capture ended). When it is the
