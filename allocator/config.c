@@ -325,12 +325,9 @@ static int opt_expandable_move_pages(ctx *x) {
 }
 
 static int opt_expandable_move_hold(ctx *x) {
-  const tok *v = NULL;
-  uint64_t n;
-  char buf[64];
-  if (value(x, &v, "an integer >= 0")) return GA_DEV_EINVAL;
-  if (parse_u64(v, &n))
-    return fail(x, "'%s' is not a whole number (allowed: an integer >= 0)", tok_str(v, buf));
+  uint64_t n = 0;
+  if (value_uint(x, 0, GA_CONFIG_MAX_HOLD, 0, "an integer from 0 to " GA_STR(GA_CONFIG_MAX_HOLD_VALUE), &n))
+    return GA_DEV_EINVAL;
   x->c->expandable_move_hold = (size_t)n;
   return 0;
 }

@@ -26,6 +26,8 @@
 #define GA_CONFIG_MAX_SIM_MIB         ((uint64_t)GA_CONFIG_MAX_SIM_MIB_VALUE)
 #define GA_CONFIG_MAX_DIVISIONS_VALUE 67108864
 #define GA_CONFIG_MAX_DIVISIONS       ((uint64_t)GA_CONFIG_MAX_DIVISIONS_VALUE)
+#define GA_CONFIG_MAX_HOLD_VALUE      1099511627776 /* expandable_move_hold, frees */
+#define GA_CONFIG_MAX_HOLD            ((uint64_t)GA_CONFIG_MAX_HOLD_VALUE)
 
 typedef struct ga_config {
   size_t max_split_size;         /* bytes; SIZE_MAX = unlimited */
@@ -85,7 +87,7 @@ typedef struct ga_config {
     "expandable segments: move free pages before creating memory, except out of a range that grew back "     \
     "after giving memory away (settle: no calls once a repeated workload has peaked), always (least "        \
     "memory, calls in every repetition), or only once the device is full (PyTorch's memory, fewest calls)")  \
-  X(expandable_move_hold, "int >= 0", "0", "gardenalloc",                                                    \
+  X(expandable_move_hold, "int 0..2^40", "0", "gardenalloc",                                                 \
     "expandable segments: memory moved into a segment does not move out again for this many frees "          \
     "(0: it may at once; more: fewer moves back and forth in a repeated workload, more memory)")             \
   X(expandable_policy, "gardenalloc|pytorch", "gardenalloc", "gardenalloc",                                  \

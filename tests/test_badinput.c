@@ -148,6 +148,7 @@ Test(badinput, out_of_range_numbers_have_one_rule_and_one_message) {
       {"large_segment_size_mb", "1099511627776", "1099511627777"},
       {"expandable_page_size_mb", "1099511627776", "1099511627778"},
       {"expandable_cache_max_mb", "1099511627776", "1099511627777"},
+      {"expandable_move_hold", "1099511627776", "1099511627777"},
       {"pinned_reserve_segment_size_mb", "1099511627776", "1099511627777"},
       {"pinned_num_register_threads", "128", "256"},
       {"roundup_power2_divisions", "67108864", "134217728"},
