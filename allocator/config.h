@@ -80,7 +80,7 @@ typedef struct ga_config {
     "map pages into one growing reserved range per stream and pool instead of separate segments")            \
   X(expandable_page_size_mb, "int MiB, a multiple of 2, <= 2^40", "large_segment_size_mb", "gardenalloc",    \
     "expandable segments: size of the physical pages created for the large pool (the small pool uses 2 "     \
-    "MiB)")                                                                                                  \
+    "MiB; a page is at most the device's memory)")                                                           \
   X(expandable_cache_max_mb, "int MiB 0..2^40", "256", "gardenalloc",                                        \
     "expandable segments: unmapped pages kept for reuse; beyond this they go back to the device")            \
   X(expandable_move_pages, "settle|always|when_full", "settle", "gardenalloc",                               \

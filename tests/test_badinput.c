@@ -264,6 +264,33 @@ Test(badinput, sizes_derived_from_a_huge_device_are_checked) {
   cr_assert(strstr(ga_last_error(), "too large for a device of"), "%s", ga_last_error());
 }
 
+/* No handle can be larger than the device: a page size past the device's
+ * memory (any the parser accepts, up to 2^40 MiB) is the device's memory, so
+ * that the allocator works and a segment's reservation, and the table of its
+ * granules, stays about 1.125 x the device. (With 2^40 MiB every allocation
+ * failed; with 67 TiB each took half a second and a ga_check a fifth.) */
+Test(badinput, an_expandable_page_past_the_device_is_the_device) {
+  static const char *pages[] = {"1099511627776", "70000100", "66"};
+  char conf[128];
+  for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++) {
+    snprintf(conf, sizeof conf, "expandable_segments:True,expandable_page_size_mb:%s", pages[i]);
+    fx_open(conf, 64 * MiB);
+    cr_assert_eq(fx_a->pol.large_page, 64 * MiB, "%s: a page of %zu bytes", conf, fx_a->pol.large_page);
+    cr_assert_leq(fx_a->space.reserve_size, 128 * MiB, "%s: reservations of %zu bytes", conf,
+                  fx_a->space.reserve_size);
+    void *small = fx_alloc(1), *large = fx_alloc(3 * MiB + 1);
+    fx_free(large);
+    void *most = fx_alloc(56 * MiB);
+    for (const ga_segment *s = fx_a->space.segs; s; s = s->next)
+      cr_assert_leq(s->ngranules, 64, "%s: a segment of %zu granules", conf, s->ngranules);
+    fx_free(most);
+    fx_free(small);
+    cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+    cr_assert_eq(ga_check(fx_a), 0);
+    fx_close();
+  }
+}
+
 Test(badinput, a_bad_config_from_the_environment_is_refused) {
   setenv("GARDENALLOC_CONF", "max_split_size_mb:1", 1);
   ga_allocator_t *a = NULL;

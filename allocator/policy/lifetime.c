@@ -9,6 +9,11 @@ int ga_policy_init_locked(ga_allocator_t *a, size_t total) {
   ga_policy *p = &a->pol;
   const ga_config *c = &a->cfg;
   size_t page = c->expandable_page_size ? c->expandable_page_size : c->large_segment_size;
+  /* No handle can be larger than the device: a larger page is the device's
+   * memory (rounded up to granules below), so that every allocation can be
+   * served and a segment's reservation, with the table of its granules,
+   * stays about 1.125 x the device. */
+  if (total && page > total) page = total;
   int rc = ga_space_init_locked(a, total, page);
   if (rc) return rc;
   if ((rc = ga_blockmap_init(&p->map))) return rc;
