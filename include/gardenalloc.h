@@ -279,8 +279,10 @@ GA_API ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag);
 /** Gives memory back to the device while keeping every virtual address:
  *  waits for the device, releases the cache (as ga_empty_cache), and, for
  *  the live allocations tagged with one of `tags` (comma-separated; NULL or
- *  "" = none), releases the 2 MiB pages they alone occupy, after copying them
- *  to host memory with GA_SLEEP_OFFLOAD. Needs expandable_segments:True when
+ *  "" = none), releases the mappings they alone occupy (a mapping is a run
+ *  of 2 MiB granules mapped with one call; a fresh 20 MiB page is mapped
+ *  whole, so an allocation sharing it with awake memory stays awake), after
+ *  copying them to host memory with GA_SLEEP_OFFLOAD. Needs expandable_segments:True when
  *  tags are given (GA_ERR_UNSUPPORTED otherwise). A page is given back to the
  *  device once none of it is mapped (expandable_page_size_mb:2 makes every
  *  page a 2 MiB one). Sleeping allocations cannot be freed before ga_wake;
