@@ -33,7 +33,6 @@
  * price is the memory that the moves would have shared between segments).
  * segment/expandable.c does the mapping; this file decides.
  */
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "policy.h"
@@ -131,12 +130,13 @@ static int by_size(const void *x, const void *y) {
  * GPU, counted in num_unmap_syncs). */
 static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t keep_hi, int wait) {
   size_t g = a->space.gran;
+  int keep = keeps(a, wait);
   cand c = {.klo = keep_lo / g,
             .khi = round_up(keep_hi, g) / g,
             .a = a,
             .hold = wait ? 0 : a->cfg.expandable_move_hold,
-            .keep = keeps(a, wait),
-            .edge = keeps(a, wait) && a->pol.large_page != g};
+            .keep = keep,
+            .edge = keep && a->pol.large_page != g};
   if (c.keep)
     for (ga_segment *s = a->space.segs; s; s = s->next)
       if (s->expandable && s->keep_mapped) {

@@ -128,6 +128,18 @@ static struct ga_fence *fence_of(ga_allocator_t *a, ga_stream_t s, int create) {
   return &a->pol.streams.fences[a->pol.streams.nfences++];
 }
 
+/* Records f's event on its stream now: everything freed until now is idle
+ * once it completes. 0, or -1 when no event could be had or recorded. */
+static int fence_record(ga_allocator_t *a, struct ga_fence *f) {
+  if (!f->ev && event_get(a, &f->ev)) return -1;
+  if (ga_dev_event_record(a->dev, f->ev, f->stream) == 0) {
+    f->ev_seq = a->pol.streams.free_clock;
+    return 0;
+  }
+  f->ev_seq = 0;
+  return -1;
+}
+
 int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int wait, int *idle,
                            int *waited) {
   struct ga_fence *f = fence_of(a, stream, 1);
@@ -138,16 +150,10 @@ int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_
     return *idle = 1, 0;
   }
   /* A fence recorded now passes at once on a stream with nothing queued. */
-  if (f && (!f->ev || f->ev_seq < free_seq) && (f->ev || event_get(a, &f->ev) == 0)) {
-    if (ga_dev_event_record(a->dev, f->ev, stream) == 0) {
-      f->ev_seq = a->pol.streams.free_clock;
-      if (ga_dev_event_query(a->dev, f->ev) == 0) {
-        f->safe_seq = f->ev_seq;
-        return *idle = 1, 0;
-      }
-    } else {
-      f->ev_seq = 0;
-    }
+  if (f && (!f->ev || f->ev_seq < free_seq) && fence_record(a, f) == 0 &&
+      ga_dev_event_query(a->dev, f->ev) == 0) {
+    f->safe_seq = f->ev_seq;
+    return *idle = 1, 0;
   }
   if (!wait) return 0;
   int rc = ga_dev_stream_synchronize(a->dev, stream);
@@ -163,11 +169,7 @@ void ga_stream_fences_refresh_locked(ga_allocator_t *a) {
   for (int i = 0; i < a->pol.streams.nfences; i++) {
     struct ga_fence *f = &a->pol.streams.fences[i];
     if (f->ev && f->ev_seq == a->pol.streams.free_clock) continue; /* nothing freed since */
-    if (!f->ev && event_get(a, &f->ev)) continue;
-    if (ga_dev_event_record(a->dev, f->ev, f->stream) == 0)
-      f->ev_seq = a->pol.streams.free_clock;
-    else
-      f->ev_seq = 0;
+    (void)fence_record(a, f);
   }
 }
 
