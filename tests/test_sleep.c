@@ -194,3 +194,44 @@ Test(sleep, a_refused_sleep_makes_no_device_call) {
   cr_assert_eq(ga_release_pool(fx_a, 5), GA_OK);
   fx_free(p);
 }
+
+/* expandable_policy:pytorch maps whole 20 MiB pages, aligned in the segment.
+ * After a wake every granule is a mapping of its own, so frees and
+ * empty_cache leave holes between live allocations. A grow that starts in
+ * one hole is rounded up to the end of the page: it must map only up to the
+ * end of its own run of free and unmapped blocks, never past a live
+ * allocation into the next hole (whose free neighbour is still in the free
+ * tree, and would be merged there and lost). */
+Test(sleep, pytorch_policy_grows_within_its_run_after_a_wake, .timeout = 20) {
+  fx_open("expandable_segments:True,expandable_policy:pytorch", 256 * MiB);
+  static const size_t sizes[5] = {2 * MiB, 6 * MiB, 4 * MiB, 6 * MiB, 2 * MiB};
+  char *p[5];
+  for (int i = 0; i < 5; i++) {
+    p[i] = fx_alloc(sizes[i]); /* one page: [A 2][B 6][C 4][D 6][F 2] */
+    cr_assert_eq(ga_tag(fx_a, p[i], "kv"), GA_OK);
+    fx_fill(p[i], sizes[i], (unsigned)i);
+  }
+  cr_assert_eq(p[4] + 2 * MiB - p[0], 20 * MiB, "the five fill one page");
+  cr_assert_eq(ga_sleep(fx_a, "kv", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  fx_free(p[1]);
+  fx_free(p[3]);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK); /* holes where B and D were */
+  fx_free(p[4]);                             /* F: a free block in the tree, after D's hole */
+  cr_assert_eq(ga_check(fx_a), 0);
+  char *x = fx_alloc(5 * MiB); /* too large for F: grows into B's hole */
+  cr_assert_eq(ga_check(fx_a), 0, "the grow broke an invariant (see stderr)");
+  cr_assert_eq(x, p[1], "served from B's hole");
+  fx_fill(x, 5 * MiB, 7);
+  char *y = fx_alloc(8 * MiB); /* D's hole and F together, or new memory: never overlapping */
+  cr_assert_eq(ga_check(fx_a), 0);
+  cr_assert(y >= x + 5 * MiB || y + 8 * MiB <= x, "overlapping allocations: %p and %p", (void *)x, (void *)y);
+  fx_fill(y, 8 * MiB, 8);
+  cr_assert(fx_verify(p[0], sizes[0], 0) && fx_verify(p[2], sizes[2], 2),
+            "the woken allocations kept their bytes");
+  cr_assert(fx_verify(x, 5 * MiB, 7) && fx_verify(y, 8 * MiB, 8));
+  fx_free(x);
+  fx_free(y);
+  fx_free(p[0]);
+  fx_free(p[2]);
+}

@@ -264,6 +264,14 @@ static void run_trees(ga_allocator_t *a, ga_block *run, uintptr_t hi, int into, 
   }
 }
 
+/* The end of the run of FREE and UNMAPPED blocks that starts at b: a grow
+ * maps nothing past it (a live block ends it, and the FREE blocks beyond are
+ * in their trees). */
+static uintptr_t run_end(const ga_block *b) {
+  while (b->next && (b->next->state == GA_BLOCK_FREE || b->next->state == GA_BLOCK_UNMAPPED)) b = b->next;
+  return b->ptr + b->size;
+}
+
 /* Where mapping for [run, hi_g) may reach: the end of the UNMAPPED block
  * holding hi_g's last granule (the rest of a handle is mapped as a free tail). */
 static uintptr_t reach(const ga_block *run, uintptr_t hi_g, int extend) {
@@ -290,8 +298,10 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
   /* Growing again after memory moved out: it swings (see above). */
   int swing = run->seg->gave && !pytorch && keeps(a, 0);
   run->seg->gave = 0;
-  if (pytorch) /* PyTorch maps whole pages, aligned in the segment */
-    hi = hi_g = run->seg->base + round_up(hi - run->seg->base, page);
+  if (pytorch) { /* PyTorch maps whole pages, aligned in the segment, but never past the run */
+    uintptr_t page_end = run->seg->base + round_up(hi - run->seg->base, page), end = run_end(run);
+    hi = hi_g = page_end < end ? page_end : end;
+  }
   size_t n = 0;
   for (ga_block *b = run; b && b->ptr < hi; b = b->next)
     if (b->state == GA_BLOCK_UNMAPPED)
