@@ -53,7 +53,7 @@ def library():
 
 def last_error():
     """The text of this thread's last gardenalloc failure."""
-    return library().ga_last_error().decode()
+    return library().ga_last_error().decode("utf-8", "backslashreplace")
 
 
 def configuration():
@@ -64,7 +64,7 @@ def configuration():
     named on stderr then."""
     source = ctypes.c_char_p()
     conf = library().ga_torch_config(ctypes.byref(source))
-    return conf.decode(), source.value.decode()
+    return conf.decode("utf-8", "backslashreplace"), source.value.decode()
 
 
 def _allocator(device):
@@ -75,10 +75,20 @@ def _allocator(device):
 
 
 def _json(fn, a):
-    n = fn(a, None, 0)
-    buf = ctypes.create_string_buffer(n + 1)
-    fn(a, buf, n + 1)
-    return json.loads(buf.value.decode())
+    """The JSON text `fn` (ga_stats_json or ga_snapshot_json) writes for `a`.
+    The size is asked first; when the text grew before the second call (another
+    thread allocated in between), the buffer is made larger and the call made
+    again, so the text is never cut short."""
+    m = n = fn(a, None, 0)
+    while m:
+        buf = ctypes.create_string_buffer(n + 1)
+        m = fn(a, buf, n + 1)
+        if m <= n:
+            break
+        n = m + m // 4
+    if not m:
+        raise RuntimeError(last_error() or "gardenalloc wrote no JSON")
+    return json.loads(buf.raw[:m].decode("utf-8", "replace"))
 
 
 def memory_stats(device=0):

@@ -107,8 +107,7 @@ def read_input(path, device):
     facts["kind"] = "snapshot"
     reserved = 0
     for _, seg in _trace.segments_of(snap, device):
-        size = seg.get("total_size")
-        reserved += size if isinstance(size, int) and not isinstance(size, bool) else 0
+        reserved += _trace._number_or_none(seg.get("total_size")) or 0
     facts["reserved_at_snapshot"] = reserved
     tmp = tempfile.mkdtemp(prefix="gardenalloc-doctor-")
     csv = os.path.join(tmp, os.path.splitext(os.path.basename(path))[0] + ".csv")
@@ -354,11 +353,7 @@ def write_html(path, title, lines, settings, res, capacity):
     for i, s in enumerate(settings):
         body.append(chart(s, res[s[0]], capacity, COLOURS[i % len(COLOURS)], ymin, ymax))
     body.append("</div></body></html>")
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".doctor.", dir=d)
-    with os.fdopen(fd, "w") as f:
-        f.write("\n".join(body))
-    os.replace(tmp, path)
+    _trace.write_file(path, lambda f: f.write("\n".join(body)))
 
 
 def main(argv=None, prog="gardenalloc doctor"):
@@ -390,7 +385,10 @@ def main(argv=None, prog="gardenalloc doctor"):
         else:
             print("\n".join(lines))
         if args.html:
-            write_html(args.html, args.input, lines, settings, res, capacity)
+            try:
+                write_html(args.html, args.input, lines, settings, res, capacity)
+            except OSError as e:
+                raise DoctorError("cannot write %s: %s" % (args.html, e.strerror or e))
             if not args.json:
                 print("\ncurves: %s" % args.html)
     except DoctorError as e:

@@ -63,6 +63,13 @@ def main(argv=None, prog="gardenalloc run"):
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         ap.error("no PROGRAM given")
+    if not cmd[0]:
+        ap.error("PROGRAM is empty ('')")
+    what, value = ("--conf", args.conf) if args.conf is not None else \
+        ("GARDENALLOC_CONF", os.environ.get("GARDENALLOC_CONF"))
+    if not_utf8(value):
+        print("%s: %s %s" % (prog, what, not_utf8(value)), file=sys.stderr)
+        return 2
     try:
         env = environment(args.conf)
     except OSError as e:
@@ -72,7 +79,8 @@ def main(argv=None, prog="gardenalloc run"):
     if conf is not None:
         lib = _lib.load()
         if lib.ga_config_validate(conf.encode()) != 0:
-            print("%s: GARDENALLOC_CONF=%r: %s" % (prog, conf, lib.ga_last_error().decode()), file=sys.stderr)
+            print("%s: GARDENALLOC_CONF=%r: %s" % (prog, conf, lib.ga_last_error().decode("utf-8", "replace")),
+                  file=sys.stderr)
             return 2
     sys.stdout.flush()
     sys.stderr.flush()
@@ -81,6 +89,22 @@ def main(argv=None, prog="gardenalloc run"):
     except OSError as e:
         print("%s: cannot run %s: %s" % (prog, cmd[0], e.strerror or e), file=sys.stderr)
         return 127 if isinstance(e, FileNotFoundError) else 126
+    except ValueError as e:  # an argument the system cannot pass (a NUL byte)
+        print("%s: cannot run %r: %s" % (prog, cmd[0], e), file=sys.stderr)
+        return 126
+
+
+def not_utf8(value):
+    """Why a configuration string cannot be used when it holds bytes that are
+    not UTF-8 (the shell gave them; Python keeps them as surrogates), or None."""
+    if value is None:
+        return None
+    try:
+        value.encode("utf-8")
+        return None
+    except UnicodeEncodeError:
+        return ("%r holds bytes that are not UTF-8 text: a configuration is key:value text (`ga-bench keys` "
+                "lists the keys)" % os.fsencode(value))
 
 
 if __name__ == "__main__":

@@ -21,12 +21,13 @@ one device that has a trace is taken (several: choose one).
 """
 import argparse
 import datetime
+import errno
 import io
 import json
 import os
 import pickle
+import stat
 import sys
-import tempfile
 
 HEADER = ["Thread", "Time", "Action", "Pointer", "Size", "Stream"]
 
@@ -59,6 +60,8 @@ def loads(data, name="snapshot"):
     if head[:1] in (b"{", b"["):
         try:
             return json.loads(data.decode("utf-8"))
+        except RecursionError:
+            raise SnapshotError("%s nests deeper than any snapshot does" % name)
         except (ValueError, UnicodeDecodeError) as e:
             raise SnapshotError("%s looks like JSON but does not parse: %s" % (name, e))
     if not data:
@@ -89,15 +92,36 @@ def load(path):
 # ---- Checking the shape ----
 
 
+# The largest size, address, stream or time a snapshot holds (PyTorch writes
+# them from 64-bit integers).
+MAX_NUMBER = (1 << 64) - 1
+
+
 def _kind(v):
-    return "%r (%s)" % (v, type(v).__name__) if not isinstance(v, (dict, list)) else type(v).__name__
+    """What `v` is, for a message, in a few words whatever it holds: a value
+    is shown cut short, a container by its length, never written out (a
+    deeply nested or huge one could not be)."""
+    if isinstance(v, (dict, list)):
+        return type(v).__name__
+    if isinstance(v, (tuple, set, frozenset)):
+        return "a %s of %d items" % (type(v).__name__, len(v))
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return "a %snumber of about %d digits (int)" % ("negative " if v < 0 else "", v.bit_length() * 0.30103 + 1)
+    if isinstance(v, (str, bytes, bytearray)) and len(v) > 40:
+        return "%r... (%s of %d)" % (v[:40], type(v).__name__, len(v))
+    if isinstance(v, (str, bytes, bytearray, int, float, bool, complex)) or v is None:
+        return "%r (%s)" % (v, type(v).__name__)
+    return type(v).__name__
 
 
 def _int(v, where, minimum=0):
     if isinstance(v, bool) or not isinstance(v, int):
         raise SnapshotError("%s: expected a whole number, got %s" % (where, _kind(v)))
     if v < minimum:
-        raise SnapshotError("%s: %d is negative" % (where, v))
+        raise SnapshotError("%s: %s is negative" % (where, _kind(v).replace(" (int)", "")))
+    if v > MAX_NUMBER:
+        raise SnapshotError("%s: %s is larger than any size, address or time (2^64)"
+                            % (where, _kind(v).replace(" (int)", "")))
     return v
 
 
@@ -206,12 +230,23 @@ def _events(snap, device):
 
 
 def _live_blocks(snap, device):
-    """(address, requested bytes, stream) of the active blocks of the device."""
+    """(address, requested bytes, stream) of the active blocks of the device.
+    Each segment has blocks of its own: a blocks list that several segments
+    share (a pickle can repeat one list through its memo at the cost of a few
+    bytes, so a small file would make N segments x M blocks of work) is
+    refused, which keeps the work linear in the file's size."""
     out = []
+    owner = {}
     for where, seg in segments_of(snap, device):
         addr = _int(_get(seg, "address", where), where + "['address']")
         stream = _int(_get(seg, "stream", where, 0), where + "['stream']")
-        for j, b in enumerate(_list(_get(seg, "blocks", where, []), where + "['blocks']")):
+        blocks = _list(_get(seg, "blocks", where, []), where + "['blocks']")
+        if blocks:
+            first = owner.setdefault(id(blocks), (where, blocks))[0]
+            if first != where:
+                raise SnapshotError("%s and %s share one list of blocks: each segment of a snapshot has its own "
+                                    "(this pickle repeats one list through its memo)" % (first, where))
+        for j, b in enumerate(blocks):
             bw = "%s['blocks'][%d]" % (where, j)
             size = _int(_get(b, "size", bw), bw + "['size']")
             state = _get(b, "state", bw)
@@ -269,34 +304,103 @@ def convert(snap, device=0):
     return rows
 
 
+def _number_or_none(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_NUMBER else None
+
+
+def _plain(v):
+    """A setting's value when it is plain (a string, number, bool or None, or
+    a short list of those), else None: what a report may print or dump."""
+    if isinstance(v, (str, float, bool)) or v is None:
+        return v[:1000] if isinstance(v, str) else v
+    if isinstance(v, int):
+        return _number_or_none(v)
+    if isinstance(v, (list, tuple)) and len(v) <= 64 and all(
+            isinstance(x, (str, float, bool)) or _number_or_none(x) is not None for x in v):
+        return [x[:1000] if isinstance(x, str) else x for x in v]
+    return None
+
+
 def summary(snap, device):
-    """A few facts of the device's trace: events, OOMs, devices with traces."""
+    """A few facts of the device's trace: events, OOMs, devices with traces,
+    and the snapshot's allocator settings (their plain values only). Numbers
+    that are not sizes (negative, past 2^64, not integers) read as None."""
     traces = traces_of(snap)
     ooms = [e for e in traces[device] if isinstance(e, dict) and e.get("action") == "oom"]
+    raw = snap.get("allocator_settings")
+    settings = {}
+    if isinstance(raw, dict):
+        for k, v in list(raw.items())[:256]:
+            if isinstance(k, str) and len(k) <= 200:
+                settings[k] = _plain(v)
     return {
         "device": device,
         "devices_with_trace": [d for d, t in enumerate(traces) if len(t)],
         "ooms": len(ooms),
-        "oom_device_free": [e.get("device_free") for e in ooms],
-        "oom_sizes": [e.get("size") for e in ooms],
-        "settings": snap.get("allocator_settings") if isinstance(snap.get("allocator_settings"), dict) else {},
+        "oom_device_free": [_number_or_none(e.get("device_free")) for e in ooms],
+        "oom_sizes": [_number_or_none(e.get("size")) for e in ooms],
+        "settings": settings,
     }
 
 
-def write_csv(rows, path):
-    """Writes the rows to a temporary file beside `path`, then renames it, so
-    a failure never leaves a half-written trace."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=d)
+def _target(path):
+    """The file that writing `path` replaces, and the mode to give it (None:
+    a new file, created with the umask's). Only a new file or an existing
+    regular file is written, through a symbolic link when `path` is one;
+    anything else (a device such as /dev/null, a folder, a pipe, a link to
+    nothing) is an OSError, since the file renamed over it would destroy it."""
+    real = os.path.realpath(path)
+    link = "" if real == os.path.abspath(path) else "a link to %s, " % real
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise OSError(errno.ENOENT, "it is %swhich does not exist" % link)
+        return real, None
+    if not stat.S_ISREG(st.st_mode):
+        m = st.st_mode
+        what = ("a folder" if stat.S_ISDIR(m) else "a device" if stat.S_ISCHR(m) or stat.S_ISBLK(m) else
+                "a pipe" if stat.S_ISFIFO(m) else "a socket" if stat.S_ISSOCK(m) else "not a file")
+        raise OSError(errno.EEXIST, "it is %s%s; only a new file or a regular file is written" % (link, what))
+    return real, stat.S_IMODE(st.st_mode)
+
+
+def write_file(path, write):
+    """Writes a file whole or not at all: write(f) fills a temporary file
+    beside the target, which is then renamed over it, so a failure never
+    leaves half a file. The target must be new or a regular file (_target);
+    an existing one keeps its mode, a new one gets the umask's. OSError says
+    what went wrong."""
+    real, mode = _target(path)
+    d, base = os.path.split(real)
+    for _ in range(100):
+        tmp = os.path.join(d, ".%s.%s.tmp" % (base, os.urandom(4).hex()))
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise OSError(errno.EEXIST, "no free temporary name in %s" % d)
     try:
         with os.fdopen(fd, "w") as f:
-            for r in rows:
-                f.write(",".join(r) + "\n")
-        os.replace(tmp, path)
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            write(f)
+        _target(path)  # still new or a regular file when it is replaced
+        os.replace(tmp, real)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_csv(rows, path):
+    """Writes the rows to `path` whole or not at all (write_file)."""
+    def put(f):
+        for r in rows:
+            f.write(",".join(r) + "\n")
+    write_file(path, put)
 
 
 def main(argv=None, prog="python -m gardenalloc.trace"):

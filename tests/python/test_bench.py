@@ -18,6 +18,11 @@ TRACE = "Thread,Time,Action,Pointer,Size,Stream\n" + "".join(
     for i in range(1, 40)) + "1,0,allocate,0x100,%d,0\n" % (30 << 20)
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def run(args, cwd, check=True):
     r = subprocess.run([BENCH] + args, cwd=cwd, capture_output=True, text=True)
     if check and r.returncode != 0:
@@ -49,24 +54,24 @@ class Results(unittest.TestCase):
             cmd = f.read().strip()
         with open(os.path.join(out, "t 1.svg")) as f:
             self.assertIn("<desc>", f.read())
-        first = open(os.path.join(out, "run.csv")).read()
+        first = read(os.path.join(out, "run.csv"))
         os.remove(os.path.join(out, "run.csv"))
         subprocess.run(cmd, shell=True, check=True, capture_output=True, cwd="/")
-        again = open(os.path.join(out, "run.csv")).read()
+        again = read(os.path.join(out, "run.csv"))
         strip = lambda t: [",".join(l.split(",")[:-2]) for l in t.splitlines()]  # noqa: E731 (timings differ)
         self.assertEqual(strip(again), strip(first))
 
     def test_a_failed_run_keeps_the_old_results(self):
         out = os.path.join(self.d, "res")
         run(["run", "--trace", self.trace, "--out", out], cwd=self.d)
-        before = {n: open(os.path.join(out, n)).read() for n in os.listdir(out)}
+        before = {n: read(os.path.join(out, n)) for n in os.listdir(out)}
         bad = os.path.join(self.d, "bad.csv")
         with open(bad, "w") as f:
             f.write("Thread,Time,Action,Pointer,Size,Stream\n1,0,free,0x9,100,0\n")
         r = run(["run", "--trace", self.trace, "--trace", bad, "--out", out], cwd=self.d, check=False)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("the results in %s are unchanged" % out, r.stderr)
-        after = {n: open(os.path.join(out, n)).read() for n in os.listdir(out)}
+        after = {n: read(os.path.join(out, n)) for n in os.listdir(out)}
         self.assertEqual(after, before)
 
     def test_replay_side_by_side_with_json_and_the_first_oom(self):

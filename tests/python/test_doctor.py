@@ -117,6 +117,26 @@ class Doctor(unittest.TestCase):
                 self.assertTrue(err.startswith("gardenalloc doctor: "), err)
                 self.assertIn(msg, err)
 
+    def test_the_page_is_written_only_where_a_file_may_be(self):
+        import stat
+        with tempfile.TemporaryDirectory() as d:
+            fifo = os.path.join(d, "fifo")
+            os.mkfifo(fifo)
+            rc, out, err = run([TRAINING, "--capacity-gib", "80", "--html", fifo])
+            self.assertEqual(rc, 2)
+            self.assertEqual(err, "gardenalloc doctor: cannot write %s: it is a pipe; only a new file or a regular "
+                                  "file is written\n" % fifo)
+            self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+            self.assertEqual(os.listdir(d), ["fifo"], "no temporary file is left")
+            page = os.path.join(d, "page.html")
+            umask = os.umask(0o022)
+            try:
+                rc, out, err = run([TRAINING, "--capacity-gib", "80", "--html", page])
+            finally:
+                os.umask(umask)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(os.stat(page).st_mode & 0o777, 0o644, "a new page gets the umask's mode")
+
     def test_as_a_command(self):
         r = subprocess.run([sys.executable, "-m", "gardenalloc", "doctor", TRAINING, "--capacity-gib", "80"],
                            capture_output=True, text=True, cwd=support.SHIM)

@@ -208,6 +208,22 @@ class Run(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("no PROGRAM given", r.stderr)
 
+    def test_an_empty_program_and_a_configuration_that_is_not_text(self):
+        r = gardenalloc_run(["--", ""])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("gardenalloc run: error: PROGRAM is empty ('')", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        r = gardenalloc_run(["--conf", os.fsdecode(b"expandable_segments:\xff"), "--", "true"])
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr, "gardenalloc run: --conf b'expandable_segments:\\xff' holds bytes that are not "
+                                   "UTF-8 text: a configuration is key:value text (`ga-bench keys` lists the keys)\n")
+        env = env_for()
+        env["GARDENALLOC_CONF"] = os.fsdecode(b"backend:sim\xfe")
+        r = gardenalloc_run(["--", "true"], env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("gardenalloc run: GARDENALLOC_CONF b'backend:sim\\xfe' holds bytes that are not UTF-8", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+
     def test_the_command_line(self):
         boot = "import sys; sys.path.insert(0, %r); from gardenalloc.__main__ import main; sys.exit(main())" % SHIM
         r = subprocess.run([sys.executable, "-c", boot, "nope"], capture_output=True, text=True)

@@ -207,6 +207,88 @@ class Snapshot(unittest.TestCase):
         lib.ga_torch_free(keep, 7 << 20, 0, None)
 
 
+class Racing(unittest.TestCase):
+    """snapshot() and memory_stats() size their text with one call and fill
+    it with a second: text that grows in between (another thread allocated)
+    must not come back cut short (issue 21)."""
+
+    def grow_between(self, name):
+        """Runs gardenalloc's call with `name` wrapped so that 60 blocks are
+        allocated right after the sizing call; returns their pointers."""
+        real = getattr(lib, name)
+        held = []
+
+        def racing(a, buf, cap):
+            n = real(a, buf, cap)
+            if buf is None and not held:
+                held.extend(lib.ga_torch_alloc_nothrow(4096 + 512 * i, 0, None) for i in range(60))
+            return n
+
+        setattr(lib, name, racing)
+        return real, held
+
+    def test_a_snapshot_that_grows_while_it_is_written(self):
+        real, held = self.grow_between("ga_snapshot_json")
+        try:
+            snap = gardenalloc.snapshot()
+        finally:
+            lib.ga_snapshot_json = real
+        try:
+            live = {b["address"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"}
+            self.assertTrue(set(held) <= live, "every block allocated between the two calls is in the snapshot")
+        finally:
+            for i, p in enumerate(held):
+                lib.ga_torch_free(p, 4096 + 512 * i, 0, None)
+
+    def test_stats_that_grow_while_they_are_written(self):
+        before = gardenalloc.memory_stats()["allocation.all.allocated"]
+        real, held = self.grow_between("ga_stats_json")
+        try:
+            s = gardenalloc.memory_stats()
+        finally:
+            lib.ga_stats_json = real
+        for i, p in enumerate(held):
+            lib.ga_torch_free(p, 4096 + 512 * i, 0, None)
+        self.assertEqual(s["allocation.all.allocated"], before + 60)
+
+    def test_snapshots_while_other_threads_allocate(self):
+        stop = threading.Event()
+        errors = []
+
+        def work(seed):
+            r = random.Random(seed)
+            live = []
+            while not stop.is_set():
+                if len(live) > 100 or (live and r.random() < 0.45):
+                    p, n = live.pop(r.randrange(len(live)))
+                    lib.ga_torch_free(p, n, 0, None)
+                else:
+                    n = r.choice([100, 3000, 70000, 1 << 20])
+                    p = lib.ga_torch_alloc_nothrow(n, 0, None)
+                    if p:
+                        live.append((p, n))
+                    else:
+                        errors.append(gardenalloc.last_error())
+            for p, n in live:
+                lib.ga_torch_free(p, n, 0, None)
+
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(60):
+                try:
+                    gardenalloc.snapshot()
+                    gardenalloc.memory_stats()
+                except ValueError as e:
+                    errors.append(str(e))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        self.assertEqual(errors, [])
+
+
 class Converter(unittest.TestCase):
     def test_a_real_trace_survives_snapshot_and_conversion(self):
         src = os.path.join(SHARED, "traces", "pytorch_snapshots", "cs336_medium_ctx128_inference.csv")

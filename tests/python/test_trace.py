@@ -359,5 +359,154 @@ class Malformed(unittest.TestCase):
             self.assertTrue(r.stderr.startswith("gardenalloc.trace: "), r.stderr)
 
 
+def deep_tuple_pickle(depth):
+    """A pickle of small_snapshot() whose first event is a tuple nested
+    `depth` deep (opcodes written out: pickle.dumps itself recurses)."""
+    snap = small_snapshot()
+    snap["device_traces"][0][0] = "PLACEHOLDER"
+    data = pickle.dumps(snap, protocol=2)
+    text = b"X\x0b\x00\x00\x00PLACEHOLDER"  # BINUNICODE of the string
+    assert data.count(text) == 1
+    return data.replace(text, b"(" * depth + b"K\x01" + b"t" * depth)
+
+
+class HostileInput(unittest.TestCase):
+    """Snapshots made to cost time or memory, or to break the error message:
+    each is refused in one line (issue 21: memo sharing, huge numbers, deep
+    nesting)."""
+
+    def refused(self, data, text):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "o.csv")
+            rc, _, err = run_main([write(d, "s.bin", data), out])
+            self.assertEqual(rc, 2, err)
+            self.assertEqual(err.count("\n"), 1, err)
+            self.assertTrue(err.startswith("gardenalloc.trace: "), err)
+            self.assertIn(text, err)
+            self.assertFalse(os.path.exists(out))
+        return err
+
+    def test_segments_sharing_one_blocks_list_through_the_memo(self):
+        blocks = [{"address": i << 21, "size": 2 << 20, "requested_size": 1, "state": "active_allocated"}
+                  for i in range(400)]
+        snap = small_snapshot()
+        snap["segments"] = [{"device": 0, "address": 0, "total_size": 2000 << 20, "stream": 0, "blocks": blocks}
+                            for _ in range(400)]
+        data = pickle.dumps(snap, protocol=4)
+        self.assertLess(len(data), 40000, "the memo makes 160,000 blocks out of a small file")
+        self.refused(data, "segments[0] and segments[1] share one list of blocks")
+        # The same dict repeated (blocks and all) is the same list again.
+        snap["segments"] = [snap["segments"][0]] * 400
+        self.refused(pickle.dumps(snap, protocol=4), "share one list of blocks")
+
+    def test_a_shared_empty_blocks_list_is_harmless(self):
+        snap = small_snapshot()
+        empty = []
+        snap["segments"] += [{"device": 0, "address": i << 30, "stream": 0, "blocks": empty} for i in range(2, 5)]
+        with tempfile.TemporaryDirectory() as d:
+            rc, _, err = run_main([write(d, "s.pickle", snap), os.path.join(d, "o.csv")])
+            self.assertEqual(rc, 0, err)
+
+    def test_a_five_thousand_digit_number(self):
+        for key in ("size", "addr", "stream", "time_us"):
+            snap = small_snapshot()
+            snap["device_traces"][0][0][key] = 10 ** 5000
+            err = self.refused(pickle.dumps(snap, protocol=4), "device_traces[0][0]['%s']: a number of about 5001 "
+                               "digits is larger than any size" % key)
+            self.assertLess(len(err), 300)
+        snap = small_snapshot()
+        snap["segments"][0]["blocks"][0]["size"] = -10 ** 5000
+        self.refused(pickle.dumps(snap, protocol=4), "a negative number of about 5001 digits is negative")
+        snap = small_snapshot()
+        snap["device_traces"][0][0]["size"] = "9" * 5000
+        err = self.refused(pickle.dumps(snap, protocol=4), "expected a whole number, got '9999")
+        self.assertIn("(str of 5000)", err)
+        self.assertLess(len(err), 300)
+
+    def test_a_deeply_nested_tuple_where_an_event_belongs(self):
+        err = self.refused(deep_tuple_pickle(100000), "device_traces[0][0]: expected a dict, got a tuple of 1 items")
+        self.assertLess(len(err), 200)
+
+    def test_json_nested_two_hundred_thousand_deep(self):
+        self.refused(b"[" * 200000 + b"]" * 200000, "nests deeper than any snapshot does")
+        self.refused(b'{"device_traces": ' + b"[" * 200000 + b"]" * 200000 + b"}", "nests deeper")
+
+    def test_settings_and_oom_facts_keep_only_plain_values(self):
+        snap = small_snapshot()
+        deep = []
+        for _ in range(30):  # 2^30 leaves through shared lists: never walked
+            deep = [deep, deep]
+        snap["allocator_settings"] = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128", "deep": deep,
+                                      "big": 10 ** 5000, "roundup_power2_divisions": [1, 2], 7: "x"}
+        snap["device_traces"][0][3]["device_free"] = 10 ** 5000
+        facts = trace.summary(snap, 0)
+        self.assertTrue(facts["settings"].get("deep", 0) is None, "the shared lists are dropped")  # no repr of them
+        self.assertEqual(facts["settings"], {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128", "deep": None,
+                                             "big": None, "roundup_power2_divisions": [1, 2]})
+        self.assertEqual(facts["oom_device_free"], [None])
+        json.dumps(facts)
+
+
+class Output(unittest.TestCase):
+    """OUT is written only where it is new or a regular file (issue 21): a
+    device, a pipe or a folder is never replaced by the converted file."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        self.snap = write(self.d, "s.pickle", small_snapshot())
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_a_pipe_a_folder_or_a_link_to_one_is_left_alone(self):
+        import stat
+        fifo = os.path.join(self.d, "fifo")
+        os.mkfifo(fifo)
+        folder = os.path.join(self.d, "folder")
+        os.mkdir(folder)
+        link = os.path.join(self.d, "link")
+        os.symlink(fifo, link)
+        dangling = os.path.join(self.d, "dangling")
+        os.symlink(os.path.join(self.d, "nothing"), dangling)
+        for out, what in ((fifo, "it is a pipe; only a new file or a regular file is written"),
+                          (folder, "it is a folder"), (link, "it is a link to %s, a pipe" % fifo),
+                          (dangling, "it is a link to %s, which does not exist" % os.path.join(self.d, "nothing")), ("/dev/null", "it is a device")):
+            rc, _, err = run_main([self.snap, out])
+            self.assertEqual(rc, 2, (out, err))
+            self.assertEqual(err.count("\n"), 1, err)
+            self.assertIn("cannot write %s: %s" % (out, what), err)
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode), "the pipe is still a pipe")
+        self.assertTrue(stat.S_ISLNK(os.lstat(link).st_mode))
+        self.assertTrue(stat.S_ISCHR(os.stat("/dev/null").st_mode))
+        self.assertEqual(os.listdir(folder), [])
+        self.assertEqual(sorted(os.listdir(self.d)), ["dangling", "fifo", "folder", "link", "s.pickle"],
+                         "no temporary file is left")
+
+    def test_a_regular_file_keeps_its_mode_a_new_one_gets_the_umask(self):
+        old = os.path.join(self.d, "old.csv")
+        with open(old, "w") as f:
+            f.write("x\n")
+        os.chmod(old, 0o640)
+        target = os.path.join(self.d, "target.csv")
+        with open(target, "w") as f:
+            f.write("y\n")
+        link = os.path.join(self.d, "link.csv")
+        os.symlink(target, link)
+        new = os.path.join(self.d, "new.csv")
+        umask = os.umask(0o022)
+        try:
+            for out in (old, link, new):
+                rc, _, err = run_main([self.snap, out])
+                self.assertEqual(rc, 0, err)
+        finally:
+            os.umask(umask)
+        self.assertEqual(os.stat(old).st_mode & 0o777, 0o640)
+        self.assertEqual(os.stat(new).st_mode & 0o777, 0o644)
+        self.assertTrue(os.path.islink(link), "the link stays a link; its target is written")
+        self.assertEqual(rows_of(target)[0], trace.HEADER)
+        self.assertEqual(rows_of(old), rows_of(new))
+
+
 if __name__ == "__main__":
     unittest.main()
