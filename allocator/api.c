@@ -95,7 +95,7 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
 /* Parses conf; a bad string is GA_ERR_CONFIG with the parser's message
  * (after "fn: " when fn is given). */
 static ga_status_t parse(const char *fn, const char *conf, ga_config *cfg) {
-  char err[512];
+  char err[GA_CONFIG_ERR_LEN];
   if (ga_config_parse(conf, cfg, err, sizeof err)) {
     if (fn)
       ga_error_set("%s: %s", fn, err);

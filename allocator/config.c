@@ -393,6 +393,65 @@ static const option options[] = {
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 
+/* ---- Unknown keys ---- */
+
+/* The edit distance between a and b (insertions, deletions, substitutions
+ * and swaps of neighbours count 1), up to 64 characters each; longer words
+ * are "far" (64). */
+static size_t distance(const char *a, size_t n, const char *b, size_t m) {
+  if (n > 64 || m > 64) return 64;
+  size_t d[65][65];
+  for (size_t i = 0; i <= n; i++) d[i][0] = i;
+  for (size_t j = 0; j <= m; j++) d[0][j] = j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  return d[n][m];
+}
+
+/* The option named by the n bytes at s, or NULL. */
+static const option *find(const char *s, size_t n) {
+  for (size_t i = 0; i < NOPTIONS; i++)
+    if (strlen(options[i].name) == n && memcmp(options[i].name, s, n) == 0) return &options[i];
+  return NULL;
+}
+
+void ga_config_unknown_key(const char *key, size_t n, const char *where, char *err, size_t errlen) {
+  char shown_key[80];
+  if (n <= 64)
+    snprintf(shown_key, sizeof shown_key, "%.*s", (int)n, key);
+  else
+    snprintf(shown_key, sizeof shown_key, "%.40s... (%zu characters)", key, n);
+  const char *eq = memchr(key, '=', n);
+  if (eq && find(key, (size_t)(eq - key))) {
+    snprintf(err, errlen,
+             "unrecognized %s key '%s': the separator between a key and its value is ':' (write %.*s:%.*s)",
+             where, shown_key, (int)(eq - key), key, (int)(n - (size_t)(eq - key) - 1), eq + 1);
+    return;
+  }
+  const option *best = NULL;
+  size_t best_d = SIZE_MAX;
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    size_t d = distance(key, n, options[i].name, strlen(options[i].name));
+    if (d < best_d) best_d = d, best = &options[i];
+  }
+  if (best && best_d <= (n / 3 > 2 ? n / 3 : 2)) {
+    snprintf(err, errlen, "unrecognized %s key '%s': did you mean '%s'? (`ga-bench keys` lists every key)",
+             where, shown_key, best->name);
+    return;
+  }
+  /* Nothing close: every key, in full (the buffer is sized for them). */
+  int k = snprintf(err, errlen, "unrecognized %s key '%s' (the keys are", where, shown_key);
+  for (size_t i = 0; i < NOPTIONS && k > 0 && (size_t)k < errlen; i++)
+    k += snprintf(err + k, errlen - (size_t)k, " %s%s", options[i].name, i + 1 < NOPTIONS ? "," : ")");
+}
+
 void ga_config_defaults(ga_config *c) {
   memset(c, 0, sizeof *c);
   c->max_split_size = SIZE_MAX;
@@ -418,9 +477,7 @@ int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {
     for (size_t i = 0; i < NOPTIONS; i++)
       if (tok_is(k, options[i].name)) o = &options[i];
     if (!o) {
-      int n = snprintf(err, errlen, "unrecognized GARDENALLOC_CONF key '%s' (allowed:", x.key);
-      for (size_t i = 0; i < NOPTIONS && n > 0 && (size_t)n < errlen; i++)
-        n += snprintf(err + n, errlen - (size_t)n, " %s%s", options[i].name, i + 1 < NOPTIONS ? "," : ")");
+      ga_config_unknown_key(k->s, k->n, "GARDENALLOC_CONF", err, errlen);
       return GA_DEV_EINVAL;
     }
     if (!colon || !tok_is(colon, ":")) return fail(&x, "expected ':' after the key");

@@ -118,6 +118,17 @@ void ga_config_defaults(ga_config *c);
  * *out untouched). */
 int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen);
 
+/* The message for an unrecognized key (n bytes at `key`, found in the
+ * setting `where`, e.g. "GARDENALLOC_CONF"), never cut short in a buffer of
+ * GA_CONFIG_ERR_LEN bytes: "KEY=VALUE" of a known key is told that the
+ * separator is ':', a key close to one of the table is told its name, and
+ * anything else gets the list of every key. */
+void ga_config_unknown_key(const char *key, size_t n, const char *where, char *err, size_t errlen);
+
+/* Error buffers for parser messages: large enough for the longest one (the
+ * list of every key). */
+#define GA_CONFIG_ERR_LEN 1536
+
 /* Option i of the table (0 <= i): fills what is asked for and returns 1, or
  * returns 0 past the last option. */
 int ga_config_option(int i, const char **name, const char **type, const char **dflt, const char **origin,

@@ -20,12 +20,13 @@ static void usage(FILE *f) {
           "usage:\n"
           "  ga-bench replay PATH... [--conf [NAME=]STR]... [--capacity-mb N] [--size-scale N] [--json]\n"
           "      RMM CSV traces (or folders of them) under each configuration (ga-bench replay --help)\n"
-          "  ga-bench run [--workload NAME]... [--config NAME=CONF]... [--scale S] ...\n"
+          "  ga-bench run [--workload NAME]... [--conf [NAME=]STR]... [--scale S] ...\n"
           "      built-in workloads under several configurations (ga-bench run --help)\n"
           "  ga-bench hotpath [--pairs N] [--threads N]   allocate+free from the cache vs libc\n"
           "  ga-bench drivercost [--backend B] [--reps N]  what each device call costs here\n"
           "  ga-bench keys [--markdown|--json]   the configuration keys\n"
-          "Every command takes --help.\n");
+          "  ga-bench --version\n"
+          "Every command takes --help. STR is a GARDENALLOC_CONF string: key:value,key:value.\n");
 }
 
 /* ---- Baselines from <trace>.meta.json ---- */
@@ -103,10 +104,32 @@ int expand(const char *arg, paths *out) {
 
 /* ---- Configurations ---- */
 
+/* Is the n bytes at s a configuration key? */
+static int is_config_key(const char *s, size_t n) {
+  const char *name;
+  for (int i = 0; ga_config_key(i, &name, NULL, NULL, NULL, NULL); i++)
+    if (strlen(name) == n && memcmp(name, s, n) == 0) return 1;
+  return 0;
+}
+
 int config_add(bench_config **v, size_t *n, const char *arg, const char *who) {
   bench_config c = {0};
+  char kv[sizeof c.conf];
   const char *eq = strchr(arg, '='), *colon = strchr(arg, ':');
-  if (eq && (!colon || eq < colon)) { /* NAME=CONF */
+  if (eq && !colon && !strchr(eq + 1, '=') && !strchr(eq + 1, ',') &&
+      is_config_key(arg, (size_t)(eq - arg))) {
+    /* KEY=VALUE of one key, which no configuration name would be: KEY:VALUE. */
+    snprintf(kv, sizeof kv, "%.*s:%s", (int)(eq - arg), arg, eq + 1);
+    snprintf(c.name, sizeof c.name, "%.*s", (int)sizeof c.name - 1, kv);
+    arg = kv;
+  } else if (eq && (!colon || eq < colon)) { /* NAME=CONF */
+    if (is_config_key(arg, (size_t)(eq - arg))) {
+      fprintf(stderr,
+              "ga-bench %s: '%s': %.*s is a configuration key, and the separator between a key and its value "
+              "is ':' (NAME=STR gives a configuration a name)\n",
+              who, arg, (int)(eq - arg), arg);
+      return -1;
+    }
     if (eq == arg || (size_t)(eq - arg) >= sizeof c.name) {
       fprintf(stderr, "ga-bench %s: '%s': the name before '=' must be 1 to %zu characters\n", who, arg,
               sizeof c.name - 1);
@@ -318,13 +341,6 @@ static int cmd_replay(int argc, char **argv) {
   ga_strbuf cmd = {0};
   bench_command(&cmd, "replay", argc, argv);
   int several = nconfigs > 1, failed = 0, header = 0;
-  if (!json) {
-    if (several) {
-      printf("configurations%s:\n", scale > 1 ? " (sizes scaled)" : "");
-      for (size_t c = 0; c < nconfigs; c++) printf("  %-20s \"%s\"\n", configs[c].name, configs[c].conf);
-    } else
-      printf("configuration: \"%s\"%s\n", configs[0].conf, scale > 1 ? " (sizes scaled)" : "");
-  }
   ga_strbuf ooms = {0};
   for (size_t i = 0; i < p.n; i++) {
     trace t;
@@ -356,7 +372,13 @@ static int cmd_replay(int argc, char **argv) {
                          nsamples ? &smp : NULL};
         json_result(stdout, &j);
       } else {
-        if (!header) {
+        if (!header) { /* above the first result: nothing when every replay failed */
+          if (several) {
+            printf("configurations%s:\n", scale > 1 ? " (sizes scaled)" : "");
+            for (size_t k = 0; k < nconfigs; k++)
+              printf("  %-20s \"%s\"\n", configs[k].name, configs[k].conf);
+          } else
+            printf("configuration: \"%s\"%s\n", configs[0].conf, scale > 1 ? " (sizes scaled)" : "");
           printf("device: %s, %.2f GiB\n", r.backend, gib(r.device_total));
           cost_print(stdout);
           printf("\n");
@@ -441,6 +463,10 @@ int main(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+    printf("ga-bench %s\n", GA_VERSION);
+    return 0;
   }
   if (!strcmp(argv[1], "replay")) return cmd_replay(argc - 2, argv + 2);
   if (!strcmp(argv[1], "keys")) return cmd_keys(argc - 2, argv + 2);

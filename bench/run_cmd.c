@@ -23,14 +23,14 @@ static const bench_config default_configs[] = {
 static void run_usage(FILE *f) {
   fprintf(
       f,
-      "usage: ga-bench run [--workload NAME]... [--trace FILE|DIR]... [--config [NAME=]CONF]...\n"
+      "usage: ga-bench run [--workload NAME]... [--trace FILE|DIR]... [--conf [NAME=]STR]...\n"
       "                    [--scale S] [--seed N] [--size-scale N] [--capacity-mb N] [--cost kind=us,...]\n"
       "                    [--out DIR] [--json] [--y-near-data] [--lag-us L] [--pace-us P]\n"
       "                    [--kernel-us K] [--iterations N]\n"
-      "  Without --workload/--trace every built-in workload runs; without --config the\n"
+      "  Without --workload/--trace every built-in workload runs; without --conf the\n"
       "  configurations native, native_split128, pytorch_expandable (PyTorch's own expandable\n"
       "  segments, expandable_policy:pytorch), expandable, expandable_2m and expandable_nomove\n"
-      "  (expandable_move_pages:when_full) run (--conf is the same option).\n"
+      "  (expandable_move_pages:when_full) run (--config is the same option).\n"
       "  --scale 1 is about 10^4 events per workload, 100 about 10^6; --size-scale multiplies\n"
       "  every size (workloads and traces). --out (default bench/results, made with its parents)\n"
       "  receives run.csv, run.cmd (the command) and one SVG per workload; they replace earlier\n"

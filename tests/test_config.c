@@ -1,6 +1,7 @@
 /* test_config.c — the parser: PyTorch's grammar and meanings, our keys. */
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "config.h"
@@ -130,4 +131,53 @@ Test(config, the_key_table_describes_every_key) {
   cr_assert_geq(n, 15);
   cr_assert(found_backend);
   cr_assert_eq(ga_config_key(-1, NULL, NULL, NULL, NULL, NULL), 0);
+}
+
+/* ga_last_error() after validating `conf`. */
+static const char *refusal(const char *conf) {
+  cr_assert_eq(ga_config_validate(conf), GA_ERR_CONFIG, "'%s' accepted", conf);
+  return ga_last_error();
+}
+
+Test(config, an_unknown_key_is_named_with_the_closest_one_or_all_of_them_in_full) {
+  cr_assert_str_eq(refusal("expandable_segments:True,pinned_use_cuda_host_registe:True"),
+                   "unrecognized GARDENALLOC_CONF key 'pinned_use_cuda_host_registe': did you mean "
+                   "'pinned_use_cuda_host_register'? (`ga-bench keys` lists every key)");
+  cr_assert(strstr(refusal("expandabel_segments:True"), "did you mean 'expandable_segments'?"), "%s",
+            ga_last_error());
+  cr_assert(strstr(refusal("max_split_size:128"), "did you mean 'max_split_size_mb'?"), "%s",
+            ga_last_error());
+  /* KEY=VALUE: the separator is named. */
+  cr_assert_str_eq(
+      refusal("expandable_segments=True"),
+      "unrecognized GARDENALLOC_CONF key 'expandable_segments=True': the separator between a key "
+      "and its value is ':' (write expandable_segments:True)");
+  /* Nothing close: every key, the last one and the closing parenthesis too. */
+  const char *e = refusal("zz:1");
+  cr_assert(
+      strncmp(e, "unrecognized GARDENALLOC_CONF key 'zz' (the keys are backend, sim_capacity_mb,",
+              strlen("unrecognized GARDENALLOC_CONF key 'zz' (the keys are backend, sim_capacity_mb,")) == 0,
+      "%s", e);
+  const char *name;
+  int n = 0;
+  while (ga_config_key(n, &name, NULL, NULL, NULL, NULL)) {
+    cr_assert(strstr(e, name), "'%s' missing from: %s", name, e);
+    n++;
+  }
+  ga_config_key(n - 1, &name, NULL, NULL, NULL, NULL);
+  char tail[96];
+  snprintf(tail, sizeof tail, " %s)", name);
+  cr_assert(strlen(e) > strlen(tail) && strcmp(e + strlen(e) - strlen(tail), tail) == 0, "cut short: %s", e);
+  /* The same words from ga_create, after its own name. */
+  ga_allocator_t *a = NULL;
+  cr_assert_eq(ga_create("zz:1", 0, &a), GA_ERR_CONFIG);
+  cr_assert(strncmp(ga_last_error(), "ga_create: unrecognized", 23) == 0 &&
+                strcmp(ga_last_error() + strlen(ga_last_error()) - strlen(tail), tail) == 0,
+            "%s", ga_last_error());
+  /* A very long key is shown shortened, with its length. */
+  char lng[300];
+  memset(lng, 'q', 200);
+  strcpy(lng + 200, ":1");
+  cr_assert(strstr(refusal(lng), "'qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq... (200 characters)'"), "%s",
+            ga_last_error());
 }

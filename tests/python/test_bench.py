@@ -5,6 +5,7 @@ it makes the same results), several configurations side by side in replay,
 import csv
 import json
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -122,6 +123,59 @@ class Results(unittest.TestCase):
             r = run(args, cwd=self.d, check=False)
             self.assertEqual(r.returncode, 2, args)
             self.assertIn(msg, r.stderr)
+
+@unittest.skipUnless(BENCH, "ga-bench is not built (build/bench/ga-bench)")
+class Settings(unittest.TestCase):
+    """Configuration on ga-bench's command line (issue 22): one option name,
+    KEY=VALUE where it can only mean KEY:VALUE, messages never cut short, a
+    version, and nothing on stdout for a replay that failed."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        self.trace = os.path.join(self.d, "t.csv")
+        with open(self.trace, "w") as f:
+            f.write(TRACE)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_key_equals_value_is_key_colon_value_where_nothing_else_is_meant(self):
+        r = run(["replay", self.trace, "--conf", "expandable_segments=True"], cwd=self.d)
+        self.assertIn('configuration: "expandable_segments:True"', r.stdout)
+        for conf in ("expandable_segments=True,max_split_size_mb=128", "max_split_size_mb=expandable_segments:True"):
+            r = run(["replay", self.trace, "--conf", conf], cwd=self.d, check=False)
+            self.assertEqual(r.returncode, 2, conf)
+            self.assertIn("the separator between a key and its value is ':'", r.stderr)
+        r = run(["replay", self.trace, "--conf", "exp=expandable_segments:True"], cwd=self.d)
+        self.assertIn('configuration: "expandable_segments:True"', r.stdout, "NAME=STR names a configuration")
+
+    def test_an_unknown_key_is_named_in_full_or_with_the_closest(self):
+        r = run(["replay", self.trace, "--conf", "pinned_use_cuda_host_registe:True"], cwd=self.d, check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unrecognized GARDENALLOC_CONF key 'pinned_use_cuda_host_registe': did you mean "
+                      "'pinned_use_cuda_host_register'? (`ga-bench keys` lists every key)\n", r.stderr)
+        r = run(["replay", self.trace, "--conf", "qq:1"], cwd=self.d, check=False)
+        keys = [json.loads(l)["key"] for l in run(["keys", "--json"], cwd=self.d).stdout.splitlines()]
+        self.assertTrue(r.stderr.endswith(" %s)\n" % keys[-1]), r.stderr)
+        for k in keys:
+            self.assertIn(k, r.stderr)
+
+    def test_one_option_name_and_a_version(self):
+        top = run(["--help"], cwd=self.d).stdout
+        self.assertNotIn("--config", top)
+        self.assertIn("ga-bench run [--workload NAME]... [--conf [NAME=]STR]...", top)
+        self.assertIn("[--conf [NAME=]STR]...", run(["run", "--help"], cwd=self.d).stdout)
+        with open(os.path.join(support.REPO, "CMakeLists.txt")) as f:
+            version = re.search(r"project\(gardenalloc VERSION ([0-9.]+)", f.read()).group(1)
+        self.assertEqual(run(["--version"], cwd=self.d).stdout, "ga-bench %s\n" % version)
+
+    def test_nothing_is_printed_for_a_replay_that_failed(self):
+        r = run(["replay", os.path.join(self.d, "missing.csv")], cwd=self.d, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(r.stdout, "")
+        self.assertIn("missing.csv", r.stderr)
+
 
 @unittest.skipUnless(BENCH, "ga-bench is not built (build/bench/ga-bench)")
 class Versus(unittest.TestCase):
