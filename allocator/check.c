@@ -9,7 +9,7 @@
 typedef struct totals {
   int64_t allocation[3], allocated_bytes[3], active[3], active_bytes[3], requested[3];
   int64_t inactive[3], inactive_bytes[3], segment[3], reserved[3];
-  int64_t oversize_alloc, oversize_seg;
+  int64_t oversize_alloc, oversize_seg, quarantined;
   size_t free_blocks[2], allocated_blocks, pending_blocks, pending_events;
   size_t mapped_granules, mappings, asleep_granules, expandable_segs;
 } totals;
@@ -113,6 +113,10 @@ static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t 
     t->pending_blocks++;
     t->pending_events += b->event_count;
     if (b->event_count == 0) BROKEN("pending block %p waits on no event", (void *)b->ptr);
+    if (b->nquarantined > b->event_count)
+      BROKEN("pending block %p: %u entries without an event, %u in all", (void *)b->ptr, b->nquarantined,
+             b->event_count);
+    if (b->nquarantined) t->quarantined += (int64_t)b->size;
   } else {
     BROKEN("block %p has unknown state %d", (void *)b->ptr, b->state);
   }
@@ -249,6 +253,9 @@ int ga_check_locked(ga_allocator_t *a) {
   if (!(alloc <= active && active <= res + asleep))
     BROKEN("allocated %lld <= active %lld <= reserved %lld (+ %lld asleep) does not hold", (long long)alloc,
            (long long)active, (long long)res, (long long)asleep);
+  if (st->quarantined_bytes.current != t.quarantined)
+    BROKEN("quarantined_bytes.current %lld, blocks say %lld", (long long)st->quarantined_bytes.current,
+           (long long)t.quarantined);
   if (st->requested_bytes[0].current > active)
     BROKEN("requested %lld > active %lld", (long long)st->requested_bytes[0].current, (long long)active);
   /* The device agrees on what we hold (when it can tell: the simulated device). */
@@ -264,7 +271,8 @@ int ga_check_locked(ga_allocator_t *a) {
       BROKEN("the device has %zu handles, the allocator %zu", u.live_handles, a->space.nhandles);
     if (u.live_mappings != t.mappings)
       BROKEN("the device has %zu mappings, the allocator %zu", u.live_mappings, t.mappings);
-    size_t events = a->pol.streams.npending + a->pol.streams.nevent_cache;
+    size_t events = a->pol.streams.nevent_cache;
+    for (size_t i = 0; i < a->pol.streams.npending; i++) events += a->pol.streams.pending[i].ev != NULL;
     for (int i = 0; i < a->pol.streams.nfences; i++) events += a->pol.streams.fences[i].ev != NULL;
     if (u.live_events != events)
       BROKEN("the device has %zu events, the allocator holds %zu", u.live_events, events);

@@ -72,10 +72,11 @@ struct ga_block {
   uint32_t event_count;   /* pending events before a PENDING block is free */
   ga_stream_t *uses;      /* other streams that used the block (record_stream) */
   uint32_t nuses, capuses;
-  uint64_t gc_base;  /* pool's get_free_block count when it became free */
-  uint64_t free_seq; /* a->pol.streams.free_clock when its memory was last freed by a client */
-  uint8_t tag;       /* 0 = none, else index + 1 in a->pol.sleep.tags */
-  uint8_t asleep;    /* some of its granules are asleep (ga_sleep) */
+  uint64_t gc_base;      /* pool's get_free_block count when it became free */
+  uint64_t free_seq;     /* a->pol.streams.free_clock when its memory was last freed by a client */
+  uint8_t tag;           /* 0 = none, else index + 1 in a->pol.sleep.tags */
+  uint8_t asleep;        /* some of its granules are asleep (ga_sleep) */
+  uint32_t nquarantined; /* its pending entries without an event (counted in quarantined_bytes) */
 };
 
 typedef struct ga_handle ga_handle;
@@ -153,9 +154,13 @@ typedef struct ga_private {
   struct ga_private *next;
 } ga_private;
 
+/* A free waiting for a stream: ev recorded on it, or NULL when no event
+ * could be recorded and no wait succeeded (the block is quarantined: out of
+ * use until an event can be recorded on `stream` or a wait for it succeeds). */
 typedef struct ga_pending {
   ga_event ev;
   ga_block *block;
+  ga_stream_t stream;
 } ga_pending;
 
 /* A granule given back by ga_sleep: where it was, and its bytes if offloaded. */

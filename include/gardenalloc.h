@@ -109,10 +109,14 @@ typedef struct ga_stat {
   X(num_device_alloc, "device allocations (cudaMalloc, or cuMemCreate of a page)") \
   X(num_device_free, "device frees (cudaFree, or cuMemRelease of a page)")
 
-/* Ours, for expandable segments. X(name, meaning) */
-#define GA_EXTRA_STATS(X)                                                     \
-  X(mapped_bytes, "bytes of physical memory mapped into expandable segments") \
-  X(page_cache_bytes, "bytes of physical memory held but not mapped (page cache)")
+/* Ours: expandable segments, and memory a device error keeps out of use.
+ * X(name, meaning) */
+#define GA_EXTRA_STATS(X)                                                                      \
+  X(mapped_bytes, "bytes of physical memory mapped into expandable segments")                  \
+  X(page_cache_bytes, "bytes of physical memory held but not mapped (page cache)")             \
+  X(quarantined_bytes,                                                                         \
+    "bytes freed while a stream that used them could not be waited for (a device error): out " \
+    "of use until one wait succeeds")
 
 #define GA_EXTRA_SCALARS(X)                                                                         \
   X(mapped_granules, "2 MiB granules mapped into expandable segments")                              \
@@ -181,7 +185,11 @@ GA_API ga_status_t ga_malloc(ga_allocator_t *a, size_t size, ga_stream_t stream,
  *  used on other streams (ga_record_stream), it becomes reusable only once
  *  events recorded on those streams now have completed. A pointer that is not
  *  a live allocation of this allocator (foreign, already freed, or inside an
- *  allocation) returns GA_ERR_BAD_POINTER, names the case, and changes nothing. */
+ *  allocation) returns GA_ERR_BAD_POINTER, names the case, and changes nothing.
+ *  GA_ERR_DEVICE when such a stream could be neither given an event nor
+ *  waited for (a sticky driver error): as with close(2), the pointer is freed
+ *  all the same, and its memory stays out of use (quarantined_bytes) until a
+ *  later event or wait on that stream succeeds. */
 GA_API ga_status_t ga_free(ga_allocator_t *a, void *ptr);
 
 /** Marks the allocation at `ptr` as used on `stream` (torch's record_stream):

@@ -185,7 +185,9 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
         cr_assert(strstr(ga_last_error(), "asleep"), "%s", ga_last_error());
         continue; /* an asleep allocation cannot be freed */
       }
-      cr_assert_eq(st, GA_OK, "step %d: ga_free: %s", step, ga_last_error());
+      /* Freed all the same when its streams could not be waited for (quarantined). */
+      cr_assert(st == GA_OK || (st == GA_ERR_DEVICE && strstr(ga_last_error(), "is freed, but")),
+                "step %d: ga_free: %s", step, ga_last_error());
       v[i] = v[--n];
     } else if (op < 77 && n > 0) { /* use on another stream */
       ga_status_t st = ga_record_stream(fx_a, v[next() % (unsigned)n].p, streams[next() % 3]);

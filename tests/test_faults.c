@@ -264,3 +264,172 @@ Test(faults, sweep_expandable_2m) {
   sweep_all_kinds("expandable_2m", "expandable_segments:True,expandable_page_size_mb:2", expandable_kinds,
                   NK(expandable_kinds));
 }
+
+/* ---- Sticky driver errors ----
+ * A real driver error can be sticky (an illegal address, a lost device):
+ * after it, every call fails. The guarantee is the same as for a one-shot
+ * fault, and one more: no block is ever reused before its streams have
+ * passed it, whatever the driver answers. A free whose streams can be
+ * neither given an event nor waited for keeps its memory out of use
+ * (quarantined_bytes) instead. The scenario runs with the n-th call of one
+ * kind failing and every call after it too, for every n; it checks after
+ * every step ga_check, the bytes of every live allocation, that no capture
+ * was invalidated, and that no allocation overlaps memory freed while busy
+ * S2 still uses it. Then the fault is cleared and S2 finishes: a clean run
+ * must succeed and every byte go back (fx_close). The simulated device only:
+ * on the driver double the fixture's own driver calls would fail too. */
+
+#define STICKY_N 5
+static struct {
+  uintptr_t lo, hi; /* memory S2 used, freed while S2 held work */
+  ga_sim_mark mark; /* S2's work then: the memory is S2's until S2 passes it */
+  int on;
+} busy_range;
+
+static void no_overlap_with_busy(const char *p, size_t n, const char *what) {
+  if (!p || !busy_range.on || ga_sim_stream_passed(fx_dev, &busy_range.mark)) return;
+  cr_assert((uintptr_t)p + n <= busy_range.lo || (uintptr_t)p >= busy_range.hi,
+            "%s handed out %p (+%zu) while busy S2 may still use [%p, %p)", what, (void *)p, n,
+            (void *)busy_range.lo, (void *)busy_range.hi);
+}
+
+static char *sticky_malloc(size_t n, ga_stream_t s, unsigned seed, const char *what) {
+  char *p = NULL;
+  sweep_call(ga_malloc(fx_a, n, s, (void **)&p), what);
+  no_overlap_with_busy(p, n, what);
+  if (p) fill_ends(p, n, seed);
+  return p;
+}
+
+/* Frees p; a device error is allowed only as a quarantine (freed all the same). */
+static void sticky_free(char *p) {
+  if (!p) return;
+  ga_status_t st = ga_free(fx_a, p);
+  cr_assert(st == GA_OK || (st == GA_ERR_DEVICE && strstr(ga_last_error(), "is freed, but")),
+            "ga_free: %s: %s", ga_status_str(st), ga_last_error());
+  sweep_failures += st != GA_OK;
+  cr_assert_eq(ga_check(fx_a), 0, "after ga_free");
+}
+
+static int sticky_scenario(void) {
+  static uint64_t pool = 5000;
+  static const size_t sizes[STICKY_N] = {MiB / 2, 3 * MiB, 30 * MiB, 100, 12 * MiB};
+  char *p[STICKY_N] = {0};
+  int exp = fx_a->cfg.expandable_segments;
+  sweep_failures = 0;
+  for (int i = 0; i < STICKY_N; i++)
+    p[i] = sticky_malloc(sizes[i], i % 2 ? S1 : S2, (unsigned)i, "ga_malloc");
+  /* A block S2 still uses, freed: it must not come back while S2 runs. */
+  char *busy = sticky_malloc(5 * MiB, S1, 20, "ga_malloc");
+  fx_hold(S2, 1);
+  if (busy) {
+    cr_assert_eq(ga_record_stream(fx_a, busy, S2), GA_OK);
+    cr_assert_eq(ga_sim_stream_mark(fx_dev, S2, &busy_range.mark), 0);
+    sticky_free(busy);
+    busy_range.lo = (uintptr_t)busy, busy_range.hi = (uintptr_t)busy + 5 * MiB, busy_range.on = 1;
+  }
+  char *again = sticky_malloc(5 * MiB, S1, 21, "ga_malloc on the busy block's stream");
+  char *other = sticky_malloc(5 * MiB, S3, 22, "ga_malloc on another stream");
+  void *huge = NULL; /* the whole OOM ladder */
+  ga_status_t st = ga_malloc(fx_a, GiB, S1, &huge);
+  cr_assert(st == GA_ERR_OOM || st == GA_ERR_DEVICE, "%s", ga_status_str(st));
+  cr_assert_eq(ga_check(fx_a), 0);
+  sweep_call(ga_empty_cache(fx_a), "ga_empty_cache");
+  char *after = sticky_malloc(4 * MiB, S3, 23, "ga_malloc after empty_cache");
+  if (exp) { /* sleep with offload and wake, while S2 still runs */
+    char *kv =
+        sticky_malloc(fx_a->pol.large_page > 2 * MiB ? fx_a->pol.large_page : 6 * MiB, S3, 24, "ga_malloc");
+    if (kv) {
+      size_t n = fx_block_size(kv);
+      fill_ends(kv, n, 24);
+      cr_assert_eq(ga_tag(fx_a, kv, "kv"), GA_OK);
+      sweep_call(ga_sleep(fx_a, "kv", GA_SLEEP_OFFLOAD), "ga_sleep");
+      char *x = sticky_malloc(7 * MiB, S1, 25, "ga_malloc while asleep");
+      sticky_free(x);
+      sweep_call(ga_wake(fx_a), "ga_wake");
+      if (!((const ga_block *)ga_blockmap_get(&fx_a->pol.map, (uintptr_t)kv))->asleep) {
+        cr_assert(verify_ends(kv, n, 24), "the woken allocation lost its bytes");
+        sticky_free(kv);
+      } else {
+        fx_clear_faults(); /* asleep: it cannot be freed until a wake succeeds */
+        cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+        cr_assert(verify_ends(kv, n, 24), "the woken allocation lost its bytes");
+        sticky_free(kv);
+      }
+    }
+  }
+  /* A capture on S3 with an allocation of its pool and an empty_cache during it. */
+  fx_capture(S3, 1);
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, ++pool, S3), GA_OK, "%s", ga_last_error());
+  char *g = sticky_malloc(4 * MiB, S3, 26, "ga_malloc during the capture");
+  sweep_call(ga_empty_cache(fx_a), "ga_empty_cache during the capture");
+  sticky_free(g);
+  fx_capture(S3, 0);
+  sweep_call(ga_end_allocate_to_pool(fx_a, pool), "ga_end_allocate_to_pool");
+  sweep_call(ga_release_pool(fx_a, pool), "ga_release_pool");
+  char *late = sticky_malloc(5 * MiB, S1, 27, "ga_malloc after the capture");
+  ga_sim_usage u;
+  fx_usage(&u);
+  cr_assert_eq(u.captures_broken, 0, "a capture was invalidated: %s", ga_last_error());
+  /* S2 finishes: its memory may be reused from now on. */
+  fx_hold(S2, 0);
+  busy_range.on = 0;
+  static const unsigned seeds[] = {21, 22, 23, 27};
+  char *const kept[] = {again, other, after, late};
+  for (int i = 0; i < 4; i++) {
+    size_t n = i == 2 ? 4 * MiB : 5 * MiB;
+    if (kept[i]) cr_assert(verify_ends(kept[i], n, seeds[i]), "allocation %d lost its bytes", i);
+    sticky_free(kept[i]);
+  }
+  for (int i = 0; i < STICKY_N; i++)
+    if (p[i]) {
+      cr_assert(verify_ends(p[i], sizes[i], (unsigned)i), "block %d lost its bytes", i);
+      sticky_free(p[i]);
+    }
+  sweep_call(ga_empty_cache(fx_a), "ga_empty_cache");
+  return sweep_failures;
+}
+
+static void sticky_sweep(const char *name, const char *conf) {
+  if (fx_on_cuda()) cr_skip_test("the driver double's own controls would fail under a sticky fault");
+  unsigned total = 0, quarantined = 0;
+  char reached[512] = "";
+  size_t nr = 0;
+  for (int k = 0; k < GA_CALL_COUNT; k++) {
+    fx_open_on(2, conf, 512 * MiB);
+    uint64_t at_create = fx_calls((ga_device_call_t)k);
+    cr_assert_eq(sticky_scenario(), 0, "the scenario fails without a fault: %s", ga_last_error());
+    unsigned calls = (unsigned)(fx_calls((ga_device_call_t)k) - at_create);
+    fx_close();
+    for (unsigned nth = 1; nth <= calls; nth++) {
+      fx_open_on(2, conf, 512 * MiB);
+      fx_inject((ga_device_call_t)k, nth, GA_DEV_EDRIVER, GA_SIM_STICKY);
+      sticky_scenario();
+      ga_sim_usage u;
+      fx_usage(&u);
+      cr_assert_geq(u.faults_fired, 1, "the sticky fault at %s call %u did not fire", ga_device_call_name(k),
+                    nth);
+      quarantined += fx_stats().quarantined_bytes.peak > 0;
+      fx_clear_faults();
+      cr_assert_eq(sticky_scenario(), 0, "a sticky %s fault at call %u left the allocator unusable: %s",
+                   ga_device_call_name(k), nth, ga_last_error());
+      cr_assert_eq(fx_stats().quarantined_bytes.current, 0, "quarantined memory came back");
+      fx_close();
+    }
+    total += calls;
+    if (calls)
+      nr += (size_t)snprintf(reached + nr, sizeof reached - nr, " %s:%u", ga_device_call_name(k), calls);
+  }
+  cr_assert_gt(quarantined, 0, "no position quarantined a block: the sweep misses the case it is for");
+  fprintf(stderr, "sticky fault sweep %s: %u positions (%u quarantined a free); calls by kind:%s\n", name,
+          total, quarantined, reached);
+}
+
+Test(faults, sticky_sweep_native) { sticky_sweep("native", NULL); }
+Test(faults, sticky_sweep_expandable) { sticky_sweep("expandable", "expandable_segments:True"); }
+Test(faults, sticky_sweep_expandable_2m) {
+  sticky_sweep("expandable_2m", "expandable_segments:True,expandable_page_size_mb:2");
+}
+Test(faults, sticky_sweep_expandable_pytorch) {
+  sticky_sweep("expandable_pytorch", "expandable_segments:True,expandable_policy:pytorch");
+}

@@ -153,6 +153,31 @@ Test(sim, injected_faults_fire_on_the_nth_call_and_are_counted) {
   for (int i = 0; i < 3; i++) cr_assert_eq(ga_dev_free(d, p[i]), 0);
 }
 
+Test(sim, a_sticky_fault_makes_every_later_call_of_every_kind_fail) {
+  void *p = NULL, *q = NULL;
+  ga_event ev = NULL;
+  cr_assert_eq(ga_dev_malloc(d, G, &p), 0);
+  cr_assert_eq(ga_dev_event_create(d, &ev), 0);
+  ga_sim_inject(d, GA_CALL_EVENT_RECORD, 2, GA_DEV_EDRIVER, GA_SIM_STICKY);
+  cr_assert_eq(ga_dev_event_record(d, ev, NULL), 0, "the first call of the kind still works");
+  cr_assert_eq(ga_dev_malloc(d, G, &q), 0, "other kinds work until the fault fires");
+  cr_assert_eq(ga_dev_event_record(d, ev, NULL), GA_DEV_EDRIVER);
+  cr_assert(strstr(d->error, "sticky") != NULL, "%s", d->error);
+  cr_assert_eq(ga_dev_free(d, q), GA_DEV_EDRIVER, "every later call fails");
+  cr_assert_eq(ga_dev_stream_synchronize(d, NULL), GA_DEV_EDRIVER);
+  cr_assert_eq(ga_dev_synchronize(d), GA_DEV_EDRIVER);
+  cr_assert_eq(ga_dev_event_query(d, ev), GA_DEV_EDRIVER);
+  size_t f, t;
+  cr_assert_eq(ga_dev_mem_info(d, &f, &t), GA_DEV_EDRIVER);
+  ga_sim_clear_faults(d);
+  ga_sim_usage u;
+  ga_sim_usage_get(d, &u);
+  cr_assert_eq(u.faults_fired, 6);
+  cr_assert_eq(ga_dev_free(d, q), 0, "cleared: the device works again");
+  cr_assert_eq(ga_dev_free(d, p), 0);
+  cr_assert_eq(ga_dev_event_destroy(d, ev), 0);
+}
+
 Test(sim, capture_state_is_reported) {
   int c = -1;
   ga_stream_t s = (ga_stream_t)(uintptr_t)9;

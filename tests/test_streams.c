@@ -108,3 +108,46 @@ Test(streams, record_stream_of_a_bad_pointer_is_refused) {
                 strstr(ga_last_error(), "not allocated by this allocator"),
             "%s", ga_last_error());
 }
+
+/* A free whose recorded stream can be neither given an event nor waited for
+ * (a sticky driver error: every call fails) cannot know when that stream is
+ * done with the memory: the block stays out of use, counted in
+ * quarantined_bytes, and ga_free says so (the pointer is freed all the same).
+ * Once the driver answers again, the block comes back with an event. */
+static void quarantine_scenario(const char *conf) {
+  fx_open(conf, GiB);
+  fx_hold(S2, 1);
+  char *p = fx_alloc_on(6 * MiB, S1);
+  cr_assert_eq(ga_record_stream(fx_a, p, S2), GA_OK);
+  fx_inject(GA_CALL_EVENT_RECORD, 1, GA_DEV_EDRIVER, 1);
+  fx_inject(GA_CALL_STREAM_SYNCHRONIZE, 1, GA_DEV_EDRIVER, 1);
+  fx_inject(GA_CALL_SYNCHRONIZE, 1, GA_DEV_EDRIVER, 1);
+  fx_inject(GA_CALL_EVENT_SYNCHRONIZE, 1, GA_DEV_EDRIVER, 1);
+  ga_status_t st = ga_free(fx_a, p);
+  cr_assert_eq(st, GA_ERR_DEVICE, "%s", ga_status_str(st));
+  cr_assert(strstr(ga_last_error(), "is freed, but") && strstr(ga_last_error(), "quarantined_bytes"), "%s",
+            ga_last_error());
+  cr_assert_eq(fx_stats().quarantined_bytes.current, (int64_t)fx_stats().active_bytes[0].current);
+  cr_assert_gt(fx_stats().quarantined_bytes.current, 0);
+  cr_assert_eq(ga_free(fx_a, p), GA_ERR_BAD_POINTER, "freed all the same: a second free is a double free");
+  char *q = NULL;
+  st = ga_malloc(fx_a, 6 * MiB, S1, (void **)&q);
+  if (st == GA_OK) {
+    cr_assert(q + 6 * MiB <= p || q >= p + 6 * MiB, "handed out again while S2 may still use it");
+    fx_free(q);
+  }
+  cr_assert_eq(ga_check(fx_a), 0);
+  st = ga_empty_cache(fx_a);
+  cr_assert_eq(st, GA_ERR_DEVICE, "S2 still cannot be waited for: %s", ga_status_str(st));
+  cr_assert_gt(fx_stats().quarantined_bytes.current, 0, "still out of use");
+  fx_clear_faults();
+  fx_hold(S2, 0);
+  char *r = fx_alloc_on(6 * MiB, S1); /* the block gets its event now, and S2 is done */
+  cr_assert_eq(fx_stats().quarantined_bytes.current, 0);
+  cr_assert_eq(r, p, "back in use once S2 is known to be done");
+  fx_free(r);
+}
+Test(streams, a_free_that_cannot_wait_keeps_the_block_out_of_use) { quarantine_scenario(NULL); }
+Test(streams, a_free_that_cannot_wait_keeps_the_block_out_of_use_expandable) {
+  quarantine_scenario("expandable_segments:True");
+}

@@ -60,13 +60,16 @@ typedef struct sim_event {
   ga_stream_t stream;
   int pending;      /* recorded on a held stream: not complete until it is released */
   uint64_t done_ns; /* when the work before it completes, on the clock */
+  uint64_t seq;     /* its position on the stream (sim_stream.seq) */
 } sim_event;
 
 typedef struct sim_stream {
   ga_stream_t s;
   int held;
   int capturing;
-  uint64_t done_ns; /* when the work queued on it so far completes */
+  uint64_t done_ns;   /* when the work queued on it so far completes */
+  uint64_t seq;       /* positions taken on it: events recorded, marks (ga_sim_stream_mark) */
+  uint64_t completed; /* positions up to this one are complete although it is held (a wait) */
 } sim_stream;
 
 typedef struct sim_fault {
@@ -91,6 +94,7 @@ typedef struct sim_device {
   sim_stream *streams;
   size_t nstreams;
   sim_fault faults[GA_CALL_COUNT];
+  int sticky; /* a sticky fault fired: every call fails with this code (GA_SIM_STICKY) */
   uint64_t waits;
   uint64_t faults_fired;
   uint64_t now_ns;                   /* the CPU's clock */
@@ -190,16 +194,22 @@ static int fault_hit(sim_device *s, ga_device_call_t k, const char *call) {
   s->now_ns += s->cost_call[k];
   s->driver_ns += s->cost_call[k];
   sim_fault *f = &s->faults[k];
-  if (!f->armed) return 0;
-  if (f->countdown > 1) {
-    f->countdown--;
-    return 0;
+  int err = s->sticky;
+  if (!err) {
+    if (!f->armed) return 0;
+    if (f->countdown > 1) {
+      f->countdown--;
+      return 0;
+    }
+    if (f->repeat == GA_SIM_STICKY) s->sticky = f->err;
+    if (!f->repeat) f->armed = 0;
+    err = f->err;
   }
-  if (!f->repeat) f->armed = 0;
   s->faults_fired++;
-  ga_dev_set_error(&s->base, "%s: %s (injected fault)", call,
-                   f->err == GA_DEV_EOOM ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_UNKNOWN");
-  return f->err;
+  ga_dev_set_error(&s->base, "%s: %s (injected %sfault)", call,
+                   err == GA_DEV_EOOM ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_UNKNOWN",
+                   s->sticky ? "sticky " : "");
+  return err;
 }
 
 /* ---- Sorted ranges (reservations, mappings, mallocs) ---- */
@@ -716,6 +726,8 @@ static sim_event *event_get(ga_event e) {
 
 static void stream_complete(sim_device *s, ga_stream_t st, int count_wait) {
   int waited = 0;
+  sim_stream *ss = stream_get(s, st, 0);
+  if (ss) ss->completed = ss->seq;
   for (size_t i = 0; i < s->nevents; i++)
     if (s->events[i]->pending && s->events[i]->stream == st) s->events[i]->pending = 0, waited = 1;
   if (waited && count_wait) s->waits++;
@@ -761,6 +773,7 @@ static int sim_event_record(ga_device *d, ga_event e, ga_stream_t st) {
     ev->stream = st;
     ev->pending = ss && ss->held;
     ev->done_ns = ss ? ss->done_ns : 0;
+    ev->seq = ss ? ++ss->seq : 0;
   }
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -793,6 +806,8 @@ static int sim_event_synchronize(ga_device *d, ga_event e) {
   }
   /* Waiting on an event means the stream's work up to it finishes. */
   if (!rc && ev->pending) ev->pending = 0, s->waits++;
+  sim_stream *ss = rc ? NULL : stream_get(s, ev->stream, 0);
+  if (ss && ss->completed < ev->seq) ss->completed = ev->seq;
   if (!rc) wait_until(s, ev->done_ns);
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -848,6 +863,7 @@ static int sim_synchronize(ga_device *d) {
   int waited = 0;
   for (size_t i = 0; !rc && i < s->nevents; i++)
     if (s->events[i]->pending) s->events[i]->pending = 0, waited = 1;
+  for (size_t i = 0; !rc && i < s->nstreams; i++) s->streams[i].completed = s->streams[i].seq;
   s->waits += (uint64_t)waited;
   uint64_t done = 0;
   for (size_t i = 0; !rc && i < s->nstreams; i++)
@@ -1062,6 +1078,7 @@ int ga_sim_clear_faults(ga_device *d) {
   if (!s) return GA_DEV_EINVAL;
   pthread_mutex_lock(&s->mu);
   memset(s->faults, 0, sizeof s->faults);
+  s->sticky = 0;
   pthread_mutex_unlock(&s->mu);
   return 0;
 }
@@ -1105,6 +1122,26 @@ int ga_sim_advance(ga_device *d, uint64_t ns) {
   s->now_ns += ns;
   pthread_mutex_unlock(&s->mu);
   return 0;
+}
+
+int ga_sim_stream_mark(ga_device *d, ga_stream_t stream, ga_sim_mark *m) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  sim_stream *ss = stream_get(s, stream, 1);
+  if (ss) *m = (ga_sim_mark){.stream = stream, .seq = ++ss->seq, .done_ns = ss->done_ns, .held = ss->held};
+  pthread_mutex_unlock(&s->mu);
+  return ss ? 0 : GA_DEV_EDRIVER;
+}
+
+int ga_sim_stream_passed(ga_device *d, const ga_sim_mark *m) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  sim_stream *ss = stream_get(s, m->stream, 0);
+  int passed = (!m->held || (ss && ss->completed >= m->seq)) && s->now_ns >= m->done_ns;
+  pthread_mutex_unlock(&s->mu);
+  return passed;
 }
 
 int ga_sim_enqueue(ga_device *d, ga_stream_t stream, uint64_t work_ns) {

@@ -45,8 +45,11 @@ int ga_sim_usage_get(ga_device *d, ga_sim_usage *u);
 int ga_sim_hold_stream(ga_device *d, ga_stream_t stream, int hold);
 
 /* Makes the `nth` next call of `kind` (1 = the very next) fail with `err`
- * (GA_DEV_EOOM or GA_DEV_EDRIVER). With `repeat`, every call of that kind from
- * the nth on fails, until ga_sim_clear_faults. */
+ * (GA_DEV_EOOM or GA_DEV_EDRIVER). With `repeat` 1, every call of that kind
+ * from the nth on fails; with GA_SIM_STICKY, every call of every kind from
+ * then on fails the same way (a sticky driver error, as after an illegal
+ * address: the context is unusable). Until ga_sim_clear_faults. */
+#define GA_SIM_STICKY 2
 int ga_sim_inject(ga_device *d, ga_device_call_t kind, unsigned nth, int err, int repeat);
 
 /* Disarms every injected fault. */
@@ -68,6 +71,19 @@ int ga_sim_advance(ga_device *d, uint64_t ns);
 /* The program queues work_ns of GPU work on `stream` now: it completes at
  * max(the stream's previous work, now + lag) + work_ns. */
 int ga_sim_enqueue(ga_device *d, ga_stream_t stream, uint64_t work_ns);
+/* A position on `stream`: the work queued on it so far (held work included),
+ * for a test to learn when the stream has passed it, as an event recorded
+ * now would say, but without a device call (no cost, no fault). */
+typedef struct ga_sim_mark {
+  ga_stream_t stream;
+  uint64_t seq, done_ns;
+  int held;
+} ga_sim_mark;
+int ga_sim_stream_mark(ga_device *d, ga_stream_t stream, ga_sim_mark *m);
+/* 1 when the stream has passed the mark: its work then was completed (the
+ * hold released, or a wait for the stream, for an event recorded after the
+ * mark, or for the device) and the clock has reached its end; else 0. */
+int ga_sim_stream_passed(ga_device *d, const ga_sim_mark *m);
 /* The cost of a call of `kind`: call_us per call plus unit_us per unit it
  * touches (ga_sim_cost_unit: "mapping", "granule", or NULL for none). */
 int ga_sim_set_cost(ga_device *d, ga_device_call_t kind, double call_us, double unit_us);

@@ -214,17 +214,29 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
     diagnose_bad_free(a, "ga_free", ptr);
     return GA_ERR_BAD_POINTER;
   }
-  if (b->asleep) {
+  if (b->asleep || ga_stream_free_room_locked(a, b)) {
     (void)ga_blockmap_put(&a->pol.map, b->ptr, b); /* cannot grow: it was just taken out */
-    ga_error_set("ga_free: %p is asleep (ga_sleep); call ga_wake before freeing it", ptr);
-    return GA_ERR_INVALID;
+    if (b->asleep) {
+      ga_error_set("ga_free: %p is asleep (ga_sleep); call ga_wake before freeing it", ptr);
+      return GA_ERR_INVALID;
+    }
+    ga_error_set("ga_free: host out of memory for the stream events of %p; it is still allocated", ptr);
+    return GA_ERR_HOST_MEMORY;
   }
   ga_stats_t *s = &a->stats;
+  size_t size = b->size;
   ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
   ga_pstat_dec(s->allocation, b->pool, 1);
   ga_pstat_dec(s->allocated_bytes, b->pool, b->size);
   if (b->size >= a->cfg.max_split_size) ga_stat_dec(&s->oversize_allocations, 1);
-  ga_stream_free_locked(a, b);
+  if (ga_stream_free_locked(a, b)) {
+    /* As close(2): the pointer is freed all the same. */
+    ga_error_set(
+        "ga_free: %p is freed, but a stream that used it could be neither given an event nor waited for "
+        "(%s): its %zu bytes stay out of use until one can (quarantined_bytes)",
+        ptr, a->dev->error, size);
+    return GA_ERR_DEVICE;
+  }
   return GA_OK;
 }
 

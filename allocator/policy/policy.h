@@ -58,8 +58,13 @@ void ga_block_free_locked(ga_allocator_t *a, ga_block *b);
 
 /* ---- Streams (stream.c) ---- */
 int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s);
-/* Client free of an allocated block: events for other streams, else free. */
-void ga_stream_free_locked(ga_allocator_t *a, ga_block *b);
+/* Room for the pending entries the free of b may need (0 or GA_DEV_ENOMEM):
+ * called before anything changes, so that the free itself cannot fail. */
+int ga_stream_free_room_locked(ga_allocator_t *a, const ga_block *b);
+/* Client free of an allocated block: events for other streams, else free.
+ * Returns how many of its streams could be neither given an event nor
+ * waited for: the block is then quarantined (quarantined_bytes). */
+int ga_stream_free_locked(ga_allocator_t *a, ga_block *b);
 /* Frees the blocks whose events have completed. */
 void ga_stream_process_events_locked(ga_allocator_t *a);
 /* Waits for every pending event and frees the blocks. */

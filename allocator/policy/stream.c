@@ -5,7 +5,13 @@
  * each of those streams and the block stays PENDING (active, not reusable)
  * until every event has completed. Events are recycled, not destroyed.
  * If an event cannot be created or recorded, the stream is synchronised
- * instead: slower, never unsafe.
+ * instead (slower, never unsafe); if that fails too, and so does a wait for
+ * the whole device (a sticky driver error), nothing says when the stream is
+ * done with the memory: the block is quarantined, a pending entry without an
+ * event, counted in quarantined_bytes, and stays out of use until an event
+ * can be recorded on the stream (tried at every malloc) or a wait for it
+ * succeeds (ga_empty_cache, the OOM ladder). Whatever the driver answers, no
+ * block is reused before its streams have passed its free.
  */
 #include <stdlib.h>
 
@@ -44,49 +50,82 @@ static void event_put(ga_allocator_t *a, ga_event ev) {
   a->pol.streams.event_cache[a->pol.streams.nevent_cache++] = ev;
 }
 
-/* Defers the reuse of `b` until work now queued on `s` is done. */
-static void defer_on(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
-  ga_event ev;
-  if (GA_VEC_ROOM(a->pol.streams.pending, a->pol.streams.cap_pending, a->pol.streams.npending + 1)) goto sync;
-  if (event_get(a, &ev)) goto sync;
-  if (ga_dev_event_record(a->dev, ev, s)) {
-    event_put(a, ev);
-    goto sync;
-  }
-  a->pol.streams.pending[a->pol.streams.npending++] = (ga_pending){ev, b};
-  b->event_count++;
-  return;
-sync:
-  /* No event: wait for the stream now (or the whole device if that fails). */
-  if (ga_dev_stream_synchronize(a->dev, s)) (void)ga_dev_synchronize(a->dev);
+/* ---- Quarantine: frees whose streams could not be waited for ---- */
+
+static void quarantine_add(ga_allocator_t *a, ga_block *b) {
+  if (b->nquarantined++ == 0) ga_stat_inc(&a->stats.quarantined_bytes, b->size);
+}
+static void quarantine_drop(ga_allocator_t *a, ga_block *b) {
+  if (--b->nquarantined == 0) ga_stat_dec(&a->stats.quarantined_bytes, b->size);
 }
 
-void ga_stream_free_locked(ga_allocator_t *a, ga_block *b) {
+/* An event recorded on s now, or -1. */
+static int event_on(ga_allocator_t *a, ga_stream_t s, ga_event *ev) {
+  if (event_get(a, ev)) return -1;
+  if (ga_dev_event_record(a->dev, *ev, s) == 0) return 0;
+  event_put(a, *ev);
+  *ev = NULL;
+  return -1;
+}
+
+/* Defers the reuse of `b` until work now queued on `s` is done; 1 when that
+ * cannot be known (quarantined). Room for the entry was made by the caller. */
+static int defer_on(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
+  ga_event ev = NULL;
+  GA_ASSERT(a->pol.streams.npending < a->pol.streams.cap_pending);
+  if (event_on(a, s, &ev) != 0) {
+    /* No event: wait for the stream now (or the whole device if that fails). */
+    if (ga_dev_stream_synchronize(a->dev, s) == 0 || ga_dev_synchronize(a->dev) == 0) return 0;
+    quarantine_add(a, b);
+  }
+  a->pol.streams.pending[a->pol.streams.npending++] = (ga_pending){ev, b, s};
+  b->event_count++;
+  return ev == NULL;
+}
+
+int ga_stream_free_room_locked(ga_allocator_t *a, const ga_block *b) {
+  return GA_VEC_ROOM(a->pol.streams.pending, a->pol.streams.cap_pending, a->pol.streams.npending + b->nuses);
+}
+
+int ga_stream_free_locked(ga_allocator_t *a, ga_block *b) {
+  int quarantined = 0;
   b->state = GA_BLOCK_PENDING;
   if (b->nuses && a->pol.capture.routing) {
     /* During a capture no event is recorded: the free waits for its end. */
     if (!GA_VEC_ROOM(a->pol.capture.deferred, a->pol.capture.cap_deferred, a->pol.capture.ndeferred + 1)) {
       b->event_count = 1;
       a->pol.capture.deferred[a->pol.capture.ndeferred++] = b;
-      return;
+      return 0;
     }
   }
-  for (uint32_t i = 0; i < b->nuses; i++) defer_on(a, b, b->uses[i]);
+  for (uint32_t i = 0; i < b->nuses; i++) quarantined += defer_on(a, b, b->uses[i]);
   b->nuses = 0;
   if (b->event_count == 0) ga_block_free_locked(a, b);
+  return quarantined;
 }
 
-/* Retires pending entry i (its event completed). */
+/* Retires pending entry i (its stream passed the free). */
 static void retire(ga_allocator_t *a, size_t i) {
   ga_pending p = a->pol.streams.pending[i];
   a->pol.streams.pending[i] = a->pol.streams.pending[--a->pol.streams.npending];
-  event_put(a, p.ev);
+  if (p.ev)
+    event_put(a, p.ev);
+  else
+    quarantine_drop(a, p.block);
   if (--p.block->event_count == 0) ga_block_free_locked(a, p.block);
 }
 
 void ga_stream_process_events_locked(ga_allocator_t *a) {
   for (size_t i = 0; i < a->pol.streams.npending;) {
-    if (ga_dev_event_query(a->dev, a->pol.streams.pending[i].ev) == 0)
+    ga_pending *p = &a->pol.streams.pending[i];
+    if (!p->ev) { /* quarantined: an event recorded now follows the work it waits for */
+      if (event_on(a, p->stream, &p->ev) != 0) {
+        i++;
+        continue;
+      }
+      quarantine_drop(a, p->block);
+    }
+    if (ga_dev_event_query(a->dev, p->ev) == 0)
       retire(a, i);
     else
       i++;
@@ -97,7 +136,8 @@ int ga_stream_sync_all_locked(ga_allocator_t *a) {
   a->stats.num_sync_all_streams++;
   int rc = 0;
   for (size_t i = 0; i < a->pol.streams.npending;) {
-    int r = ga_dev_event_synchronize(a->dev, a->pol.streams.pending[i].ev);
+    ga_pending *p = &a->pol.streams.pending[i];
+    int r = p->ev ? ga_dev_event_synchronize(a->dev, p->ev) : ga_dev_stream_synchronize(a->dev, p->stream);
     if (r == 0)
       retire(a, i);
     else
@@ -112,7 +152,7 @@ void ga_stream_capture_ended_locked(ga_allocator_t *a) {
   for (size_t i = 0; i < n; i++) {
     ga_block *b = a->pol.capture.deferred[i];
     b->event_count = 0;
-    ga_stream_free_locked(a, b);
+    (void)ga_stream_free_locked(a, b); /* a quarantine is counted in quarantined_bytes */
   }
 }
 
@@ -181,7 +221,7 @@ void ga_stream_teardown_locked(ga_allocator_t *a) {
   a->pol.capture.deferred = NULL;
   a->pol.capture.ndeferred = a->pol.capture.cap_deferred = 0;
   for (size_t i = 0; i < a->pol.streams.npending; i++)
-    (void)ga_dev_event_destroy(a->dev, a->pol.streams.pending[i].ev);
+    if (a->pol.streams.pending[i].ev) (void)ga_dev_event_destroy(a->dev, a->pol.streams.pending[i].ev);
   for (size_t i = 0; i < a->pol.streams.nevent_cache; i++)
     (void)ga_dev_event_destroy(a->dev, a->pol.streams.event_cache[i]);
   free(a->pol.streams.pending);
