@@ -36,7 +36,7 @@ ALLOWED_CIRCLES = [{"device/device.c", "device/sim.c", "device/cuda.c"}]
 HEADER_LAYER = {
     "policy/policy.h": "policy", "inspect.h": "inspect", "segment/segment.h": "segment",
     "internal.h": "segment",  # the shared records: segment/ and up
-    "device/device.h": "device", "device/sim.h": "device",
+    "device/device.h": "device", "device/sim.h": "device", "device/rtree.h": "device",
     "config.h": "leaf", "errors.h": "leaf", "text.h": "leaf", "report.h": "leaf", "history.h": "leaf", "frames.h": "leaf",
     "stats.h": "leaf", "blockmap.h": "leaf", "debug.h": "leaf", "lock.h": "leaf",
 }

@@ -1,8 +1,12 @@
 /* test_sim.c — the simulated device keeps the driver's rules. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "device/rtree.h"
 #include "device/sim.h"
+#include "internal.h"
 
 #define MiB ((size_t)1 << 20)
 #define G   (2 * MiB)
@@ -276,4 +280,292 @@ Test(sim, without_queued_work_nothing_waits) {
   cr_assert_eq(ga_dev_stream_synchronize(d, SA), 0);
   cr_assert_eq(ga_dev_synchronize(d), 0);
   cr_assert_eq(usage().stalls, 0);
+}
+
+/* ---- Host failures: the host's, never the device's ---- */
+
+Test(sim, a_host_that_cannot_reserve_or_map_is_a_host_failure_not_device_oom) {
+  void *va;
+  ga_mem_handle h;
+  cr_assert_eq(ga_sim_inject_host(d, 1, ENOMEM, 0), 0);
+  cr_assert_eq(ga_dev_reserve(d, 2 * G, 0, &va), GA_DEV_ENOMEM);
+  cr_assert(strstr(d->error, "reserve: host: ") && strstr(d->error, "vm.max_map_count") &&
+                !strstr(d->error, "CUDA_ERROR_OUT_OF_MEMORY"),
+            "%s", d->error);
+  cr_assert_eq(usage().live_reservations, 0);
+  cr_assert_eq(ga_dev_reserve(d, 2 * G, 0, &va), 0, "the fault fired once");
+  cr_assert_eq(ga_dev_create(d, 2 * G, &h), 0);
+  cr_assert_eq(ga_sim_inject_host(d, 1, ENOMEM, 0), 0);
+  cr_assert_eq(ga_dev_map(d, va, 2 * G, h, 0), GA_DEV_ENOMEM);
+  cr_assert(strstr(d->error, "map: host: ") != NULL, "%s", d->error);
+  ga_sim_usage u = usage();
+  cr_assert(u.live_mappings == 0 && u.used == 2 * G && u.host_failures == 2 && u.faults_fired == 2,
+            "mappings %zu used %zu host failures %llu", u.live_mappings, u.used,
+            (unsigned long long)u.host_failures);
+  cr_assert_eq(ga_dev_map(d, va, 2 * G, h, 0), 0, "%s", d->error);
+  memset(va, 0x3c, 2 * G);
+  cr_assert_eq(ga_dev_unmap(d, va, 2 * G), 0);
+  cr_assert_eq(ga_dev_release(d, h), 0);
+  cr_assert_eq(ga_dev_unreserve(d, va, 2 * G), 0);
+}
+
+Test(sim, a_map_that_fails_half_way_on_the_host_leaves_nothing_mapped) {
+  ga_mem_handle two;
+  void *va, *va2;
+  cr_assert_eq(ga_dev_create(d, 2 * G, &two), 0);
+  cr_assert_eq(ga_dev_reserve(d, 4 * G, 0, &va), 0);
+  /* Each granule mapped on its own, apart, and written: they stay in two
+   * places of device memory that do not follow each other. */
+  cr_assert_eq(ga_dev_map(d, (char *)va + G, G, two, G), 0);
+  cr_assert_eq(ga_dev_map(d, (char *)va + 3 * G, G, two, 0), 0);
+  ((char *)va)[G + 5] = 0x15;
+  ((char *)va)[3 * G + 5] = 0x05;
+  cr_assert_eq(ga_dev_unmap(d, (char *)va + G, G), 0);
+  cr_assert_eq(ga_dev_unmap(d, (char *)va + 3 * G, G), 0);
+  cr_assert_eq(ga_dev_reserve(d, 2 * G, 0, &va2), 0);
+  cr_assert_eq(ga_sim_inject_host(d, 2, ENOMEM, 0), 0); /* the second of two host maps */
+  cr_assert_eq(ga_dev_map(d, va2, 2 * G, two, 0), GA_DEV_ENOMEM);
+  cr_assert(strstr(d->error, "map: host: mapping device memory of 2097152 bytes failed") != NULL, "%s",
+            d->error);
+  cr_assert_eq(usage().live_mappings, 0);
+  uint64_t mask;
+  cr_assert_eq(ga_sim_access(d, va2, &mask), GA_DEV_EINVAL, "no mapping was recorded");
+  cr_assert_eq(ga_dev_map(d, va2, 2 * G, two, 0), 0);
+  cr_assert_eq(((char *)va2)[5], 0x05, "nothing written was lost");
+  cr_assert_eq(((char *)va2)[G + 5], 0x15);
+  cr_assert_eq(ga_dev_unmap(d, va2, 2 * G), 0);
+  cr_assert_eq(ga_dev_unreserve(d, va2, 2 * G), 0);
+  cr_assert_eq(ga_dev_unreserve(d, va, 4 * G), 0);
+  cr_assert_eq(ga_dev_release(d, two), 0);
+}
+
+/* ---- The ranges' tree (rtree.c) ---- */
+
+enum { SLOTS = 3000, STRIDE = 4096 };
+static ga_rnode nodes[SLOTS];
+static int in_tree[SLOTS];
+static const uintptr_t BASE = (uintptr_t)1 << 40;
+
+static uint64_t xs = 88172645463325252ULL;
+static uint64_t rnd(void) {
+  xs ^= xs << 13;
+  xs ^= xs >> 7;
+  xs ^= xs << 17;
+  return xs;
+}
+
+/* What the tree must answer, by brute force over the slots (slot i starts
+ * at BASE + i * STRIDE, so slot order is address order). */
+static ga_rnode *ref_lower(uintptr_t key) {
+  for (int i = 0; i < SLOTS; i++)
+    if (in_tree[i] && nodes[i].va >= key) return &nodes[i];
+  return NULL;
+}
+static ga_rnode *ref_floor(uintptr_t key) {
+  for (int i = SLOTS; i-- > 0;)
+    if (in_tree[i] && nodes[i].va <= key) return &nodes[i];
+  return NULL;
+}
+static ga_rnode *ref_find(uintptr_t a) {
+  for (int i = 0; i < SLOTS; i++)
+    if (in_tree[i] && a >= nodes[i].va && a - nodes[i].va < nodes[i].size) return &nodes[i];
+  return NULL;
+}
+static int ref_overlaps(uintptr_t va, size_t size) {
+  for (int i = 0; i < SLOTS; i++)
+    if (in_tree[i] && nodes[i].va < va + size && va < nodes[i].va + nodes[i].size) return 1;
+  return 0;
+}
+
+static void compare(const ga_rtree *t) {
+  cr_assert_eq(ga_rtree_check(t), 0);
+  const ga_rnode *n = t->first;
+  for (int i = 0; i < SLOTS; i++)
+    if (in_tree[i]) {
+      cr_assert_eq(n, &nodes[i], "the list skips or repeats slot %d", i);
+      n = n->next;
+    }
+  cr_assert_null(n);
+  for (int k = 0; k < 40; k++) {
+    uintptr_t a = BASE - STRIDE + (uintptr_t)(rnd() % ((SLOTS + 2) * (uint64_t)STRIDE));
+    size_t size = 1 + (size_t)(rnd() % (3 * STRIDE));
+    cr_assert_eq(ga_rtree_lower(t, a), ref_lower(a), "lower(%#lx)", (unsigned long)a);
+    cr_assert_eq(ga_rtree_find(t, a), ref_find(a), "find(%#lx)", (unsigned long)a);
+    cr_assert_eq(ga_rtree_overlaps(t, a, size), ref_overlaps(a, size), "overlaps(%#lx, %zu)",
+                 (unsigned long)a, size);
+    cr_assert_eq(ga_rtree_floor(t, a), ref_floor(a), "floor(%#lx)", (unsigned long)a);
+  }
+}
+
+Test(sim_ranges, random_inserts_and_removals_keep_order_and_answer_every_query) {
+  ga_rtree t = {0};
+  size_t live = 0;
+  for (int step = 1; step <= 40000; step++) {
+    int i = (int)(rnd() % SLOTS);
+    if (in_tree[i]) {
+      ga_rtree_remove(&t, &nodes[i]);
+      live--;
+    } else {
+      nodes[i].va = BASE + (uintptr_t)i * STRIDE + (uintptr_t)(rnd() % 64);
+      nodes[i].size = 1 + (size_t)(rnd() % (STRIDE - 64));
+      ga_rtree_insert(&t, &nodes[i]);
+      live++;
+    }
+    in_tree[i] ^= 1;
+    cr_assert_eq(t.n, live);
+    if (step % 1000 == 0) compare(&t);
+  }
+  while (t.first) ga_rtree_remove(&t, t.first);
+  cr_assert(t.n == 0 && t.root == NULL);
+}
+
+Test(sim_ranges, addresses_in_order_make_a_shallow_tree_and_the_check_sees_damage) {
+  enum { N = 1 << 16 };
+  static ga_rnode v[N];
+  ga_rtree t = {0};
+  for (size_t i = 0; i < N; i++) {
+    v[i].va = BASE + i * G; /* as mallocs in a row come: granule after granule */
+    v[i].size = G;
+    ga_rtree_insert(&t, &v[i]);
+  }
+  cr_assert_eq(ga_rtree_check(&t), 0);
+  size_t worst = 0;
+  for (size_t i = 0; i < N; i += 97) {
+    size_t depth = 0;
+    for (const ga_rnode *n = t.root; n != &v[i]; n = v[i].va < n->va ? n->left : n->right) depth++;
+    if (depth > worst) worst = depth;
+  }
+  cr_assert_lt(worst, 64, "depth %zu for 2^16 ranges", worst);
+  uint32_t p = t.root->prio;
+  t.root->prio = 0; /* the heap rule broken: the check must say so */
+  cr_assert_gt(ga_rtree_check(&t), 0);
+  t.root->prio = p;
+  v[5].size = 3 * G; /* overlaps the next */
+  cr_assert_gt(ga_rtree_check(&t), 0);
+}
+
+/* ---- At scale: the host's limits are not the device's ---- */
+
+/* The host mappings this process holds (lines of /proc/self/maps). The
+ * bounds below leave room for the C library's (or a sanitizer's) own heap:
+ * what they rule out is a host mapping per segment or per granule. */
+static size_t host_mappings(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  cr_assert_not_null(f);
+  size_t n = 0;
+  for (int c; (c = fgetc(f)) != EOF;) n += c == '\n';
+  fclose(f);
+  return n;
+}
+
+Test(sim_scale, a_hundred_thousand_mallocs_take_no_host_mapping_each) {
+  enum { N = 100000 };
+  static void *p[N];
+  ga_device *big;
+  char err[128];
+  cr_assert_eq(ga_sim_open(0, (size_t)256 << 30, &big, err, sizeof err), 0, "%s", err);
+  size_t before = host_mappings();
+  for (int i = 0; i < N; i++) cr_assert_eq(ga_dev_malloc(big, G, &p[i]), 0, "malloc %d: %s", i, big->error);
+  size_t during = host_mappings();
+  cr_assert_lt(during, before + 1000, "%zu host mappings for %d mallocs (%zu before)", during, N, before);
+  ((char *)p[0])[0] = 1;
+  ((char *)p[N - 1])[G - 1] = 2;
+  for (int i = 0; i < N; i += 2) cr_assert_eq(ga_dev_free(big, p[i]), 0);
+  /* The free tail taken whole, then 8 granules that can only come from 8
+   * holes: a malloc of scattered granules, mapped on its own. */
+  void *tail, *q;
+  cr_assert_eq(ga_dev_malloc(big, (((size_t)256 << 30) / G - N) * G, &tail), 0, "%s", big->error);
+  cr_assert_eq(ga_dev_malloc(big, 8 * G, &q), 0, "%s", big->error);
+  memset(q, 0x21, 8 * G);
+  cr_assert_eq(((char *)p[N - 1])[G - 1], 2, "a neighbour is untouched");
+  cr_assert_eq(((char *)p[1])[0], 0);
+  cr_assert_lt(host_mappings(), before + 1000);
+  cr_assert_eq(ga_dev_free(big, q), 0);
+  cr_assert_eq(ga_dev_free(big, tail), 0);
+  for (int i = 1; i < N; i += 2) cr_assert_eq(ga_dev_free(big, p[i]), 0);
+  ga_sim_usage u;
+  ga_sim_usage_get(big, &u);
+  cr_assert(u.used == 0 && u.live_mallocs == 0 && u.live_handles == 0 && u.live_mappings == 0 &&
+            u.live_reservations == 0);
+  ga_dev_destroy(big);
+}
+
+Test(sim_scale, a_hundred_thousand_native_segments_through_the_api_and_back) {
+  enum { N = 200000 }; /* 1 MiB blocks: two to a 2 MiB segment */
+  static void *p[N];
+  ga_device *big;
+  ga_allocator_t *a;
+  char err[128];
+  cr_assert_eq(ga_sim_open(0, (size_t)256 << 30, &big, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(ga_create_on_device("", big, &a), GA_OK, "%s", ga_last_error());
+  size_t before = host_mappings();
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(ga_malloc(a, MiB, NULL, &p[i]), GA_OK, "%d: %s", i, ga_last_error());
+  ga_stats_t st;
+  cr_assert_eq(ga_stats(a, &st), GA_OK);
+  cr_assert_eq(st.segment[GA_POOL_ALL].current, N / 2);
+  cr_assert_lt(host_mappings(), before + 1000, "%zu host mappings for %d segments", host_mappings(), N / 2);
+  cr_assert_eq(ga_check(a), 0);
+  for (int i = 0; i < N; i++) cr_assert_eq(ga_free(a, p[i]), GA_OK);
+  cr_assert_eq(ga_empty_cache(a), GA_OK);
+  ga_sim_usage u;
+  ga_sim_usage_get(big, &u);
+  cr_assert(u.used == 0 && u.live_mallocs == 0, "used %zu, mallocs %zu", u.used, u.live_mallocs);
+  ga_destroy(a);
+  ga_dev_destroy(big);
+}
+
+Test(sim_scale, expandable_segments_map_twenty_thousand_granules_in_few_host_mappings) {
+  ga_device *big;
+  ga_allocator_t *a;
+  char err[128];
+  void *p[100];
+  cr_assert_eq(ga_sim_open(0, (size_t)256 << 30, &big, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(ga_create_on_device("expandable_segments:True,expandable_page_size_mb:2", big, &a), GA_OK,
+               "%s", ga_last_error());
+  size_t before = host_mappings();
+  for (int i = 0; i < 100; i++)
+    cr_assert_eq(ga_malloc(a, 400 * MiB, NULL, &p[i]), GA_OK, "%d: %s", i, ga_last_error());
+  ga_sim_usage u;
+  ga_sim_usage_get(big, &u);
+  cr_assert_geq(u.used, (size_t)40000 << 20);
+  cr_assert_lt(host_mappings(), before + 1000, "%zu host mappings for %zu granules", host_mappings(),
+               u.used / G);
+  for (int i = 0; i < 100; i++) cr_assert_eq(ga_free(a, p[i]), GA_OK);
+  cr_assert_eq(ga_check(a), 0);
+  ga_destroy(a);
+  ga_dev_destroy(big);
+}
+
+/* Native and expandable: the host fails every mmap; the allocator says so,
+ * stays consistent, and works once the host does. */
+Test(sim_scale, ga_malloc_reports_a_host_failure_as_the_hosts_not_as_oom) {
+  const char *confs[] = {"", "expandable_segments:True"};
+  for (int c = 0; c < 2; c++) {
+    ga_device *dev;
+    ga_allocator_t *a;
+    char err[128];
+    void *p;
+    cr_assert_eq(ga_sim_open(0, (size_t)1 << 30, &dev, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ga_create_on_device(confs[c], dev, &a), GA_OK, "%s", ga_last_error());
+    cr_assert_eq(ga_sim_inject_host(dev, 1, ENOMEM, 1), 0);
+    ga_status_t st = ga_malloc(a, 4 * MiB, NULL, &p);
+    cr_assert_eq(st, GA_ERR_HOST_MEMORY, "conf '%s': %s (%s)", confs[c], ga_status_str(st), ga_last_error());
+    cr_assert(strstr(ga_last_error(), "host") != NULL, "%s", ga_last_error());
+    cr_assert(strstr(dev->error, ": host: ") != NULL, "%s", dev->error);
+    ga_stats_t s;
+    cr_assert_eq(ga_stats(a, &s), GA_OK);
+    cr_assert_eq(s.num_ooms, 0, "not an out-of-memory error");
+    cr_assert_eq(ga_check(a), 0);
+    cr_assert_eq(ga_sim_clear_faults(dev), 0);
+    cr_assert_eq(ga_malloc(a, 4 * MiB, NULL, &p), GA_OK, "%s", ga_last_error());
+    memset(p, 0x5e, 4 * MiB);
+    cr_assert_eq(ga_free(a, p), GA_OK);
+    cr_assert_eq(ga_check(a), 0);
+    ga_destroy(a);
+    ga_sim_usage u;
+    ga_sim_usage_get(dev, &u);
+    cr_assert(u.used == 0 && u.live_mallocs == 0 && u.live_reservations == 0 && u.live_mappings == 0);
+    ga_dev_destroy(dev);
+  }
 }

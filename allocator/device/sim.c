@@ -11,7 +11,23 @@
  * host.
  *
  * malloc() is reserve + create + map under one call, as cudaMalloc is a
- * physical allocation with an address.
+ * physical allocation with an address. Its memory is seen through one window
+ * that maps the whole memfd at once (the mirror, made at the first malloc):
+ * a malloc whose granules are contiguous lives at mirror + their offset and
+ * costs the host no mapping of its own, so a hundred thousand native
+ * segments do not run into the host's limit on mappings (vm.max_map_count,
+ * 65530 by default). A malloc of scattered granules gets a reservation and
+ * mappings of its own. Memory freed in the mirror stays mapped on the host
+ * (it reads zeroes): a stray access after free does not fault here.
+ *
+ * Reservations, mappings and mallocs are kept in ordered trees (rtree.h), so
+ * every call is O(log n) in what is live. VMM mappings of consecutive granules
+ * at consecutive addresses merge into one host mapping; every host mapping
+ * the sim holds backs a live reservation or mapping.
+ *
+ * When the host cannot back a call (mmap fails: no address space, too many
+ * mappings; no memory for bookkeeping), the call fails with GA_DEV_ENOMEM
+ * and a message that starts with "host:", never as device out of memory.
  *
  * Owns: granule bitmap, handle table, reservations, mappings, events, faults.
  * Invariant: used granules == sum of granules of live handles.
@@ -30,30 +46,29 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../debug.h"
+#include "rtree.h"
+
 #define SIM_GRAN  ((size_t)2 << 20)
 #define SIM_MAGIC 0x5157u
 
 /* ---- Types ---- */
 
 typedef struct sim_handle {
-  size_t ngran;   /* 0 = free slot */
-  uint32_t *gran; /* granule indices, ngran of them */
-  size_t maps;    /* mappings that use it */
-  int released;   /* release() called; freed when maps reaches 0 */
+  size_t ngran;     /* 0 = free slot */
+  uint32_t *gran;   /* granule indices, ngran of them (UNBOUND: never mapped yet) */
+  uint32_t *shown;  /* how many mappings show each granule */
+  size_t maps;      /* mappings that use it */
+  int released;     /* release() called; freed when maps reaches 0 */
+  size_t next_free; /* free slots: the next free slot + 1, or 0 */
 } sim_handle;
 
 typedef struct sim_range {
-  uintptr_t va;
-  size_t size;
+  ga_rnode node;   /* va, size and the tree's links (first: a node is its range) */
   ga_mem_handle h; /* mappings and mallocs: the handle */
   size_t offset;   /* mappings: offset in the handle */
   uint64_t access; /* mappings: devices that may read and write it (bit = ordinal) */
 } sim_range;
-
-typedef struct sim_ranges {
-  sim_range *v;
-  size_t n, cap;
-} sim_ranges;
 
 typedef struct sim_event {
   unsigned magic;
@@ -87,8 +102,13 @@ typedef struct sim_device {
   uint64_t *bitmap;    /* 1 = granule in use */
   size_t hint;         /* first word that may have a free granule */
   sim_handle *handles; /* index = handle id - 1 */
-  size_t nhandles, live_handles;
-  sim_ranges resv, maps, mallocs;
+  size_t nhandles, cap_handles, live_handles;
+  size_t free_slots;            /* the first free handle slot + 1, or 0 */
+  ga_rtree resv, maps, mallocs; /* of sim_range */
+  uintptr_t mirror;             /* the memfd mapped whole, for mallocs; 0 = none */
+  int mirror_tried;             /* made, or the host could not */
+  sim_fault host_fault;         /* injected failure of the host's mmap (ga_sim_inject_host) */
+  uint64_t host_failures;       /* calls that failed because the host could not back them */
   sim_event **events;
   size_t nevents, cap_events;
   sim_stream *streams;
@@ -212,57 +232,69 @@ static int fault_hit(sim_device *s, ga_device_call_t k, const char *call) {
   return err;
 }
 
-/* ---- Sorted ranges (reservations, mappings, mallocs) ---- */
+/* ---- Ranges (reservations, mappings, mallocs) ---- */
 
-/* Index of the first range with va >= key. */
-static size_t ranges_lower(const sim_ranges *r, uintptr_t key) {
-  size_t lo = 0, hi = r->n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (r->v[mid].va < key)
-      lo = mid + 1;
-    else
-      hi = mid;
+static sim_range *range_of(ga_rnode *n) { return (sim_range *)(void *)n; }
+
+/* The range containing addr, or NULL. */
+static sim_range *range_find(const ga_rtree *t, uintptr_t addr) { return range_of(ga_rtree_find(t, addr)); }
+
+/* A new range in t, or NULL when the host has no memory for it. */
+static sim_range *range_add(ga_rtree *t, sim_range x) {
+  sim_range *r = malloc(sizeof *r);
+  if (!r) return NULL;
+  *r = x;
+  ga_rtree_insert(t, &r->node);
+  return r;
+}
+
+static void range_drop(ga_rtree *t, sim_range *r) {
+  ga_rtree_remove(t, &r->node);
+  free(r);
+}
+
+/* ---- The host ----
+ * Every mmap that backs simulated memory goes through host_mmap, where a
+ * test can make it fail (ga_sim_inject_host). A host failure is the host's,
+ * reported as such: GA_DEV_ENOMEM with "host:" in the message. */
+
+static void *host_mmap(sim_device *s, void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  sim_fault *f = &s->host_fault;
+  if (f->armed && f->countdown > 1) {
+    f->countdown--;
+  } else if (f->armed) {
+    if (!f->repeat) f->armed = 0;
+    s->faults_fired++;
+    errno = f->err;
+    return MAP_FAILED;
   }
-  return lo;
+  return mmap(addr, len, prot, flags, fd, off);
 }
 
-/* The range containing addr, or -1. */
-static long ranges_find(const sim_ranges *r, uintptr_t addr) {
-  size_t i = ranges_lower(r, addr + 1);
-  if (i == 0) return -1;
-  const sim_range *x = &r->v[i - 1];
-  return (addr >= x->va && addr - x->va < x->size) ? (long)(i - 1) : -1;
+static int host_failed(sim_device *s, const char *call, const char *what, size_t bytes, int err) {
+  s->host_failures++;
+  ga_dev_set_error(&s->base, "%s: host: %s of %zu bytes failed: %s (%s)", call, what, bytes, strerror(err),
+                   err == ENOMEM ? "the host that runs the simulated device is out of address space or of "
+                                   "mappings (vm.max_map_count); the device is not out of memory"
+                                 : "a failure of the host that runs the simulated device");
+  return GA_DEV_ENOMEM;
 }
 
-static int ranges_insert(sim_ranges *r, sim_range x) {
-  if (r->n == r->cap) {
-    size_t cap = r->cap ? r->cap * 2 : 16;
-    sim_range *v = realloc(r->v, cap * sizeof *v);
-    if (!v) return -1;
-    r->v = v;
-    r->cap = cap;
-  }
-  size_t i = ranges_lower(r, x.va);
-  memmove(&r->v[i + 1], &r->v[i], (r->n - i) * sizeof *r->v);
-  r->v[i] = x;
-  r->n++;
-  return 0;
+static int host_no_memory(sim_device *s, const char *call) {
+  s->host_failures++;
+  ga_dev_set_error(&s->base, "%s: host: out of memory for the simulated device's bookkeeping", call);
+  return GA_DEV_ENOMEM;
 }
 
-static void ranges_remove(sim_ranges *r, size_t i) {
-  memmove(&r->v[i], &r->v[i + 1], (r->n - i - 1) * sizeof *r->v);
-  r->n--;
-}
+/* ---- Granules ----
+ * A granule of the memfd is in use (its bit set) while a live handle holds
+ * it. A handle of create() holds its granules from its first mapping on: the
+ * memory is counted from create (s->used) but its place in the memfd is
+ * chosen when it is first mapped, next to the memory mapped beside it, so
+ * that the host merges the mappings (see bind_for_map). A malloc takes its
+ * granules at once. Either way bits set <= s->used <= ngran. */
 
-/* Does [va, va+size) overlap any range? */
-static int ranges_overlap(const sim_ranges *r, uintptr_t va, size_t size) {
-  size_t i = ranges_lower(r, va);
-  if (i < r->n && r->v[i].va < va + size) return 1;
-  return i > 0 && r->v[i - 1].va + r->v[i - 1].size > va;
-}
-
-/* ---- Granules ---- */
+#define UNBOUND UINT32_MAX
 
 static int gran_used(const sim_device *s, size_t g) { return (s->bitmap[g / 64] >> (g % 64)) & 1; }
 static void gran_set(sim_device *s, size_t g, int on) {
@@ -292,26 +324,64 @@ static void gran_pick(sim_device *s, size_t n, uint32_t *out) {
       return;
     }
   }
-  size_t k = 0;
-  for (size_t g = 0; g < s->ngran && k < n; g++)
+  size_t k = 0; /* every granule below the hint's word is in use */
+  for (size_t g = s->hint * 64; g < s->ngran && k < n; g++) {
+    if (g % 64 == 0 && s->bitmap[g / 64] == ~(uint64_t)0) {
+      g += 63;
+      continue;
+    }
     if (!gran_used(s, g)) out[k++] = (uint32_t)g;
+  }
 }
 
-static void gran_take(sim_device *s, const uint32_t *g, size_t n) {
-  for (size_t i = 0; i < n; i++) gran_set(s, g[i], 1);
-  s->used += n;
+/* The middle of the longest run of free granules: room to grow both ways
+ * for memory mapped where nothing is mapped beside it. pre: one is free. */
+static uint32_t gran_fresh(const sim_device *s) {
+  size_t best = 0, best_len = 0, start = 0, len = 0;
+  for (size_t w = 0; w < (s->ngran + 63) / 64; w++) {
+    uint64_t bits = s->bitmap[w];
+    if (bits == 0) { /* 64 free */
+      if (!len) start = w * 64;
+      len += 64;
+      continue;
+    }
+    for (size_t b = 0; b < 64; b++) {
+      if ((bits >> b) & 1) {
+        if (len > best_len) best = start, best_len = len;
+        len = 0;
+      } else if (len++ == 0)
+        start = w * 64 + b;
+    }
+  }
+  if (len > best_len) best = start, best_len = len;
+  GA_ASSERT(best_len > 0);
+  return (uint32_t)(best + best_len / 2);
+}
+
+static void gran_bind(sim_device *s, uint32_t g) {
+  gran_set(s, g, 1);
   while (s->hint < (s->ngran + 63) / 64 && s->bitmap[s->hint] == ~(uint64_t)0) s->hint++;
 }
 
-static void gran_give_back(sim_device *s, const uint32_t *g, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    gran_set(s, g[i], 0);
+/* Gives back the bound granules of g[0..n) and their host memory. */
+static void gran_unbind(sim_device *s, const uint32_t *g, size_t n) {
+  for (size_t i = 0, run; i < n; i += run) {
+    run = 1;
+    if (g[i] == UNBOUND) continue;
+    while (i + run < n && g[i + run] == g[i] + run) run++;
+    for (size_t k = 0; k < run; k++) gran_set(s, g[i] + k, 0);
     if (g[i] / 64 < s->hint) s->hint = g[i] / 64;
     /* Return the host memory; the next owner reads zeroes. */
     (void)fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)g[i] * (off_t)SIM_GRAN,
-                    (off_t)SIM_GRAN);
+                    (off_t)(run * SIM_GRAN));
   }
-  s->used -= n;
+}
+
+/* Has nothing ever been written to granule g since it was last given back? */
+static int gran_empty(const sim_device *s, uint32_t g) {
+  off_t at = (off_t)g * (off_t)SIM_GRAN, data = lseek(s->fd, at, SEEK_DATA);
+  if (data < 0) return errno == ENXIO;
+  return data >= at + (off_t)SIM_GRAN;
 }
 
 /* ---- Handles ---- */
@@ -322,20 +392,34 @@ static sim_handle *handle_get(sim_device *s, ga_mem_handle h) {
   return (x->ngran && !x->released) ? x : NULL;
 }
 
-static int handle_new(sim_device *s, size_t ngran, ga_mem_handle *out) {
-  size_t slot = 0;
-  while (slot < s->nhandles && s->handles[slot].ngran) slot++;
-  if (slot == s->nhandles) {
-    sim_handle *v = realloc(s->handles, (s->nhandles + 1) * sizeof *v);
-    if (!v) return GA_DEV_EDRIVER;
+/* A handle of ngran granules, taken now (bind: a malloc) or at its first
+ * mapping. Free slots are reused, last freed first. pre: ngran <= free. */
+static int handle_new(sim_device *s, size_t ngran, int bind, ga_mem_handle *out) {
+  if (!s->free_slots && s->nhandles == s->cap_handles) {
+    size_t cap = s->cap_handles ? s->cap_handles * 2 : 64;
+    sim_handle *v = realloc(s->handles, cap * sizeof *v);
+    if (!v) return GA_DEV_ENOMEM;
     s->handles = v;
-    s->nhandles++;
+    s->cap_handles = cap;
   }
-  uint32_t *g = malloc(ngran * sizeof *g);
-  if (!g) return GA_DEV_EDRIVER;
-  gran_pick(s, ngran, g);
-  gran_take(s, g, ngran);
-  s->handles[slot] = (sim_handle){.ngran = ngran, .gran = g};
+  uint32_t *g = malloc(2 * ngran * sizeof *g);
+  if (!g) return GA_DEV_ENOMEM;
+  size_t slot;
+  if (s->free_slots) {
+    slot = s->free_slots - 1;
+    s->free_slots = s->handles[slot].next_free;
+  } else {
+    slot = s->nhandles++;
+  }
+  memset(g + ngran, 0, ngran * sizeof *g); /* mapped by nothing */
+  if (bind) {
+    gran_pick(s, ngran, g);
+    for (size_t i = 0; i < ngran; i++) gran_bind(s, g[i]);
+  } else {
+    for (size_t i = 0; i < ngran; i++) g[i] = UNBOUND;
+  }
+  s->used += ngran;
+  s->handles[slot] = (sim_handle){.ngran = ngran, .gran = g, .shown = g + ngran};
   s->live_handles++;
   *out = slot + 1;
   return 0;
@@ -344,50 +428,135 @@ static int handle_new(sim_device *s, size_t ngran, ga_mem_handle *out) {
 /* Frees the handle's granules once it is released and unmapped. */
 static void handle_maybe_free(sim_device *s, sim_handle *x) {
   if (!x->released || x->maps) return;
-  gran_give_back(s, x->gran, x->ngran);
+  gran_unbind(s, x->gran, x->ngran);
+  s->used -= x->ngran;
   free(x->gran);
-  *x = (sim_handle){0};
+  *x = (sim_handle){.next_free = s->free_slots};
+  s->free_slots = (size_t)(x - s->handles) + 1;
   s->live_handles--;
+}
+
+/* Are the handle's granules [first, first+n) one run of the memfd? */
+static int gran_contiguous(const sim_handle *x, size_t first, size_t n) {
+  for (size_t i = 1; i < n; i++)
+    if (x->gran[first + i] != x->gran[first] + i) return 0;
+  return 1;
+}
+
+/* The memfd granule that would continue the mapping that ends at va, or
+ * precede by n the one that starts at va + n granules; UNBOUND if neither. */
+static uint32_t neighbour_target(sim_device *s, uintptr_t va, size_t n) {
+  ga_rnode *below = va ? ga_rtree_floor(&s->maps, va - 1) : NULL;
+  if (below && below->va + below->size == va) {
+    sim_range *m = range_of(below);
+    uint32_t g = s->handles[m->h - 1].gran[(m->offset + m->node.size) / SIM_GRAN - 1];
+    if (g + 1 < s->ngran) return g + 1;
+  }
+  ga_rnode *above = ga_rtree_lower(&s->maps, va + n * SIM_GRAN);
+  if (above && above->va == va + n * SIM_GRAN) {
+    sim_range *m = range_of(above);
+    uint32_t g = s->handles[m->h - 1].gran[m->offset / SIM_GRAN];
+    if (g >= n) return g - (uint32_t)n;
+  }
+  return UNBOUND;
+}
+
+/* Places the granules [first, first+n) of handle x, about to be mapped at
+ * va, in the memfd: each one after the one before it, the first after (or
+ * before) the mapping beside va, else in the middle of the longest free run.
+ * A granule placed before stays where it is while a mapping shows it or
+ * something was written to it; otherwise it moves to its better place when
+ * that is free. Then the host sees one mapping where the device has a run
+ * of mappings side by side. */
+static void bind_for_map(sim_device *s, sim_handle *x, size_t first, size_t n, uintptr_t va) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t *g = &x->gran[first + i], want;
+    if (*g != UNBOUND && x->shown[first + i]) continue;
+    if (i == 0)
+      want = neighbour_target(s, va, n);
+    else
+      want = g[-1] + 1 < s->ngran ? g[-1] + 1 : UNBOUND;
+    int free_there = want != UNBOUND && !gran_used(s, want);
+    if (*g == UNBOUND) {
+      *g = free_there ? want : gran_fresh(s);
+      gran_bind(s, *g);
+    } else if (free_there && gran_empty(s, *g)) {
+      gran_set(s, *g, 0);
+      if (*g / 64 < s->hint) s->hint = *g / 64;
+      *g = want;
+      gran_bind(s, *g);
+    }
+  }
+}
+
+/* ---- The mirror: the memfd mapped whole, for mallocs ---- */
+
+static int in_mirror(const sim_device *s, uintptr_t va) {
+  return s->mirror && va - s->mirror < s->ngran * SIM_GRAN;
+}
+
+/* Maps the whole memfd at a granule-aligned address, once. When the host
+ * cannot (address space), mallocs map themselves one by one, as before. */
+static void mirror_open(sim_device *s) {
+  s->mirror_tried = 1;
+  size_t len = s->ngran * SIM_GRAN;
+  void *p = host_mmap(s, NULL, len + SIM_GRAN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return;
+  uintptr_t base = (uintptr_t)p, start = (base + SIM_GRAN - 1) & ~(uintptr_t)(SIM_GRAN - 1);
+  if (host_mmap(s, (void *)start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->fd, 0) ==
+      MAP_FAILED) {
+    munmap(p, len + SIM_GRAN);
+    return;
+  }
+  if (start > base) munmap(p, start - base);
+  if (base + SIM_GRAN > start) munmap((void *)(start + len), base + SIM_GRAN - start);
+  s->mirror = start;
 }
 
 /* ---- Core VMM operations (no fault checks; shared by malloc) ---- */
 
-static int do_reserve(sim_device *s, size_t size, size_t align, void **va) {
+static void protnone(uintptr_t va, size_t size) {
+  (void)mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
+/* Reserves size bytes aligned to align (0 = the granularity) of host address
+ * space; `at` != 0: the range at `at` in the mirror, which the host already backs. */
+static int do_reserve(sim_device *s, const char *call, size_t size, size_t align, uintptr_t at, void **va) {
   if (align == 0) align = SIM_GRAN;
+  uintptr_t start = at;
+  void *p = NULL;
   size_t span = size + align;
-  void *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    ga_dev_set_error(&s->base, "reserve: CUDA_ERROR_OUT_OF_MEMORY (no host address space for %zu bytes: %s)",
-                     size, strerror(errno));
-    return GA_DEV_EOOM;
+  if (!at) {
+    p = span < size ? MAP_FAILED
+                    : host_mmap(s, NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      return host_failed(s, call, "reserving address space", size, span < size ? ENOMEM : errno);
+    uintptr_t base = (uintptr_t)p;
+    start = (base + align - 1) & ~(uintptr_t)(align - 1);
+    if (start > base) munmap(p, start - base);
+    if (base + span > start + size) munmap((void *)(start + size), base + span - start - size);
   }
-  uintptr_t base = (uintptr_t)p, start = (base + align - 1) & ~(uintptr_t)(align - 1);
-  if (start > base) munmap(p, start - base);
-  if (base + span > start + size) munmap((void *)(start + size), base + span - start - size);
-  if (ranges_insert(&s->resv, (sim_range){.va = start, .size = size}) != 0) {
-    munmap((void *)start, size);
-    ga_dev_set_error(&s->base, "reserve: host out of memory");
-    return GA_DEV_EDRIVER;
+  if (!range_add(&s->resv, (sim_range){.node = {.va = start, .size = size}})) {
+    if (!at) munmap((void *)start, size);
+    return host_no_memory(s, call);
   }
   *va = (void *)start;
   return 0;
 }
 
-static void do_unreserve(sim_device *s, size_t idx) {
-  munmap((void *)s->resv.v[idx].va, s->resv.v[idx].size);
-  ranges_remove(&s->resv, idx);
+static void do_unreserve(sim_device *s, sim_range *r) {
+  if (!in_mirror(s, r->node.va)) munmap((void *)r->node.va, r->node.size);
+  range_drop(&s->resv, r);
 }
 
-static int do_create(sim_device *s, size_t size, ga_mem_handle *h) {
+static int do_create(sim_device *s, const char *call, size_t size, int bind, ga_mem_handle *h) {
   size_t n = size / SIM_GRAN;
   if (n > s->ngran - s->used) {
-    ga_dev_set_error(&s->base, "create: CUDA_ERROR_OUT_OF_MEMORY (%zu bytes asked, %zu free)", size,
+    ga_dev_set_error(&s->base, "%s: CUDA_ERROR_OUT_OF_MEMORY (%zu bytes asked, %zu free)", call, size,
                      (s->ngran - s->used) * SIM_GRAN);
     return GA_DEV_EOOM;
   }
-  int rc = handle_new(s, n, h);
-  if (rc) ga_dev_set_error(&s->base, "create: host out of memory");
-  return rc;
+  return handle_new(s, n, bind, h) ? host_no_memory(s, call) : 0;
 }
 
 static void do_release(sim_device *s, sim_handle *x) {
@@ -395,43 +564,57 @@ static void do_release(sim_device *s, sim_handle *x) {
   handle_maybe_free(s, x);
 }
 
-static void protnone(uintptr_t va, size_t size) {
-  (void)mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-}
-
-/* Maps the handle at va; `access` = the devices that may use it at once. */
-static int do_map(sim_device *s, uintptr_t va, size_t size, ga_mem_handle h, size_t offset, uint64_t access) {
+/* Maps the handle at va; `access` = the devices that may use it at once. In
+ * the mirror the host already shows the handle's granules at va. */
+static int do_map(sim_device *s, const char *call, uintptr_t va, size_t size, ga_mem_handle h, size_t offset,
+                  uint64_t access) {
   sim_handle *x = &s->handles[h - 1];
   size_t first = offset / SIM_GRAN, n = size / SIM_GRAN;
-  for (size_t i = 0; i < n;) {
+  int mirrored = in_mirror(s, va);
+  if (!mirrored) bind_for_map(s, x, first, n, va);
+  for (size_t i = 0; i < n && !mirrored;) {
     size_t run = 1;
     while (i + run < n && x->gran[first + i + run] == x->gran[first + i] + run) run++;
-    void *p = mmap((void *)(va + i * SIM_GRAN), run * SIM_GRAN, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_FIXED, s->fd, (off_t)x->gran[first + i] * (off_t)SIM_GRAN);
+    void *p = host_mmap(s, (void *)(va + i * SIM_GRAN), run * SIM_GRAN, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_FIXED, s->fd, (off_t)x->gran[first + i] * (off_t)SIM_GRAN);
     if (p == MAP_FAILED) {
+      int err = errno;
       protnone(va, size);
-      ga_dev_set_error(&s->base, "map: CUDA_ERROR_OUT_OF_MEMORY (host mmap failed: %s)", strerror(errno));
-      return GA_DEV_EOOM;
+      return host_failed(s, call, "mapping device memory", run * SIM_GRAN, err);
     }
     i += run;
   }
-  if (ranges_insert(&s->maps,
-                    (sim_range){.va = va, .size = size, .h = h, .offset = offset, .access = access}) != 0) {
-    protnone(va, size);
-    ga_dev_set_error(&s->base, "map: host out of memory");
-    return GA_DEV_EDRIVER;
+  if (!range_add(&s->maps,
+                 (sim_range){.node = {.va = va, .size = size}, .h = h, .offset = offset, .access = access})) {
+    if (!mirrored) protnone(va, size);
+    return host_no_memory(s, call);
   }
   x->maps++;
+  for (size_t i = 0; i < n; i++) x->shown[first + i]++;
   return 0;
 }
 
-static void do_unmap_one(sim_device *s, size_t idx) {
-  sim_range m = s->maps.v[idx];
-  protnone(m.va, m.size);
-  ranges_remove(&s->maps, idx);
-  sim_handle *x = &s->handles[m.h - 1];
+static void do_unmap_one(sim_device *s, sim_range *m) {
+  if (!in_mirror(s, m->node.va)) protnone(m->node.va, m->node.size);
+  sim_handle *x = &s->handles[m->h - 1];
+  for (size_t i = 0; i < m->node.size / SIM_GRAN; i++) x->shown[m->offset / SIM_GRAN + i]--;
+  range_drop(&s->maps, m);
   x->maps--;
   handle_maybe_free(s, x);
+}
+
+/* Walks the mappings from the one containing (or, with exact, starting at)
+ * va over [va, va+size) while they follow each other without a gap. Returns
+ * the first and the number walked; *end = where the walk stopped. */
+static sim_range *maps_walk(sim_device *s, uintptr_t va, size_t size, int exact, size_t *count,
+                            uintptr_t *end) {
+  ga_rnode *first = exact ? ga_rtree_lower(&s->maps, va) : ga_rtree_find(&s->maps, va), *n = first;
+  uintptr_t at = va;
+  size_t k = 0;
+  while (n && (exact ? n->va == at : n->va <= at) && at - va < size) at = n->va + n->size, n = n->next, k++;
+  *count = k;
+  *end = at;
+  return range_of(first);
 }
 
 /* ---- Ops ---- */
@@ -474,22 +657,24 @@ static int sim_malloc(ga_device *d, size_t size, void **ptr) {
     goto out;
   }
   spend_units(s, GA_CALL_MALLOC, granules_of(rsize));
-  if ((rc = do_reserve(s, rsize, SIM_GRAN, &va))) goto out;
-  if ((rc = do_create(s, rsize, &h))) goto unreserve;
-  if ((rc = do_map(s, (uintptr_t)va, rsize, h, 0, (uint64_t)1 << d->ordinal))) goto release;
-  if (ranges_insert(&s->mallocs, (sim_range){.va = (uintptr_t)va, .size = rsize, .h = h}) != 0) {
-    ga_dev_set_error(d, "malloc: host out of memory");
-    rc = GA_DEV_EDRIVER;
+  if ((rc = do_create(s, "malloc", rsize, 1, &h))) goto out;
+  sim_handle *x = &s->handles[h - 1];
+  if (!s->mirror_tried) mirror_open(s);
+  uintptr_t at = s->mirror && gran_contiguous(x, 0, x->ngran) ? s->mirror + x->gran[0] * SIM_GRAN : 0;
+  if ((rc = do_reserve(s, "malloc", rsize, SIM_GRAN, at, &va))) goto release;
+  if ((rc = do_map(s, "malloc", (uintptr_t)va, rsize, h, 0, (uint64_t)1 << d->ordinal))) goto unreserve;
+  if (!range_add(&s->mallocs, (sim_range){.node = {.va = (uintptr_t)va, .size = rsize}, .h = h})) {
+    rc = host_no_memory(s, "malloc");
     goto unmap;
   }
   *ptr = va;
   goto out;
 unmap:
-  do_unmap_one(s, (size_t)ranges_find(&s->maps, (uintptr_t)va));
+  do_unmap_one(s, range_find(&s->maps, (uintptr_t)va));
+unreserve:
+  do_unreserve(s, range_find(&s->resv, (uintptr_t)va));
 release:
   do_release(s, &s->handles[h - 1]);
-unreserve:
-  do_unreserve(s, (size_t)ranges_find(&s->resv, (uintptr_t)va));
 out:
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -501,18 +686,18 @@ static int sim_free(ga_device *d, void *ptr) {
   int rc = fault_hit(s, GA_CALL_FREE, "free");
   if (!rc) rc = capture_breaks(s, "free");
   if (rc || !ptr) goto out;
-  long i = ranges_find(&s->mallocs, (uintptr_t)ptr);
-  if (i < 0 || s->mallocs.v[i].va != (uintptr_t)ptr) {
+  sim_range *r = range_find(&s->mallocs, (uintptr_t)ptr);
+  if (!r || r->node.va != (uintptr_t)ptr) {
     ga_dev_set_error(d, "free: CUDA_ERROR_INVALID_VALUE (%p was not returned by malloc)", ptr);
     rc = GA_DEV_EINVAL;
     goto out;
   }
-  sim_range m = s->mallocs.v[i];
-  spend_units(s, GA_CALL_FREE, granules_of(m.size));
-  ranges_remove(&s->mallocs, (size_t)i);
-  do_unmap_one(s, (size_t)ranges_find(&s->maps, m.va));
+  sim_range m = *r;
+  spend_units(s, GA_CALL_FREE, granules_of(m.node.size));
+  range_drop(&s->mallocs, r);
+  do_unmap_one(s, range_find(&s->maps, m.node.va));
   do_release(s, &s->handles[m.h - 1]);
-  do_unreserve(s, (size_t)ranges_find(&s->resv, m.va));
+  do_unreserve(s, range_find(&s->resv, m.node.va));
 out:
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -532,7 +717,7 @@ static int sim_reserve(ga_device *d, size_t size, size_t align, void **va) {
     rc = GA_DEV_EINVAL;
     goto out;
   }
-  rc = do_reserve(s, size, align, va);
+  rc = do_reserve(s, "reserve", size, align, 0, va);
 out:
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -544,15 +729,15 @@ static int sim_unreserve(ga_device *d, void *va, size_t size) {
   int rc = fault_hit(s, GA_CALL_UNRESERVE, "unreserve");
   if (!rc) rc = capture_breaks(s, "unreserve");
   if (rc) goto out;
-  long i = ranges_find(&s->resv, (uintptr_t)va);
-  if (i < 0 || s->resv.v[i].va != (uintptr_t)va || s->resv.v[i].size != size) {
+  sim_range *r = range_find(&s->resv, (uintptr_t)va);
+  if (!r || r->node.va != (uintptr_t)va || r->node.size != size) {
     ga_dev_set_error(d, "unreserve: CUDA_ERROR_INVALID_VALUE (%p+%zu is not a reservation)", va, size);
     rc = GA_DEV_EINVAL;
-  } else if (ranges_overlap(&s->maps, (uintptr_t)va, size)) {
+  } else if (ga_rtree_overlaps(&s->maps, (uintptr_t)va, size)) {
     ga_dev_set_error(d, "unreserve: CUDA_ERROR_INVALID_VALUE (%p+%zu still has mappings)", va, size);
     rc = GA_DEV_EINVAL;
   } else {
-    do_unreserve(s, (size_t)i);
+    do_unreserve(s, r);
   }
 out:
   pthread_mutex_unlock(&s->mu);
@@ -573,7 +758,7 @@ static int sim_create(ga_device *d, size_t size, ga_mem_handle *h) {
     goto out;
   }
   spend_units(s, GA_CALL_CREATE, granules_of(size));
-  rc = do_create(s, size, h);
+  rc = do_create(s, "create", size, 0, h);
 out:
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -606,7 +791,7 @@ static int sim_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t 
   if (!rc) rc = capture_breaks(s, "map");
   if (rc) goto out;
   sim_handle *x = handle_get(s, h);
-  long r = ranges_find(&s->resv, v);
+  sim_range *r = range_find(&s->resv, v);
   const char *why = NULL;
   if (!x)
     why = "the handle is not live";
@@ -614,9 +799,9 @@ static int sim_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t 
     why = "address, size and offset must be multiples of the granularity";
   else if (offset > x->ngran * SIM_GRAN || size > x->ngran * SIM_GRAN - offset)
     why = "offset + size exceeds the handle";
-  else if (r < 0 || v + size > s->resv.v[r].va + s->resv.v[r].size)
+  else if (!r || size > r->node.size - (v - r->node.va))
     why = "the range is not inside one reservation";
-  else if (ranges_overlap(&s->maps, v, size))
+  else if (ga_rtree_overlaps(&s->maps, v, size))
     why = "part of the range is already mapped";
   if (why) {
     ga_dev_set_error(d, "map: CUDA_ERROR_INVALID_VALUE (%p+%zu: %s)", va, size, why);
@@ -624,7 +809,7 @@ static int sim_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t 
     goto out;
   }
   spend_units(s, GA_CALL_MAP, 1);
-  rc = do_map(s, v, size, h, offset, 0); /* no device has access until set_access */
+  rc = do_map(s, "map", v, size, h, offset, 0); /* no device has access until set_access */
 out:
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -638,17 +823,20 @@ static int sim_unmap(ga_device *d, void *va, size_t size) {
   if (!rc) rc = capture_breaks(s, "unmap");
   if (rc) goto out;
   /* The range must be exactly a union of whole, adjacent mappings. */
-  size_t i = ranges_lower(&s->maps, v), j = i;
-  uintptr_t at = v;
-  while (j < s->maps.n && s->maps.v[j].va == at && at < v + size) at += s->maps.v[j++].size;
-  if (size == 0 || at != v + size || ranges_find(&s->mallocs, v) >= 0) {
+  size_t k;
+  uintptr_t at;
+  sim_range *m = maps_walk(s, v, size, 1, &k, &at);
+  if (size == 0 || at != v + size || range_find(&s->mallocs, v)) {
     ga_dev_set_error(d, "unmap: CUDA_ERROR_INVALID_VALUE (%p+%zu is not a union of whole mappings)", va,
                      size);
     rc = GA_DEV_EINVAL;
     goto out;
   }
-  spend_units(s, GA_CALL_UNMAP, j - i);
-  while (j-- > i) do_unmap_one(s, j);
+  spend_units(s, GA_CALL_UNMAP, k);
+  for (ga_rnode *n = &m->node, *next; k-- > 0; n = next) {
+    next = n->next;
+    do_unmap_one(s, range_of(n));
+  }
 out:
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -670,18 +858,16 @@ static int sim_set_access(ga_device *d, void *va, size_t size, const int *device
       mask |= (uint64_t)1 << devices[i];
   }
   /* The range must be mapped from end to end. */
-  long first = ranges_find(&s->maps, v);
-  size_t i = first < 0 ? 0 : (size_t)first, j = i;
+  size_t k = 0;
   uintptr_t at = v;
-  while (!rc && first >= 0 && j < s->maps.n && s->maps.v[j].va <= at && at < v + size)
-    at = s->maps.v[j].va + s->maps.v[j].size, j++;
-  if (!rc && (size == 0 || first < 0 || at < v + size)) {
+  sim_range *m = rc ? NULL : maps_walk(s, v, size, 0, &k, &at);
+  if (!rc && (size == 0 || !m || at - v < size)) {
     ga_dev_set_error(d, "set_access: CUDA_ERROR_INVALID_VALUE (%p+%zu is not mapped from end to end)", va,
                      size);
     rc = GA_DEV_EINVAL;
   }
-  if (!rc) spend_units(s, GA_CALL_SET_ACCESS, j - i);
-  for (size_t k = i; !rc && k < j; k++) s->maps.v[k].access = mask;
+  if (!rc) spend_units(s, GA_CALL_SET_ACCESS, k);
+  for (ga_rnode *n = rc ? NULL : &m->node; n && k-- > 0; n = n->next) range_of(n)->access = mask;
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
@@ -691,12 +877,10 @@ static int sim_copy(ga_device *d, void *host, void *dev, size_t size, int to_hos
   pthread_mutex_lock(&s->mu);
   int rc = fault_hit(s, GA_CALL_COPY, to_host ? "copy (device to host)" : "copy (host to device)");
   if (!rc) rc = capture_breaks(s, "copy");
-  uintptr_t v = (uintptr_t)dev;
-  long i = ranges_find(&s->maps, v);
-  uintptr_t at = v;
-  while (!rc && i >= 0 && (size_t)i < s->maps.n && s->maps.v[i].va <= at && at < v + size)
-    at = s->maps.v[i].va + s->maps.v[i].size, i++;
-  if (!rc && (i < 0 || at < v + size)) {
+  uintptr_t v = (uintptr_t)dev, at = v;
+  size_t k = 0;
+  sim_range *m = rc ? NULL : maps_walk(s, v, size, 0, &k, &at);
+  if (!rc && (!m || at - v < size)) {
     ga_dev_set_error(d, "copy: CUDA_ERROR_INVALID_VALUE (%p+%zu is not mapped)", dev, size);
     rc = GA_DEV_EINVAL;
   }
@@ -902,14 +1086,17 @@ static int sim_device_count(ga_device *d, int *count) {
 static void sim_destroy(ga_device *d) {
   sim_device *s = sim_of(d);
   if (!s) return;
-  for (size_t i = s->maps.n; i-- > 0;) protnone(s->maps.v[i].va, s->maps.v[i].size);
-  for (size_t i = 0; i < s->resv.n; i++) munmap((void *)s->resv.v[i].va, s->resv.v[i].size);
+  ga_rtree *trees[3] = {&s->maps, &s->mallocs, &s->resv};
+  for (int t = 0; t < 3; t++)
+    while (trees[t]->first) {
+      sim_range *r = range_of(trees[t]->first);
+      if (t == 2 && !in_mirror(s, r->node.va)) munmap((void *)r->node.va, r->node.size);
+      range_drop(trees[t], r);
+    }
+  if (s->mirror) munmap((void *)s->mirror, s->ngran * SIM_GRAN);
   for (size_t i = 0; i < s->nhandles; i++) free(s->handles[i].gran);
   for (size_t i = 0; i < s->nevents; i++) free(s->events[i]);
   free(s->handles);
-  free(s->resv.v);
-  free(s->maps.v);
-  free(s->mallocs.v);
   free(s->events);
   free(s->streams);
   free(s->bitmap);
@@ -1045,6 +1232,7 @@ int ga_sim_usage_get(ga_device *d, ga_sim_usage *u) {
       .stalls = s->base.stalls,
       .stall_ns = s->base.stall_ns,
       .lag_ns = s->lag_ns,
+      .host_failures = s->host_failures,
   };
   pthread_mutex_unlock(&s->mu);
   return 0;
@@ -1073,12 +1261,22 @@ int ga_sim_inject(ga_device *d, ga_device_call_t kind, unsigned nth, int err, in
   return 0;
 }
 
+int ga_sim_inject_host(ga_device *d, unsigned nth, int err, int repeat) {
+  sim_device *s = sim_of(d);
+  if (!s || nth == 0 || err <= 0) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  s->host_fault = (sim_fault){.countdown = nth, .err = err, .repeat = repeat, .armed = 1};
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
 int ga_sim_clear_faults(ga_device *d) {
   sim_device *s = sim_of(d);
   if (!s) return GA_DEV_EINVAL;
   pthread_mutex_lock(&s->mu);
   memset(s->faults, 0, sizeof s->faults);
   s->sticky = 0;
+  s->host_fault = (sim_fault){0};
   pthread_mutex_unlock(&s->mu);
   return 0;
 }
@@ -1087,10 +1285,10 @@ int ga_sim_access(ga_device *d, void *va, uint64_t *mask) {
   sim_device *s = sim_of(d);
   if (!s) return GA_DEV_EINVAL;
   pthread_mutex_lock(&s->mu);
-  long i = ranges_find(&s->maps, (uintptr_t)va);
-  if (i >= 0) *mask = s->maps.v[i].access;
+  sim_range *m = range_find(&s->maps, (uintptr_t)va);
+  if (m) *mask = m->access;
   pthread_mutex_unlock(&s->mu);
-  return i >= 0 ? 0 : GA_DEV_EINVAL;
+  return m ? 0 : GA_DEV_EINVAL;
 }
 
 int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing) {

@@ -29,6 +29,7 @@ typedef struct ga_sim_usage {
   uint64_t stalls;          /* synchronisations that had to wait for queued work (the lag model) */
   uint64_t stall_ns;        /* and how long they waited */
   uint64_t lag_ns;          /* the lag queued work completes after */
+  uint64_t host_failures;   /* calls that failed because the host could not back them ("host: ...") */
 } ga_sim_usage;
 
 /* Is `d` a simulated device? */
@@ -52,7 +53,15 @@ int ga_sim_hold_stream(ga_device *d, ga_stream_t stream, int hold);
 #define GA_SIM_STICKY 2
 int ga_sim_inject(ga_device *d, ga_device_call_t kind, unsigned nth, int err, int repeat);
 
-/* Disarms every injected fault. */
+/* Makes the `nth` next host mmap that backs simulated memory (a
+ * reservation, a mapping, the window of mallocs) fail with errno `err`, as a
+ * host out of address space or of mappings (vm.max_map_count) does. The call
+ * then fails with GA_DEV_ENOMEM and a message that starts "<call>: host:".
+ * With `repeat`, every such mmap from the nth on fails, until
+ * ga_sim_clear_faults. */
+int ga_sim_inject_host(ga_device *d, unsigned nth, int err, int repeat);
+
+/* Disarms every injected fault (host faults included). */
 int ga_sim_clear_faults(ga_device *d);
 
 /* The devices that may access the mapping holding `va` (bit = ordinal).
