@@ -114,5 +114,6 @@ void trace_scale(trace *t, uint64_t scale);
 int cmd_run(int argc, char **argv);
 int cmd_hotpath(int argc, char **argv);
 int cmd_drivercost(int argc, char **argv);
+int cmd_scale(int argc, char **argv);
 
 #endif

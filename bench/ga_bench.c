@@ -3,7 +3,7 @@
  * PyTorch's own reserved memory where a trace has a .meta.json baseline.
  *
  *   ga-bench replay PATH... [--conf [NAME=]STR]... [--capacity-mb N] [--size-scale N] [--json]
- *   ga-bench run | hotpath | drivercost | keys   (each with --help)
+ *   ga-bench run | hotpath | drivercost | scale | keys   (each with --help)
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -24,6 +24,7 @@ static void usage(FILE *f) {
           "      built-in workloads under several configurations (ga-bench run --help)\n"
           "  ga-bench hotpath [--pairs N] [--threads N]   allocate+free from the cache vs libc\n"
           "  ga-bench drivercost [--backend B] [--reps N]  what each device call costs here\n"
+          "  ga-bench scale [--max-n N] [--budget-s S]   CPU time per call with N blocks live\n"
           "  ga-bench keys [--markdown|--json]   the configuration keys\n"
           "  ga-bench --version\n"
           "Every command takes --help. STR is a GARDENALLOC_CONF string: key:value,key:value.\n");
@@ -473,6 +474,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(argv[1], "hotpath")) return cmd_hotpath(argc - 2, argv + 2);
   if (!strcmp(argv[1], "drivercost")) return cmd_drivercost(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "scale")) return cmd_scale(argc - 2, argv + 2);
   fprintf(stderr, "ga-bench: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

@@ -15,13 +15,33 @@
 #     traces under every configuration with one plot per trace
 #     (bench/results/pytorch_traces/, bench/results/minimalloc_x64/);
 #  3. the hot path: allocate+free pairs from the cache next to libc malloc,
-#     with instructions per pair from callgrind when valgrind is installed.
+#     with instructions per pair from callgrind when valgrind is installed;
+#  4. the CPU time of one allocation and one free with N blocks live, for
+#     N = 10^3 .. 10^5 in every mode (ga-bench scale: bench/results/scale.csv,
+#     scale.svg, scale.txt), each series within 30 s; --full-scale takes N
+#     up to 10^6 with 180 s per series (GA_BENCH_SCALE_N and
+#     GA_BENCH_SCALE_BUDGET_S set them too).
 # Every result records the command that made it: a "command" field in each
 # JSON line, run.cmd beside each run.csv, the <desc> of each SVG.
 # GA_BENCH_SCALE sets the size of the built-in workloads (default 1, ~10^4
 # events each; 100 gives ~10^6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+scale_n=${GA_BENCH_SCALE_N:-100000}
+scale_budget=${GA_BENCH_SCALE_BUDGET_S:-30}
+for arg in "$@"; do
+  case $arg in
+    --full-scale)
+      scale_n=1000000
+      scale_budget=${GA_BENCH_SCALE_BUDGET_S:-180}
+      ;;
+    *)
+      echo "usage: bench/run.sh [--full-scale]" >&2
+      exit 2
+      ;;
+  esac
+done
 
 . scripts/need.sh
 need_packages cmake:cmake cc:gcc make:make python3:python3
@@ -91,5 +111,9 @@ if command -v valgrind >/dev/null; then
     echo "  $size: $(((b - a) / 200000)) instructions per allocate+free pair (callgrind)" | tee -a bench/results/hotpath.txt
   done
 fi
+echo
+echo "== CPU time per call with N blocks live"
+build/bench/ga-bench scale --max-n "$scale_n" --budget-s "$scale_budget" --out bench/results 2>/dev/null |
+  tee bench/results/scale.txt
 echo
 echo "results: bench/results/"
