@@ -3,23 +3,48 @@
  * allocator's lock, dispatch to the policy, and turn internal codes into a
  * ga_status_t with the error text set. No policy lives here.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "inspect.h"
 #include "policy/policy.h"
 
+/* ---- fork() ----
+ * A child made by fork() has one thread and a copy of the parent's memory:
+ * an allocator's lock may have been copied held by a thread that does not
+ * exist there, and its device memory is the parent's (on the simulated
+ * device, a shared mapping the parent still uses). So an allocator
+ * inherited from the parent is refused before its lock is touched; the
+ * child handler tells inherited allocators from the child's own. */
+
+atomic_uint ga_fork_generation;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_child(void) { atomic_fetch_add_explicit(&ga_fork_generation, 1, memory_order_relaxed); }
+static void fork_register(void) { (void)pthread_atfork(NULL, NULL, fork_child); }
+
+static ga_status_t inherited(ga_allocator_t *a, const char *fn) {
+  ga_error_set(
+      "%s: this allocator belongs to process %d, the parent of this one (fork): a forked child cannot "
+      "use its parent's allocator or memory; create an allocator in the child",
+      fn, a->pid);
+  return GA_ERR_FORKED;
+}
+
 /* ---- The prologue every entry point shares ---- */
 
-/* A NULL allocator is refused by name (GA_ERR_INVALID); otherwise the lock is
- * taken and GA_OK returned. ENTER returns from the caller on refusal. */
+/* A NULL allocator is refused by name (GA_ERR_INVALID), one inherited through
+ * fork() too (GA_ERR_FORKED); otherwise the lock is taken and GA_OK
+ * returned. ENTER returns from the caller on refusal. */
 static inline ga_status_t enter(ga_allocator_t *a, const char *fn) {
   if (!a) {
     ga_error_set("%s: the allocator is NULL", fn);
     return GA_ERR_INVALID;
   }
+  if (ga_inherited(a)) return inherited(a, fn);
   ga_lock_acquire(&a->mu);
   return GA_OK;
 }
@@ -62,6 +87,9 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
     return GA_ERR_HOST_MEMORY;
   }
   memset(a, 0, sizeof *a);
+  (void)pthread_once(&fork_once, fork_register);
+  a->fork_gen = atomic_load_explicit(&ga_fork_generation, memory_order_relaxed);
+  a->pid = (int)getpid();
   if (ga_dev_mem_info(dev, &free_b, &total)) {
     ga_error_set("ga_create: cannot query device memory: %s", dev->error);
     free(a);
@@ -145,7 +173,7 @@ ga_status_t ga_create_on_device(const char *conf, ga_device *dev, ga_allocator_t
 ga_device *ga_allocator_device(ga_allocator_t *a) { return a ? a->dev : NULL; }
 
 void ga_destroy(ga_allocator_t *a) {
-  if (!a) return;
+  if (!a || ga_inherited(a)) return; /* the parent's memory is not the child's to give back */
   ga_lock_acquire(&a->mu);
   ga_policy_teardown_locked(a);
   ga_history_free(&a->history);
@@ -157,9 +185,9 @@ void ga_destroy(ga_allocator_t *a) {
 /* ---- Allocation ---- */
 
 ga_status_t ga_malloc(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {
+  if (out) *out = NULL; /* whatever refuses the call */
   ENTER("ga_malloc");
   if (!out) return leave(a, invalid("ga_malloc", "out is NULL"));
-  *out = NULL;
   if (size == 0) return leave(a, GA_OK);
   return leave(a, ga_alloc_locked(a, size, stream, out));
 }
@@ -356,7 +384,7 @@ ga_status_t ga_record_history(ga_allocator_t *a, int enabled, size_t max_entries
 }
 
 ga_status_t ga_record_history_stacks(ga_allocator_t *a, int enabled, size_t max_entries, int stacks) {
-  if (!a) return enter(a, "ga_record_history"); /* refuses it by name */
+  if (!a || ga_inherited(a)) return enter(a, "ga_record_history"); /* refuses it by name */
   if (stacks & ~(GA_STACKS_C | GA_STACKS_PYTHON)) {
     ga_error_set(
         "ga_record_history_stacks: stacks %d is not a combination of GA_STACKS_C and GA_STACKS_PYTHON",
@@ -425,6 +453,7 @@ const char *ga_status_str(ga_status_t status) {
     case GA_ERR_NO_BACKEND: return "GA_ERR_NO_BACKEND";
     case GA_ERR_UNSUPPORTED: return "GA_ERR_UNSUPPORTED";
     case GA_ERR_HOST_MEMORY: return "GA_ERR_HOST_MEMORY";
+    case GA_ERR_FORKED: return "GA_ERR_FORKED";
   }
   return "GA_ERR_UNKNOWN";
 }

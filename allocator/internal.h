@@ -241,6 +241,8 @@ struct ga_allocator {
   ga_policy pol;
   ga_space space;
   int owns_dev;        /* ga_destroy destroys the device too */
+  unsigned fork_gen;   /* ga_fork_generation when it was created: another one means a forked child */
+  int pid;             /* the process that created it */
   char conf_text[512]; /* the configuration string it was created with */
 };
 
@@ -271,6 +273,15 @@ static inline int ga_vec_set(void *slot, void *nv) {
 static inline void ga_history_add_locked(ga_allocator_t *a, int action, uintptr_t addr, size_t size,
                                          ga_stream_t stream) {
   if (ga_history_on(&a->history)) ga_history_add(&a->history, action, addr, size, (uintptr_t)stream);
+}
+
+/* ---- fork() ----
+ * Counts the fork() children this process is (a pthread_atfork child
+ * handler, registered by the first ga_create): an allocator whose fork_gen
+ * differs was inherited from the parent and refuses every call. */
+extern atomic_uint ga_fork_generation;
+static inline int ga_inherited(const ga_allocator_t *a) {
+  return a->fork_gen != atomic_load_explicit(&ga_fork_generation, memory_order_relaxed);
 }
 
 /* ---- For tests: an allocator on a device the caller owns ---- */

@@ -11,6 +11,9 @@
  * on failure with the report in ga_last_error(); ga_torch_alloc throws it as a
  * C++ exception when the library was built with a C++ compiler (PyTorch turns
  * that into a Python RuntimeError), and is the non-throwing one otherwise.
+ * In a child made by fork() the allocators are the parent's: alloc fails
+ * (GA_ERR_FORKED's message), free is a silent no-op (a tensor the child
+ * inherited is the parent's memory), and the hooks change nothing.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,6 +29,12 @@ static _Atomic(ga_allocator_t *) devices[GA_TORCH_MAX_DEVICES];
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int reports;
 
+/* fork(): the creation lock is held across it, so the child's copy is free. */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_prepare(void) { pthread_mutex_lock(&create_mu); }
+static void fork_done(void) { pthread_mutex_unlock(&create_mu); }
+static void fork_register(void) { (void)pthread_atfork(fork_prepare, fork_done, fork_done); }
+
 GA_API ga_allocator_t *ga_torch_allocator(int device) {
   if (device < 0 || device >= GA_TORCH_MAX_DEVICES) {
     ga_error_set("gardenalloc: device %d is out of range (0..%d)", device, GA_TORCH_MAX_DEVICES - 1);
@@ -33,6 +42,7 @@ GA_API ga_allocator_t *ga_torch_allocator(int device) {
   }
   ga_allocator_t *a = atomic_load_explicit(&devices[device], memory_order_acquire);
   if (a) return a;
+  (void)pthread_once(&fork_once, fork_register);
   pthread_mutex_lock(&create_mu);
   a = atomic_load_explicit(&devices[device], memory_order_relaxed);
   if (!a && ga_create(ga_env_conf(NULL), device, &a) == GA_OK)
@@ -73,17 +83,22 @@ GA_API void *ga_torch_alloc(ssize_t size, int device, void *stream) {
 GA_API void ga_torch_free(void *ptr, ssize_t size, int device, void *stream) {
   if (!ptr) return;
   ga_allocator_t *a = device >= 0 && device < GA_TORCH_MAX_DEVICES ? atomic_load(&devices[device]) : NULL;
+  if (a && ga_inherited(a)) return; /* a forked child: the memory is the parent's */
   size_t requested = 0;
   ga_stream_t owner = NULL;
   if (!a || ga_allocation_info(a, ptr, &requested, NULL, &owner) != GA_OK) {
     a = NULL; /* not on that device: look on the others */
+    int parents = 0;
     for (int d = 0; d < GA_TORCH_MAX_DEVICES && !a; d++) {
       ga_allocator_t *x = atomic_load(&devices[d]);
-      if (x && ga_allocation_info(x, ptr, &requested, NULL, &owner) == GA_OK) {
+      if (x && ga_inherited(x)) {
+        parents = 1;
+      } else if (x && ga_allocation_info(x, ptr, &requested, NULL, &owner) == GA_OK) {
         a = x;
         report("PyTorch said device %lld, the allocation is on device %lld", ptr, device, d);
       }
     }
+    if (!a && parents) return; /* it may be the parent's: not the child's to free */
     if (!a) {
       ga_error_set("ga_torch_free: %p was not allocated by gardenalloc", ptr);
       if (atomic_fetch_add(&reports, 1) < 20) fprintf(stderr, "gardenalloc: %s\n", ga_last_error());

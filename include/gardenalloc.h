@@ -8,6 +8,14 @@
  * Thread safety: every function may be called from any number of threads at
  * once, on the same allocator or on different ones.
  *
+ * fork(): an allocator belongs to the process that created it. In a child
+ * made by fork() (even while another thread of the parent was inside a call)
+ * every call on an allocator inherited from the parent returns GA_ERR_FORKED
+ * at once, without waiting for its lock or touching its memory, and
+ * ga_destroy of it frees nothing (its memory is the parent's). The child may
+ * create allocators of its own (on a GPU, only where the driver lets a forked
+ * child use the device).
+ *
  * Errors: functions return a ga_status_t; ga_last_error() gives the full text
  * of the calling thread's last failure (an OOM report, the config key that was
  * refused, the pointer that was not allocated here, the driver call that
@@ -49,6 +57,7 @@ typedef enum ga_status {
   GA_ERR_NO_BACKEND = 6,  /**< the requested backend is not available on this machine */
   GA_ERR_UNSUPPORTED = 7, /**< a feature this build or backend does not provide */
   GA_ERR_HOST_MEMORY = 8, /**< the host ran out of memory for bookkeeping */
+  GA_ERR_FORKED = 9,      /**< the allocator belongs to the parent of this process (fork) */
 } ga_status_t;
 
 /** Pool index of the per-pool statistics (PyTorch's stat types). */
@@ -168,7 +177,7 @@ GA_API ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out)
 
 /** Destroys the allocator and gives every segment back to the device, including
  *  those still holding live allocations (their pointers become invalid).
- *  NULL is a no-op. */
+ *  NULL is a no-op, and so is an allocator inherited through fork(). */
 GA_API void ga_destroy(ga_allocator_t *a);
 
 /* ---- Allocation ----------------------------------------------------------- */
