@@ -18,7 +18,7 @@
 #     with instructions per pair from callgrind when valgrind is installed;
 #  4. the CPU time of one allocation and one free with N blocks live, for
 #     N = 10^3 .. 10^5 in every mode (ga-bench scale: bench/results/scale.csv,
-#     scale.svg, scale.txt), each series within 30 s; --full-scale takes N
+#     scale.svg, scale.txt), each series within 30 s of CPU time; --full-scale takes N
 #     up to 10^6 with 180 s per series (GA_BENCH_SCALE_N and
 #     GA_BENCH_SCALE_BUDGET_S set them too).
 # Every result records the command that made it: a "command" field in each

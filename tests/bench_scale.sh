@@ -15,7 +15,7 @@ for title in "allocation of a fresh block" "free of a random live block" "alloca
   printf '%s\n' "$out" | grep -q "$title" || fail "no table '$title' in: $out"
 done
 csv="$dir/full/scale.csv"
-head -1 "$csv" | grep -q '^series,mode,conf,pattern,n_live,ops,alloc_ns,free_ns,reuse_ns,elapsed_s,status$' ||
+head -1 "$csv" | grep -q '^series,mode,conf,pattern,n_live,ops,alloc_ns,free_ns,reuse_ns,cpu_s,status$' ||
   fail "bad header in $csv"
 rows=$(grep -c ',"done"$' "$csv")
 [ "$rows" -eq 12 ] || fail "$rows rows done in $csv, want 6 series x 2 points"
