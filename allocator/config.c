@@ -422,6 +422,16 @@ static const option *find(const char *s, size_t n) {
   return NULL;
 }
 
+const char *ga_config_closest_key(const char *key, size_t n) {
+  const option *best = NULL;
+  size_t best_d = SIZE_MAX;
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    size_t d = distance(key, n, options[i].name, strlen(options[i].name));
+    if (d < best_d) best_d = d, best = &options[i];
+  }
+  return best && best_d <= (n / 3 > 2 ? n / 3 : 2) ? best->name : NULL;
+}
+
 void ga_config_unknown_key(const char *key, size_t n, const char *where, char *err, size_t errlen) {
   char shown_key[80];
   if (n <= 64)
@@ -435,15 +445,10 @@ void ga_config_unknown_key(const char *key, size_t n, const char *where, char *e
              where, shown_key, (int)(eq - key), key, (int)(n - (size_t)(eq - key) - 1), eq + 1);
     return;
   }
-  const option *best = NULL;
-  size_t best_d = SIZE_MAX;
-  for (size_t i = 0; i < NOPTIONS; i++) {
-    size_t d = distance(key, n, options[i].name, strlen(options[i].name));
-    if (d < best_d) best_d = d, best = &options[i];
-  }
-  if (best && best_d <= (n / 3 > 2 ? n / 3 : 2)) {
+  const char *best = ga_config_closest_key(key, n);
+  if (best) {
     snprintf(err, errlen, "unrecognized %s key '%s': did you mean '%s'? (`ga-bench keys` lists every key)",
-             where, shown_key, best->name);
+             where, shown_key, best);
     return;
   }
   /* Nothing close: every key, in full (the buffer is sized for them). */

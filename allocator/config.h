@@ -125,6 +125,10 @@ int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen);
  * anything else gets the list of every key. */
 void ga_config_unknown_key(const char *key, size_t n, const char *where, char *err, size_t errlen);
 
+/* The key of the table closest to the n bytes at `key` (a typo: a few
+ * letters off), or NULL when none is close. */
+const char *ga_config_closest_key(const char *key, size_t n);
+
 /* Error buffers for parser messages: large enough for the longest one (the
  * list of every key). */
 #define GA_CONFIG_ERR_LEN 1536

@@ -45,7 +45,10 @@ GA_API ga_allocator_t *ga_torch_allocator(int device) {
   (void)pthread_once(&fork_once, fork_register);
   pthread_mutex_lock(&create_mu);
   a = atomic_load_explicit(&devices[device], memory_order_relaxed);
-  if (!a && ga_create(ga_env_conf(NULL), device, &a) == GA_OK)
+  const char *conf = a ? NULL : ga_env_conf(NULL);
+  if (!a && !conf)
+    ga_error_set("gardenalloc: %s", ga_env_error());
+  else if (!a && ga_create(conf, device, &a) == GA_OK)
     atomic_store_explicit(&devices[device], a, memory_order_release);
   pthread_mutex_unlock(&create_mu);
   return a;
@@ -61,7 +64,11 @@ static void report(const char *fmt, void *ptr, long long got, long long want) {
   }
 }
 
-GA_API const char *ga_torch_config(const char **source) { return ga_env_conf(source); }
+GA_API const char *ga_torch_config(const char **source) {
+  const char *conf = ga_env_conf(source);
+  if (!conf) ga_error_set("gardenalloc: %s", ga_env_error());
+  return conf;
+}
 
 GA_API void *ga_torch_alloc_nothrow(ssize_t size, int device, void *stream) {
   if (size <= 0) {

@@ -406,11 +406,14 @@ GA_API ga_allocator_t *ga_torch_allocator(int device);
 /** The configuration the PyTorch entry points use, read once per process:
  *  GARDENALLOC_CONF when it is set (strict: a bad string makes every allocator
  *  creation fail with the parser's message); otherwise PYTORCH_CUDA_ALLOC_CONF,
- *  else PYTORCH_ALLOC_CONF, whose PyTorch keys mean what they mean in PyTorch
- *  while any other key, and any value the parser refuses, is named on stderr
- *  once and left out (keys accepted only for compatibility are named and
- *  kept). "" when none is set. `source` (may be NULL) gets the variable's
- *  name, or "defaults". */
+ *  else PYTORCH_ALLOC_CONF, read as PyTorch reads it: an unrecognized key, a
+ *  key of gardenalloc's own or a bad value refuses the whole string (NULL is
+ *  returned, ga_last_error() says why, and every allocator creation fails
+ *  with that message), keys of PyTorch without effect in gardenalloc are
+ *  named on stderr once (compatibility keys are kept), and the keys named in
+ *  GARDENALLOC_IGNORE_KEYS (comma-separated) are let through without effect.
+ *  "" when none is set. `source` (may be NULL) gets the variable's name, or
+ *  "defaults". */
 GA_API const char *ga_torch_config(const char **source);
 
 #ifdef __cplusplus

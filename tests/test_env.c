@@ -10,11 +10,22 @@
 
 #define MiB ((int64_t)1 << 20)
 
-static char out[1024], notes[4096];
+static char out[1024], notes[4096], err[2048];
 
 static void tr(const char *s) {
-  cr_assert_eq(ga_env_translate("PYTORCH_CUDA_ALLOC_CONF", s, out, sizeof out, notes, sizeof notes), 0);
+  cr_assert_eq(ga_env_translate("PYTORCH_CUDA_ALLOC_CONF", s, NULL, out, sizeof out, notes, sizeof notes, err,
+                                sizeof err),
+               0, "'%s' refused: %s", s, err);
   cr_assert_eq(ga_config_validate(out), GA_OK, "the result parses: %s", out);
+  cr_assert_str_eq(err, "");
+}
+
+/* `s` is refused, with `phrase` in the message. */
+static void refused(const char *s, const char *ignore, const char *phrase) {
+  cr_assert_eq(ga_env_translate("PYTORCH_CUDA_ALLOC_CONF", s, ignore, out, sizeof out, notes, sizeof notes,
+                                err, sizeof err),
+               1, "'%s' accepted", s);
+  cr_assert(strncmp(err, "PYTORCH_CUDA_ALLOC_CONF: ", 25) == 0 && strstr(err, phrase), "'%s' -> %s", s, err);
 }
 
 static int count(const char *hay, const char *needle) {
@@ -57,15 +68,47 @@ Test(env, compatibility_keys_are_kept_and_named) {
   cr_assert_eq(count(notes, "\n"), 3, "%s", notes);
 }
 
-Test(env, unknown_and_gardenalloc_keys_are_named_and_left_out) {
-  tr("throw_on_cudamalloc_oom:True,max_split_size_mb:64,sim_capacity_mb:64,expandable_page_size_mb:2");
+Test(env, what_pytorch_refuses_is_refused) {
+  refused(
+      "expandable_segment:True", NULL,
+      "unrecognized key 'expandable_segment' (did you mean 'expandable_segments'?), which PyTorch refuses "
+      "too; `ga-bench keys` lists the keys. A key of a newer PyTorch that gardenalloc "
+      "does not know is let through, without effect, by GARDENALLOC_IGNORE_KEYS=expandable_segment");
+  refused("max_split_size_mb:64,sim_capacity_mb:64", NULL,
+          "'sim_capacity_mb' is a key of gardenalloc's own, which PyTorch refuses in its variable: set it in "
+          "GARDENALLOC_CONF");
+  refused("expandable_page_size_mb:2", NULL, "'expandable_page_size_mb' is a key of gardenalloc's own");
+  refused("expandable_segments=True", NULL,
+          "unrecognized key 'expandable_segments=True': the separator between a key and its value is ':' "
+          "(write expandable_segments:True)");
+  refused("zz:1", NULL, "unrecognized key 'zz', which PyTorch refuses too; `ga-bench keys`");
+  refused("foo", NULL, "unrecognized key 'foo'");
+  refused(":x", NULL, "':x' is not a key:value option");
+  refused("expandable_segments", NULL,
+          "'expandable_segments' has no value (write expandable_segments:VALUE)");
+  refused("backend:tpu", NULL, "backend:tpu: PyTorch's backends are native and cudaMallocAsync");
+}
+
+Test(env, keys_of_pytorch_without_effect_are_named_and_left_out) {
+  tr("throw_on_cudamalloc_oom:True,max_split_size_mb:64,pinned_max_cached_size_mb:4");
   cr_assert_str_eq(out, "max_split_size_mb:64");
-  cr_assert(strstr(notes, "ignoring unknown key 'throw_on_cudamalloc_oom'\n"), "%s", notes);
-  cr_assert(
-      strstr(notes, "ignoring 'sim_capacity_mb', a key of gardenalloc's own: set it in GARDENALLOC_CONF"),
-      "%s", notes);
-  cr_assert(strstr(notes, "'expandable_page_size_mb'"), "%s", notes);
-  cr_assert_eq(count(notes, "\n"), 3, "%s", notes);
+  cr_assert(strstr(notes,
+                   "throw_on_cudamalloc_oom has no effect in gardenalloc: a key of PyTorch that "
+                   "gardenalloc does not apply\n"),
+            "%s", notes);
+  cr_assert_eq(count(notes, "\n"), 2, "%s", notes);
+}
+
+Test(env, the_escape_lets_named_keys_through) {
+  const char *s = "expandable_segments:True,future_key:7,other_future:[1:2]";
+  refused(s, NULL, "unrecognized key 'future_key'");
+  cr_assert_eq(ga_env_translate("PYTORCH_CUDA_ALLOC_CONF", s, "future_key, other_future", out, sizeof out,
+                                notes, sizeof notes, err, sizeof err),
+               0, "%s", err);
+  cr_assert_str_eq(out, "expandable_segments:True");
+  cr_assert(strstr(notes, "ignoring 'future_key' (named in GARDENALLOC_IGNORE_KEYS)"), "%s", notes);
+  cr_assert(strstr(notes, "ignoring 'other_future'"), "%s", notes);
+  refused(s, "future_ke", "unrecognized key 'future_key'");
 }
 
 Test(env, pytorch_backends) {
@@ -78,31 +121,25 @@ Test(env, pytorch_backends) {
             notes);
 }
 
-Test(env, a_refused_value_is_named_and_the_rest_applies) {
-  tr("max_split_size_mb:abc,expandable_segments:yes,garbage_collection_threshold:0.5");
-  cr_assert_str_eq(out, "garbage_collection_threshold:0.5");
-  cr_assert(strstr(notes,
-                   "ignoring 'max_split_size_mb:abc' (max_split_size_mb: 'abc' is not a whole number of "
-                   "MiB"),
-            "%s", notes);
-  cr_assert(strstr(notes, "ignoring 'expandable_segments:yes' (expandable_segments: 'yes' is not a boolean"),
-            "%s", notes);
+Test(env, a_bad_value_is_refused_as_pytorch_refuses_it) {
+  refused("max_split_size_mb:abc,garbage_collection_threshold:0.5", NULL,
+          "PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb: 'abc' is not a whole number of MiB");
+  refused("expandable_segments:yes", NULL, "expandable_segments: 'yes' is not a boolean");
   /* Checked against what came before it: large_segment_size_mb raises the
    * floor of max_split_size_mb. */
-  tr("large_segment_size_mb:64,max_split_size_mb:32");
-  cr_assert_str_eq(out, "large_segment_size_mb:64");
-  cr_assert(strstr(notes, "'max_split_size_mb:32'") && strstr(notes, "too small"), "%s", notes);
+  refused("large_segment_size_mb:64,max_split_size_mb:32", NULL, "too small");
 }
 
-Test(env, malformed_items) {
-  tr(",,:x,foo,expandable_segments:True,");
+Test(env, empty_items_and_buffers) {
+  tr(",,expandable_segments:True,");
   cr_assert_str_eq(out, "expandable_segments:True");
-  cr_assert(strstr(notes, "ignoring ':x': not a key:value option"), "%s", notes);
-  cr_assert(strstr(notes, "ignoring 'foo': not a key:value option"), "%s", notes);
-  cr_assert_eq(count(notes, "\n"), 2, "%s", notes);
-  char small[8];
-  cr_assert_eq(ga_env_translate("X", "max_split_size_mb:128", small, sizeof small, NULL, 0), 0);
-  cr_assert_str_eq(small, "", "an item that does not fit is left out, not cut");
+  cr_assert_str_eq(notes, "");
+  char small[8], why[200];
+  cr_assert_eq(
+      ga_env_translate("X", "max_split_size_mb:128", NULL, small, sizeof small, NULL, 0, why, sizeof why), 1);
+  cr_assert_str_eq(small, "", "an item that does not fit is not cut");
+  cr_assert_str_eq(why, "X: the configuration is longer than 7 characters");
+  cr_assert_eq(ga_env_translate("X", "", NULL, small, 1, NULL, 0, NULL, 0), -1);
 }
 
 /* Each test runs in a process of its own, so the once-per-process reading
@@ -110,7 +147,8 @@ Test(env, malformed_items) {
 Test(env, the_torch_allocators_follow_pytorchs_variable) {
   unsetenv("GARDENALLOC_CONF");
   unsetenv("PYTORCH_ALLOC_CONF");
-  setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128,release_lock_on_cudamalloc:True,bogus:1", 1);
+  setenv("PYTORCH_CUDA_ALLOC_CONF",
+         "max_split_size_mb:128,release_lock_on_cudamalloc:True,throw_on_cudamalloc_oom:1", 1);
   const char *src = NULL;
   cr_assert_str_eq(ga_torch_config(&src), "max_split_size_mb:128,release_lock_on_cudamalloc:True");
   cr_assert_str_eq(src, "PYTORCH_CUDA_ALLOC_CONF");
@@ -151,4 +189,28 @@ Test(env, no_variable_means_the_defaults) {
   const char *src = NULL;
   cr_assert_str_eq(ga_torch_config(&src), "");
   cr_assert_str_eq(src, "defaults");
+}
+
+Test(env, a_refused_variable_fails_every_allocator_with_its_reason) {
+  unsetenv("GARDENALLOC_CONF");
+  unsetenv("GARDENALLOC_IGNORE_KEYS");
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segment:True", 1);
+  const char *src = NULL;
+  cr_assert_null(ga_torch_config(&src));
+  cr_assert_str_eq(src, "PYTORCH_CUDA_ALLOC_CONF");
+  cr_assert(
+      strstr(ga_last_error(), "gardenalloc: PYTORCH_CUDA_ALLOC_CONF: unrecognized key 'expandable_segment'"),
+      "%s", ga_last_error());
+  cr_assert_null(ga_torch_allocator(0));
+  cr_assert(strstr(ga_last_error(), "did you mean 'expandable_segments'?"), "%s", ga_last_error());
+  cr_assert_null(ga_torch_alloc_nothrow(1000, 0, NULL));
+  cr_assert(strstr(ga_last_error(), "GARDENALLOC_IGNORE_KEYS=expandable_segment"), "%s", ga_last_error());
+}
+
+Test(env, the_escape_from_the_environment) {
+  unsetenv("GARDENALLOC_CONF");
+  setenv("GARDENALLOC_IGNORE_KEYS", "expandable_segments_v2", 1);
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments_v2:True,max_split_size_mb:64", 1);
+  cr_assert_str_eq(ga_torch_config(NULL), "max_split_size_mb:64");
+  cr_assert_not_null(ga_torch_allocator(0), "%s", ga_last_error());
 }

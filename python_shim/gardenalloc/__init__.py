@@ -8,6 +8,7 @@ entry points (one per device, made on first use from GARDENALLOC_CONF).
 import collections
 import ctypes
 import json
+import os
 import pickle
 
 from . import _lib
@@ -15,7 +16,7 @@ from . import _lib
 __all__ = [
     "library", "memory_stats", "memory_summary", "empty_cache", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "record_memory_history", "snapshot", "dump_snapshot", "check",
-    "last_error", "configuration",
+    "last_error", "configuration", "validate",
 ]
 
 _library = None
@@ -61,10 +62,37 @@ def configuration():
     and where it came from: "GARDENALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_ALLOC_CONF" or "defaults". Read from the environment once per
     process; keys of PyTorch's variables that gardenalloc does not apply are
-    named on stderr then."""
+    named on stderr then. ValueError when PyTorch's variable holds what
+    PyTorch refuses (an unrecognized key, a bad value): the message says what,
+    and how to let a key of a newer PyTorch through (GARDENALLOC_IGNORE_KEYS).
+    GARDENALLOC_CONF itself is returned as it is (validate() checks it)."""
     source = ctypes.c_char_p()
     conf = library().ga_torch_config(ctypes.byref(source))
+    if conf is None:
+        raise ValueError(last_error())
     return conf.decode("utf-8", "backslashreplace"), source.value.decode()
+
+
+def not_utf8(conf):
+    """Why a configuration string cannot be used when it holds bytes that are
+    not UTF-8 (a shell gave them; Python keeps them as surrogates), or None."""
+    if conf is None:
+        return None
+    try:
+        conf.encode("utf-8")
+        return None
+    except UnicodeEncodeError:
+        return ("%r holds bytes that are not UTF-8 text: a configuration is key:value text (`ga-bench keys` "
+                "lists the keys)" % os.fsencode(conf))
+
+
+def validate(conf):
+    """Raises ValueError naming what is wrong in the configuration string
+    `conf` (the GARDENALLOC_CONF grammar), with the whole message."""
+    if not_utf8(conf):
+        raise ValueError(not_utf8(conf))
+    if library().ga_config_validate(conf.encode("utf-8")) != 0:
+        raise ValueError(last_error())
 
 
 def _allocator(device):

@@ -16,8 +16,9 @@ workers under fork) inherit the installed allocator.
 
 The configuration is --conf when given (set as GARDENALLOC_CONF for the whole
 process tree), else GARDENALLOC_CONF, else PyTorch's PYTORCH_CUDA_ALLOC_CONF
-(see gardenalloc.configuration()). A bad GARDENALLOC_CONF is refused here,
-before the program starts.
+(see gardenalloc.configuration()). A bad GARDENALLOC_CONF, or a
+PYTORCH_CUDA_ALLOC_CONF that PyTorch would refuse (an unrecognized key, a bad
+value), is refused here, before the program starts.
 
 Interpreters started with -I, -E or -S skip PYTHONPATH or site, and so the
 hook; a child given an environment without PYTHONPATH does too.
@@ -26,7 +27,7 @@ import argparse
 import os
 import sys
 
-from . import _lib
+from . import _lib, configuration, not_utf8, validate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BOOT = os.path.join(HERE, "_boot")
@@ -76,12 +77,14 @@ def main(argv=None, prog="gardenalloc run"):
         print("%s: %s" % (prog, e), file=sys.stderr)
         return 1
     conf = env.get("GARDENALLOC_CONF")
-    if conf is not None:
-        lib = _lib.load()
-        if lib.ga_config_validate(conf.encode()) != 0:
-            print("%s: GARDENALLOC_CONF=%r: %s" % (prog, conf, lib.ga_last_error().decode("utf-8", "replace")),
-                  file=sys.stderr)
-            return 2
+    try:
+        if conf is not None:
+            validate(conf)
+        else:  # PyTorch's variable, read here as the program's allocators will read it
+            configuration()
+    except ValueError as e:
+        print("%s: %s%s" % (prog, "GARDENALLOC_CONF=%r: " % conf if conf is not None else "", e), file=sys.stderr)
+        return 2
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -92,19 +95,6 @@ def main(argv=None, prog="gardenalloc run"):
     except ValueError as e:  # an argument the system cannot pass (a NUL byte)
         print("%s: cannot run %r: %s" % (prog, cmd[0], e), file=sys.stderr)
         return 126
-
-
-def not_utf8(value):
-    """Why a configuration string cannot be used when it holds bytes that are
-    not UTF-8 (the shell gave them; Python keeps them as surrogates), or None."""
-    if value is None:
-        return None
-    try:
-        value.encode("utf-8")
-        return None
-    except UnicodeEncodeError:
-        return ("%r holds bytes that are not UTF-8 text: a configuration is key:value text (`ga-bench keys` "
-                "lists the keys)" % os.fsencode(value))
 
 
 if __name__ == "__main__":

@@ -224,6 +224,22 @@ class Run(unittest.TestCase):
         self.assertIn("gardenalloc run: GARDENALLOC_CONF b'backend:sim\\xfe' holds bytes that are not UTF-8", r.stderr)
         self.assertNotIn("Traceback", r.stderr)
 
+    def test_pytorch_s_variable_is_refused_before_the_program_starts(self):
+        marker = os.path.join(self.dir, "ran")
+        prog = self.program("open(%r, 'w').close()" % marker)
+        env = env_for(PYTORCH_CUDA_ALLOC_CONF="expandable_segment:True")
+        del env["GARDENALLOC_CONF"]
+        r = gardenalloc_run(["--", sys.executable, prog], env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        self.assertIn("gardenalloc run: gardenalloc: PYTORCH_CUDA_ALLOC_CONF: unrecognized key 'expandable_segment' "
+                      "(did you mean 'expandable_segments'?)", r.stderr)
+        self.assertFalse(os.path.exists(marker), "the program did not run")
+        env["GARDENALLOC_IGNORE_KEYS"] = "expandable_segment"
+        r = gardenalloc_run(["--", sys.executable, prog], env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.exists(marker))
+
     def test_the_command_line(self):
         boot = "import sys; sys.path.insert(0, %r); from gardenalloc.__main__ import main; sys.exit(main())" % SHIM
         r = subprocess.run([sys.executable, "-c", boot, "nope"], capture_output=True, text=True)

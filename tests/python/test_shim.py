@@ -1,6 +1,7 @@
 """The Python package and the PyTorch entry points, driven through ctypes on
 the simulated device (no GPU, no torch needed). Run by tests/run.sh."""
 import ctypes
+import json
 import os
 import pickle
 import random
@@ -396,10 +397,13 @@ class TorchWiring(unittest.TestCase):
     def test_install_wires_every_hook_to_the_exported_function(self):
         torch = fake_torch()
 
+        conf = os.environ["GARDENALLOC_CONF"]  # what this process's allocators read first
+
         def go(gt):
-            a = gt.install("backend:sim,sim_capacity_mb:1024")
+            a = gt.install(conf)
             self.assertIs(gt.install(), a, "a second install() returns the first")
-            self.assertEqual(os.environ["GARDENALLOC_CONF"], "backend:sim,sim_capacity_mb:1024")
+            self.assertIs(gt.install(conf), a, "so does one with the same settings")
+            self.assertEqual(gt.installed(), (conf, "GARDENALLOC_CONF"))
             return a
 
         a = self.run_with(torch, go)
@@ -417,6 +421,66 @@ class TorchWiring(unittest.TestCase):
         size = ctypes.c_size_t()
         self.assertEqual(base_t(a.inner.hooks["set_base_alloc_fn"])(p + 100, ctypes.byref(size)), p)
         free_t(self.address("ga_torch_free"))(p, 3 << 20, 0, None)
+
+    def test_bad_settings_fail_at_install_and_change_nothing(self):
+        torch = fake_torch()
+        for conf, words in (("expandable_segments:yes", "expandable_segments: 'yes' is not a boolean"),
+                            ("expandable_segment:True", "did you mean 'expandable_segments'?"),
+                            ("max_split_size_mb=128", "the separator between a key and its value is ':'")):
+            with self.assertRaises(ValueError) as cm:
+                self.run_with(torch, lambda gt: gt.install(conf))
+            self.assertIn("gardenalloc.torch: invalid GARDENALLOC_CONF option " if "yes" in conf else
+                          "gardenalloc.torch: unrecognized GARDENALLOC_CONF key", str(cm.exception))
+            self.assertIn(words, str(cm.exception))
+        self.assertEqual(torch.calls, [], "nothing was changed")
+        self.assertEqual(os.environ["GARDENALLOC_CONF"], "backend:sim,sim_capacity_mb:4096")
+
+    def test_a_second_install_with_other_settings_says_what_is_active(self):
+        torch = fake_torch()
+        conf = os.environ["GARDENALLOC_CONF"]
+
+        def go(gt):
+            gt.install(conf)
+            with self.assertRaises(RuntimeError) as cm:
+                gt.install("expandable_segments:True")
+            return str(cm.exception)
+
+        msg = self.run_with(torch, go)
+        self.assertEqual(msg, "gardenalloc is PyTorch's allocator in this process already, with \"%s\" (from "
+                              "GARDENALLOC_CONF): install('expandable_segments:True') cannot change it, since "
+                              "PyTorch swaps its allocator once per process. Set the configuration before the "
+                              "first install() (or in GARDENALLOC_CONF)" % conf)
+        self.assertEqual(len([c for c in torch.calls if c[0] == "change"]), 1)
+
+    def test_settings_given_after_the_allocators_read_theirs_are_refused(self):
+        gardenalloc.memory_stats()  # this process's allocators exist, with GARDENALLOC_CONF's settings
+        torch = fake_torch()
+        with self.assertRaises(RuntimeError) as cm:
+            self.run_with(torch, lambda gt: gt.install("backend:sim,sim_capacity_mb:1024"))
+        self.assertIn("gardenalloc's allocators already use \"backend:sim,sim_capacity_mb:4096\" (from "
+                      "GARDENALLOC_CONF) in this process", str(cm.exception))
+        self.assertEqual([c for c in torch.calls if c[0] == "change"], [])
+
+    def test_install_applies_its_settings_in_a_fresh_process(self):
+        code = ("import sys, json; sys.path[:0] = [%r, %r]; import torch_standin, gardenalloc\n"
+                "t = torch_standin.make(); sys.modules.update({'torch': t, 'torch.cuda': t.cuda, "
+                "'torch.cuda.memory': t.cuda.memory})\n"
+                "import gardenalloc.torch as gt\n"
+                "gt.install('backend:sim,sim_capacity_mb:1024,max_split_size_mb:64')\n"
+                "print(json.dumps([gardenalloc.configuration(), gardenalloc.memory_stats()['max_split_size']]))"
+                % (os.path.join(REPO, "python_shim"), os.path.join(HERE, "standin")))
+        env = {k: v for k, v in os.environ.items() if k != "GARDENALLOC_CONF"}
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout), [["backend:sim,sim_capacity_mb:1024,max_split_size_mb:64",
+                                                 "GARDENALLOC_CONF"], 64 << 20])
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segment:True"
+        r = subprocess.run([sys.executable, "-c", code.replace("'backend:sim,sim_capacity_mb:1024,"
+                                                               "max_split_size_mb:64'", "")],
+                           capture_output=True, text=True, env=env)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("ValueError: gardenalloc: PYTORCH_CUDA_ALLOC_CONF: unrecognized key "
+                      "'expandable_segment'", r.stderr)
 
     def test_install_refuses_an_initialised_cuda(self):
         torch = fake_torch(initialized=True)
