@@ -29,6 +29,13 @@ static _Atomic(ga_allocator_t *) devices[GA_TORCH_MAX_DEVICES];
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int reports;
 
+/* The history every allocator records (ga_torch_record_history), applied to
+ * those made later too; under create_mu. */
+static struct {
+  int enabled, stacks;
+  size_t max_entries;
+} history;
+
 /* fork(): the creation lock is held across it, so the child's copy is free. */
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static void fork_prepare(void) { pthread_mutex_lock(&create_mu); }
@@ -48,10 +55,33 @@ GA_API ga_allocator_t *ga_torch_allocator(int device) {
   const char *conf = a ? NULL : ga_env_conf(NULL);
   if (!a && !conf)
     ga_error_set("gardenalloc: %s", ga_env_error());
-  else if (!a && ga_create(conf, device, &a) == GA_OK)
+  else if (!a && ga_create(conf, device, &a) == GA_OK) {
+    if (history.enabled && ga_record_history_stacks(a, 1, history.max_entries, history.stacks) != GA_OK)
+      fprintf(stderr, "gardenalloc: device %d records no history: %s\n", device, ga_last_error());
     atomic_store_explicit(&devices[device], a, memory_order_release);
+  }
   pthread_mutex_unlock(&create_mu);
   return a;
+}
+
+GA_API ga_allocator_t *ga_torch_allocator_try(int device) {
+  return device >= 0 && device < GA_TORCH_MAX_DEVICES ? atomic_load(&devices[device]) : NULL;
+}
+
+GA_API ga_status_t ga_torch_record_history(int enabled, size_t max_entries, int stacks) {
+  ga_status_t st = GA_OK;
+  pthread_mutex_lock(&create_mu);
+  history.enabled = enabled != 0;
+  history.max_entries = max_entries;
+  history.stacks = stacks;
+  for (int d = 0; d < GA_TORCH_MAX_DEVICES; d++) {
+    ga_allocator_t *a = atomic_load(&devices[d]);
+    ga_status_t one = a ? ga_record_history_stacks(a, enabled, max_entries, stacks) : GA_OK;
+    if (one != GA_OK && st == GA_OK) st = one;
+  }
+  if (st != GA_OK) history.enabled = 0;
+  pthread_mutex_unlock(&create_mu);
+  return st;
 }
 
 /* A mismatch PyTorch should never produce: said once per kind of trouble

@@ -403,6 +403,13 @@ GA_API void *ga_torch_base_alloc(void *ptr, size_t *size);
 /** The allocator behind device `device` (made on first use), for stats and
  *  snapshots; NULL (with ga_last_error) when it cannot be made. */
 GA_API ga_allocator_t *ga_torch_allocator(int device);
+/** The allocator behind device `device` when it has been made, else NULL
+ *  (nothing is made, no error is set). */
+GA_API ga_allocator_t *ga_torch_allocator_try(int device);
+/** ga_record_history_stacks on the allocator of every device, those made
+ *  later included, as torch.cuda.memory._record_memory_history records for
+ *  every device. The first failure's status (the history is then off). */
+GA_API ga_status_t ga_torch_record_history(int enabled, size_t max_entries, int stacks);
 /** The configuration the PyTorch entry points use, read once per process:
  *  GARDENALLOC_CONF when it is set (strict: a bad string makes every allocator
  *  creation fail with the parser's message); otherwise PYTORCH_CUDA_ALLOC_CONF,

@@ -214,3 +214,29 @@ Test(env, the_escape_from_the_environment) {
   cr_assert_str_eq(ga_torch_config(NULL), "max_split_size_mb:64");
   cr_assert_not_null(ga_torch_allocator(0), "%s", ga_last_error());
 }
+
+Test(env, history_is_recorded_on_every_device_made_now_or_later) {
+  setenv("GARDENALLOC_CONF", "backend:sim,sim_devices:2,sim_capacity_mb:256", 1);
+  cr_assert_null(ga_torch_allocator_try(0), "nothing is made by asking");
+  cr_assert_null(ga_torch_allocator_try(-1));
+  cr_assert_null(ga_torch_allocator_try(64));
+  void *p = ga_torch_alloc_nothrow(1000, 0, NULL);
+  cr_assert_not_null(p, "%s", ga_last_error());
+  cr_assert_eq(ga_torch_allocator_try(0), ga_torch_allocator(0));
+  cr_assert_null(ga_torch_allocator_try(1));
+  cr_assert_eq(ga_torch_record_history(1, 100, 0), GA_OK);
+  void *q = ga_torch_alloc_nothrow(2000, 1, NULL); /* device 1 is made now, recording */
+  cr_assert_not_null(q, "%s", ga_last_error());
+  ga_torch_free(p, 1000, 0, NULL);
+  for (int d = 0; d < 2; d++) {
+    char buf[1 << 16];
+    size_t n = ga_snapshot_json(ga_torch_allocator_try(d), buf, sizeof buf);
+    cr_assert(n < sizeof buf);
+    cr_assert(strstr(buf, d ? "\"size\":2000" : "\"action\":\"free_requested\""), "device %d: %s", d, buf);
+  }
+  cr_assert_eq(ga_torch_record_history(0, 0, 0), GA_OK);
+  ga_torch_free(q, 2000, 1, NULL);
+  char buf[1 << 16];
+  ga_snapshot_json(ga_torch_allocator_try(1), buf, sizeof buf);
+  cr_assert_null(strstr(buf, "\"action\""), "off on every device: %s", buf);
+}

@@ -10,13 +10,15 @@ import ctypes
 import json
 import os
 import pickle
+import sys
+import textwrap
 
 from . import _lib
 
 __all__ = [
     "library", "memory_stats", "memory_summary", "empty_cache", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "record_memory_history", "snapshot", "dump_snapshot", "check",
-    "last_error", "configuration", "validate",
+    "last_error", "configuration", "validate", "pytorch_allocator",
 ]
 
 _library = None
@@ -134,8 +136,37 @@ def _fmt(n):
     return str(n)
 
 
+def pytorch_allocator():
+    """A sentence saying which allocator PyTorch uses in this process, and so
+    what gardenalloc's statistics describe."""
+    torch = sys.modules.get("torch")
+    gt = sys.modules.get("gardenalloc.torch")
+    if torch is None or not hasattr(torch, "cuda"):
+        return ("PyTorch is not loaded in this process: these are the allocators behind gardenalloc's PyTorch "
+                "entry points, used here only by code that calls them directly.")
+    if gt is not None and gt.installed():
+        return ("gardenalloc is PyTorch's CUDA allocator in this process: the statistics below are those of "
+                "PyTorch's tensors.")
+    try:
+        backend = torch.cuda.get_allocator_backend()
+    except Exception:  # an old or partial torch
+        backend = None
+    what = {"native": "its own caching allocator (native)", "cudaMallocAsync": "CUDA's cudaMallocAsync",
+            "pluggable": "a pluggable allocator that gardenalloc did not install"}.get(
+                backend, "its own allocator" + (" (%s)" % backend if backend else ""))
+    pools = getattr(gt, "_pools", 0) if gt is not None else 0
+    if pools:
+        return ("PyTorch's CUDA allocator in this process is %s, not gardenalloc (torch.cuda.memory_summary() "
+                "describes it); gardenalloc serves the segments of %d torch.cuda.MemPool%s, counted here as its "
+                "allocations." % (what, pools, "" if pools == 1 else "s"))
+    return ("PyTorch's CUDA allocator in this process is %s, not gardenalloc (torch.cuda.memory_summary() "
+            "describes it): these are the allocators behind gardenalloc's entry points, which PyTorch does not "
+            "call." % what)
+
+
 def memory_summary(device=0):
-    """A readable table of the statistics, like torch.cuda.memory_summary()."""
+    """A readable table of gardenalloc's statistics for the device, headed by
+    which allocator PyTorch uses in this process (pytorch_allocator())."""
     s = memory_stats(device)
     rows = [
         ("Allocated memory", "allocated_bytes", True), ("Active memory", "active_bytes", True),
@@ -145,8 +176,9 @@ def memory_summary(device=0):
         ("Non-releasable allocs", "inactive_split", False),
     ]
     w = 78
-    out = ["=" * w, " gardenalloc memory summary, device %d (%s)" % (device, library().ga_backend_name(_allocator(device)).decode()),
-           " configuration: %s (from %s)" % ((json.dumps(configuration()[0]),) + configuration()[1:]),
+    out = ["=" * w, " gardenalloc memory summary, device %d (%s)" % (device, library().ga_backend_name(_allocator(device)).decode())]
+    out += textwrap.wrap(pytorch_allocator(), w - 1, initial_indent=" ", subsequent_indent=" ")
+    out += [" configuration: %s (from %s)" % ((json.dumps(configuration()[0]),) + configuration()[1:]),
            "-" * w, "%-28s|%12s|%12s|%12s|%12s" % ("Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"), "-" * w]
     for title, key, is_bytes in rows:
         for pool, label in (("all", title), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")):

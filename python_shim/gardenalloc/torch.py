@@ -11,7 +11,7 @@ or, keeping PyTorch's allocator on top and taking segments from gardenalloc:
 import ctypes
 import os
 
-from . import configuration, library, validate
+from . import _torch_cuda, configuration, library, validate
 
 _installed = None
 _installed_with = None  # (configuration, source) of the installed allocator
@@ -97,7 +97,12 @@ def _shown(conf):
 
 def install(conf=None):
     """Makes gardenalloc PyTorch's CUDA allocator (replace mode), with every
-    hook installed. Must run before anything initialises CUDA.
+    hook installed. Must run before anything initialises CUDA. torch.cuda's
+    memory functions (memory_stats, memory_summary, memory_allocated, the
+    resets, empty_cache, memory_snapshot, _record_memory_history,
+    _dump_snapshot, mem_get_info, set_per_process_memory_fraction, ...) then
+    answer from gardenalloc, with PyTorch's names, types and meanings (see
+    gardenalloc/_torch_cuda.py).
 
     `conf` is a GARDENALLOC_CONF string (None: GARDENALLOC_CONF, else
     PyTorch's PYTORCH_CUDA_ALLOC_CONF). A bad configuration is a ValueError
@@ -122,6 +127,7 @@ def install(conf=None):
     alloc, settings = _pluggable(conf)
     torch.cuda.memory.change_current_allocator(alloc)
     _installed, _installed_with = alloc, settings
+    _torch_cuda.patch(torch)
     return alloc
 
 

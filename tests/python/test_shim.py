@@ -1,5 +1,6 @@
 """The Python package and the PyTorch entry points, driven through ctypes on
 the simulated device (no GPU, no torch needed). Run by tests/run.sh."""
+import collections
 import ctypes
 import json
 import os
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -505,6 +507,184 @@ class TorchWiring(unittest.TestCase):
         self.assertEqual(pool[1].hooks["set_base_alloc_fn"], self.address("ga_torch_base_alloc"))
         self.assertEqual([c for c in torch.calls if c[0] == "change"], [],
                          "backend mode leaves the current allocator alone")
+
+
+class TorchCudaMemory(unittest.TestCase):
+    """torch.cuda's memory functions once install() made gardenalloc PyTorch's
+    allocator, against the recording stand-in (which, like PyTorch with a
+    pluggable allocator and no GPU, has empty statistics, a memory_summary
+    that raises KeyError on them, and refuses resets and snapshots): they
+    answer from gardenalloc with PyTorch's names, types and meanings."""
+
+    KEYS = 122  # torch.cuda.memory_stats() has 9 x 3 x 4 + 2 x 4 + 6 keys
+    run_with = TorchWiring.run_with
+
+    def installed(self, fn):
+        torch = fake_torch()
+        conf = os.environ["GARDENALLOC_CONF"]
+        return torch, self.run_with(torch, lambda gt: (gt.install(conf), fn(torch))[1])
+
+    def test_the_call_that_crashes_without_it(self):
+        torch = fake_torch()
+        with self.assertRaises(KeyError):
+            torch.cuda.memory_summary()  # the stand-in as PyTorch is without gardenalloc's answers
+
+        def go(torch):
+            p = lib.ga_torch_alloc_nothrow(5 << 20, 0, None)
+            try:
+                return torch.cuda.memory_summary(), gardenalloc.memory_stats()
+            finally:
+                lib.ga_torch_free(p, 5 << 20, 0, None)
+
+        torch, (text, s) = self.installed(go)
+        self.assertEqual(text, "summary of device 0: %d bytes allocated, peak %d" % (
+            s["allocated_bytes.all.current"], s["allocated_bytes.all.peak"]))
+        self.assertIn(("memory_summary", 0, False), torch.calls, "PyTorch's formatter, given the device index")
+        self.assertIs(torch.cuda.memory_summary.__wrapped__.__name__, "memory_summary")
+
+    def test_statistics_have_pytorch_s_names_types_and_meanings(self):
+        def go(torch):
+            sizes = [1000, 3 << 20, 25 << 20]
+            ptrs = [lib.ga_torch_alloc_nothrow(n, 0, None) for n in sizes]
+            try:
+                flat, nested = torch.cuda.memory_stats(), torch.cuda.memory_stats_as_nested_dict()
+                mine = gardenalloc.memory_stats()
+                one = (torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated(),
+                       torch.cuda.memory_reserved(), torch.cuda.max_memory_reserved())
+                by_name = [torch.cuda.memory_stats(d)["allocation.all.current"]
+                           for d in (0, "cuda", "cuda:0", types.SimpleNamespace(type="cuda", index=0))]
+                for bad in ("cpu", "cuda:x", types.SimpleNamespace(type="cpu", index=None)):
+                    with self.assertRaises(ValueError):
+                        torch.cuda.memory_stats(bad)
+            finally:
+                for p, n in zip(ptrs, sizes):
+                    lib.ga_torch_free(p, n, 0, None)
+            return flat, nested, mine, one, by_name, torch.cuda.memory_stats() is not None
+
+        torch, (flat, nested, mine, one, by_name, _) = self.installed(go)
+        self.assertIsInstance(flat, collections.OrderedDict)
+        self.assertEqual(list(flat), sorted(flat))
+        self.assertEqual(len(flat), self.KEYS)
+        for k, v in flat.items():
+            self.assertIs(type(v), int, k)
+            self.assertEqual(v, mine[k], k)
+        for fam in ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
+                    "active_bytes", "inactive_split_bytes", "requested_bytes"):
+            self.assertEqual(sorted(nested[fam]), ["all", "large_pool", "small_pool"])
+            self.assertEqual(sorted(nested[fam]["all"]), ["allocated", "current", "freed", "peak"])
+        self.assertEqual(nested["num_ooms"], flat["num_ooms"])
+        self.assertEqual(nested["oversize_segments"]["peak"], flat["oversize_segments.peak"])
+        self.assertEqual(flat["max_split_size"], -1, "unlimited reads -1, as in PyTorch")
+        self.assertEqual(one, (mine["allocated_bytes.all.current"], mine["allocated_bytes.all.peak"],
+                               mine["reserved_bytes.all.current"], mine["reserved_bytes.all.peak"]))
+        self.assertGreaterEqual(flat["allocation.all.current"], 3)
+        self.assertEqual(len(set(by_name)), 1, "None, 0, 'cuda', 'cuda:0' and a torch.device name one device")
+        self.assertIs(torch.cuda.memory_stats, torch.cuda.memory.memory_stats)
+
+    def test_resets_empty_cache_fraction_and_free_memory(self):
+        def go(torch):
+            out = {}
+            p = lib.ga_torch_alloc_nothrow(30 << 20, 0, None)
+            lib.ga_torch_free(p, 30 << 20, 0, None)
+            torch.cuda.reset_peak_memory_stats()
+            s = torch.cuda.memory_stats()
+            out["peaks"] = [(k, s[k], s[k.replace(".peak", ".current")]) for k in s if k.endswith(".peak")]
+            self.assertIsNone(lib.ga_torch_alloc_nothrow(1 << 40, 0, None))  # an OOM to count
+            torch.cuda.reset_accumulated_memory_stats()
+            s = torch.cuda.memory_stats()
+            out["accumulated"] = {k: s[k] for k in s if k.endswith((".allocated", ".freed")) or k in (
+                "num_ooms", "num_alloc_retries", "num_sync_all_streams", "num_device_alloc", "num_device_free")}
+            torch.cuda.empty_cache()
+            out["reserved_after_empty"] = torch.cuda.memory_reserved()
+            free, total = torch.cuda.mem_get_info()
+            out["info"] = (free, total)
+            for bad, exc in ((1, TypeError), (1.5, ValueError), (-0.1, ValueError)):
+                with self.assertRaises(exc):
+                    torch.cuda.set_per_process_memory_fraction(bad)
+            torch.cuda.set_per_process_memory_fraction(0.001)
+            out["fraction"] = torch.cuda.memory.get_per_process_memory_fraction()
+            out["over_fraction"] = lib.ga_torch_alloc_nothrow(8 << 20, 0, None)
+            out["why"] = gardenalloc.last_error()
+            torch.cuda.set_per_process_memory_fraction(1.0)
+            return out
+
+        _, out = self.installed(go)
+        self.assertEqual([k for k, peak, cur in out["peaks"] if peak != cur], [])
+        self.assertEqual({k: v for k, v in out["accumulated"].items() if v}, {})
+        self.assertEqual(out["reserved_after_empty"], 0)
+        self.assertEqual(out["info"], (4096 << 20, 4096 << 20))
+        self.assertEqual(out["fraction"], 0.001)
+        self.assertIsNone(out["over_fraction"], "more than 0.001 of 4 GiB is refused")
+        self.assertIn("CUDA out of memory", out["why"])
+
+    def test_history_and_snapshots(self):
+        def go(torch):
+            out = {}
+            torch.cuda.memory._record_memory_history(max_entries=1000)
+            p = lib.ga_torch_alloc_nothrow(7 << 20, 0, None)
+            lib.ga_torch_free(p, 7 << 20, 0, None)
+            keep = lib.ga_torch_alloc_nothrow(3 << 20, 0, None)
+            snap = torch.cuda.memory._snapshot()
+            out["keys"] = sorted(snap)
+            out["actions"] = [e["action"] for e in snap["device_traces"][0] if not e["action"].startswith("segment")]
+            out["live"] = [b["address"] for s in snap["segments"] for b in s["blocks"]
+                           if b["state"] == "active_allocated"]
+            out["keep"] = keep
+            with tempfile.TemporaryDirectory() as d:
+                torch.cuda.memory._record_memory_history("state")
+                q = lib.ga_torch_alloc_nothrow(1000, 0, None)
+                out["state_traces"] = torch.cuda.memory._snapshot()["device_traces"]
+                lib.ga_torch_free(q, 1000, 0, None)
+                torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=50)  # the older form
+                q = lib.ga_torch_alloc_nothrow(1000, 0, None)
+                lib.ga_torch_free(q, 1000, 0, None)
+                out["legacy"] = [e["action"] for e in torch.cuda.memory._snapshot()["device_traces"][0]
+                                 if not e["action"].startswith("segment")]
+                torch.cuda.memory._record_memory_history(None)
+                out["off"] = torch.cuda.memory._snapshot()["device_traces"]
+            out["segments"] = torch.cuda.memory_snapshot()
+            out["pool"] = torch.cuda.memory_snapshot(mempool_id=(7, 0))
+            with self.assertRaises(ValueError):
+                torch.cuda.memory._record_memory_history("sometimes")
+            lib.ga_torch_free(keep, 3 << 20, 0, None)
+            return out
+
+        _, out = self.installed(go)
+        self.assertEqual(out["keys"], ["allocator_settings", "device_traces", "external_annotations", "segments"])
+        self.assertEqual(out["actions"][:2], ["alloc", "free_requested"])
+        self.assertIn(out["keep"], out["live"])
+        self.assertEqual(out["state_traces"], [[]], "enabled='state' keeps no trace, as PyTorch")
+        self.assertEqual(out["legacy"][-3:], ["alloc", "free_requested", "free_completed"])
+        self.assertEqual(out["off"], [[]])
+        self.assertEqual(sorted(s["address"] for s in out["segments"]),
+                         sorted(s["address"] for s in gardenalloc.snapshot()["segments"]))
+        self.assertEqual(out["pool"], [], "no segment of a graph pool (7, 0)")
+
+    def test_backend_mode_leaves_pytorch_s_functions_alone(self):
+        torch = fake_torch()
+        own = torch.cuda.memory_stats
+        self.run_with(torch, lambda gt: gt.mempool())
+        self.assertIs(torch.cuda.memory_stats, own, "PyTorch's allocator keeps its statistics with a MemPool")
+
+    def test_gardenalloc_s_summary_says_which_allocator_pytorch_uses(self):
+        code = ("import sys; sys.path[:0] = [%r, %r]; import gardenalloc\n"
+                "print(gardenalloc.pytorch_allocator())\n"
+                "import torch_standin; t = torch_standin.make()\n"
+                "sys.modules.update({'torch': t, 'torch.cuda': t.cuda, 'torch.cuda.memory': t.cuda.memory})\n"
+                "print(gardenalloc.pytorch_allocator())\n"
+                "import gardenalloc.torch as gt; gt.mempool()\n"
+                "print(gardenalloc.pytorch_allocator())\n"
+                "gt.install(); print(' '.join(gardenalloc.memory_summary().splitlines()[2:4]))\n"
+                % (os.path.join(REPO, "python_shim"), os.path.join(HERE, "standin")))
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        alone, native, pool, installed = r.stdout.splitlines()
+        self.assertTrue(alone.startswith("PyTorch is not loaded in this process"), alone)
+        self.assertTrue(native.startswith("PyTorch's CUDA allocator in this process is its own caching allocator "
+                                          "(native), not gardenalloc"), native)
+        self.assertIn("gardenalloc serves the segments of 1 torch.cuda.MemPool, counted here", pool)
+        self.assertEqual(installed, " gardenalloc is PyTorch's CUDA allocator in this process: the statistics "
+                                    " below are those of PyTorch's tensors.")
 
 
 if __name__ == "__main__":
