@@ -58,11 +58,16 @@ static int lex(const char *s, lexer *lx, char *err, size_t errlen) {
 
 static int tok_is(const tok *t, const char *s) { return t->n == strlen(s) && memcmp(t->s, s, t->n) == 0; }
 
-/* Copies a token into a NUL-terminated buffer (truncated to 63 chars). */
+/* Copies a token into a NUL-terminated buffer; one longer than 63 chars is
+ * shown by its start and its length, never cut without saying so. */
 static const char *tok_str(const tok *t, char buf[64]) {
-  size_t n = t->n < 63 ? t->n : 63;
-  memcpy(buf, t->s, n);
-  buf[n] = 0;
+  if (t->n > 63) {
+    unsigned n = t->n < 999999999 ? (unsigned)t->n : 999999999u;
+    snprintf(buf, 64, "%.32s... (%u characters)", t->s, n);
+    return buf;
+  }
+  memcpy(buf, t->s, t->n);
+  buf[t->n] = 0;
   return buf;
 }
 

@@ -181,3 +181,12 @@ Test(config, an_unknown_key_is_named_with_the_closest_one_or_all_of_them_in_full
   cr_assert(strstr(refusal(lng), "'qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq... (200 characters)'"), "%s",
             ga_last_error());
 }
+
+Test(config, a_long_value_is_shown_by_its_start_and_length) {
+  char conf[200] = "expandable_segments:";
+  memset(conf + strlen(conf), 'y', 100);
+  cr_assert_str_eq(
+      refusal(conf),
+      "invalid GARDENALLOC_CONF option expandable_segments: 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy... (100 "
+      "characters)' is not a boolean (allowed: True or False)");
+}
