@@ -14,8 +14,9 @@
 #     problems (sizes x64), as JSON lines in bench/results/, and the same
 #     traces under every configuration with one plot per trace
 #     (bench/results/pytorch_traces/, bench/results/minimalloc_x64/);
-#  3. the hot path: allocate+free pairs from the cache next to libc malloc,
-#     with instructions per pair from callgrind when valgrind is installed;
+#  3. the hot path: allocate+free pairs from the cache next to libc malloc
+#     at sizes from 4 KiB to 64 MiB in each mode, with instructions per pair
+#     (from callgrind when valgrind is installed);
 #  4. the CPU time of one allocation and one free with N blocks live, for
 #     N = 10^3 .. 10^5 in every mode (ga-bench scale: bench/results/scale.csv,
 #     scale.svg, scale.txt), each series within 30 s of CPU time; --full-scale takes N
@@ -101,19 +102,11 @@ build/bench/ga-bench run --trace "$minimalloc" --size-scale 64 --out bench/resul
   grep -E '^CSV' | tail -1
 echo
 echo "== hot path"
-build/bench/ga-bench hotpath | tee bench/results/hotpath.txt
-if command -v valgrind >/dev/null; then
-  # Instructions per pair: the difference between two runs under callgrind.
-  ir() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null build/bench/ga-bench hotpath --only "$1" --pairs "$2" 2>&1 |
-      sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
-  }
-  for size in small large; do
-    a=$(ir $size 100000)
-    b=$(ir $size 300000)
-    echo "  $size: $(((b - a) / 200000)) instructions per allocate+free pair (callgrind)" | tee -a bench/results/hotpath.txt
-  done
-fi
+# Instructions per pair from callgrind (two runs per size and mode) when
+# valgrind is installed and the CPU's counter cannot be read.
+hp_ins=""
+command -v valgrind >/dev/null && hp_ins=--instructions
+build/bench/ga-bench hotpath ${hp_ins:+"$hp_ins"} | tee bench/results/hotpath.txt
 echo
 echo "== CPU time per call with N blocks live"
 build/bench/ga-bench scale --max-n "$scale_n" --budget-s "$scale_budget" --out bench/results 2>/dev/null |

@@ -6,7 +6,9 @@
 #      driver: where the GPU disagrees with the double, the double is wrong;
 #   2. ga-bench drivercost on the GPU (the measured cost table);
 #   3. the benchmark on the GPU (driver-time estimates from those costs), the
-#      PyTorch traces replayed on the CUDA backend, the hot path there;
+#      PyTorch traces replayed on the CUDA backend, the hot path there, and
+#      how allocate+free pairs scale over 1 to 16 threads (this machine's
+#      cores) against the C library and mimalloc;
 #   4. the CUDA engine example (a real kernel);
 #   5. the PyTorch scenarios, each in a fresh process (replace mode, MemPool
 #      mode, PyTorch's own allocator as the baseline, gardenalloc run).
@@ -14,8 +16,8 @@
 # summary, with each command), and one file per step. Without a GPU it says so,
 # runs the parts that need none (build, ctest) and exits 0; without torch the
 # PyTorch scenarios are skipped, said so. Each step has a timeout; the whole run
-# is meant to finish within 8 minutes on an H200 (GA_GPU_QUICK=1: no
-# benchmark or trace replays, about 3 minutes).
+# is meant to finish within 10 minutes on an H200 (GA_GPU_QUICK=1: no
+# benchmark, trace replays or hot path, about 3 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-tests/gpu/results}
@@ -98,7 +100,22 @@ else
   step "PyTorch traces replayed on the CUDA backend" replay.txt 240 \
     build/bench/ga-bench replay traces/pytorch_snapshots --conf native=backend:cuda \
     --conf expandable=backend:cuda,expandable_segments:True --json
-  step "hot path on the CUDA backend" hotpath.txt 60 build/bench/ga-bench hotpath --conf backend:cuda
+  step "hot path on the CUDA backend" hotpath.txt 180 build/bench/ga-bench hotpath --conf backend:cuda
+  # Thread scaling needs real cores (the development VMs give two threads one
+  # core). mimalloc is the second reference when its library can be had: it
+  # is installed from Debian when apt can reach a mirror (the GPU machines may
+  # have no network), else the run compares with the C library alone. The
+  # simulated device: cached pairs make no device call, and a stream per
+  # thread needs no real streams there.
+  if ! ldconfig -p 2>/dev/null | grep -q 'libmimalloc\.so\.2'; then
+    if timeout 120 apt-get install -y -q libmimalloc2.0 >"$out/mimalloc_install.txt" 2>&1; then
+      say "installed libmimalloc2.0 for the thread-scaling run"
+    else
+      say "libmimalloc2.0 is not installed and could not be ($out/mimalloc_install.txt): thread scaling against the C library only"
+    fi
+  fi
+  step "thread scaling: 1-16 threads on one allocator, one stream and a stream each, vs the C library and mimalloc" \
+    threads.txt 300 build/bench/ga-bench hotpath --threads 1,2,4,8,16 --pairs 200000 --conf backend:sim
 fi
 
 # ---- 4. The engine example ----

@@ -105,9 +105,14 @@ class Results(unittest.TestCase):
         self.assertIn("expandable_segments", [k["key"] for k in keys])
         dc = json.loads(run(["drivercost", "--backend", "sim", "--reps", "2", "--json"], cwd=self.d).stdout)
         self.assertIn("map", dc["us_median"])
-        hp = [json.loads(l) for l in run(["hotpath", "--pairs", "1000", "--threads", "1", "--json"],
-                                         cwd=self.d).stdout.splitlines()]
-        self.assertEqual([h["size"] for h in hp], ["small", "large"])
+        hp = [json.loads(l) for l in run(["hotpath", "--pairs", "1000", "--sizes", "4k,8m", "--modes",
+                                          "native,expandable", "--json"], cwd=self.d).stdout.splitlines()]
+        self.assertEqual([(h["mode"], h["bytes"]) for h in hp],
+                         [("native", 4096), ("native", 8 << 20), ("expandable", 4096), ("expandable", 8 << 20)])
+        self.assertGreater(hp[0]["worker"]["ga_ns_per_pair"], 0)
+        th = [json.loads(l) for l in run(["hotpath", "--pairs", "1000", "--sizes", "4k", "--threads", "1,2",
+                                          "--json"], cwd=self.d).stdout.splitlines()]
+        self.assertEqual([t["threads"] for t in th if t["allocator"] == "C library"], [1, 2])
         out = os.path.join(self.d, "j")
         lines = run(["run", "--workload", "pytorch_cases", "--scale", "0.1", "--json", "--out", out],
                     cwd=self.d).stdout.splitlines()
