@@ -77,9 +77,9 @@ static void csv_row(FILE *f, const char *wl, const bench_config *c, const replay
 
 static void table_header(const char *wl, size_t events) {
   printf("\n%s (%zu events)\n", wl, events);
-  printf("  %-18s %10s %10s %10s %9s %6s %4s %7s %6s %6s %6s %6s %9s %6s %7s %6s %7s\n", "config", "peak req",
-         "peak alloc", "peak resv", "resv/req", "frag", "OOM", "dev alloc", "maps", "access", "unmaps",
-         "moved", "driver ms", "stalls", "stall ms", "steady", "ns/op");
+  printf("  %-18s %10s %10s %10s %9s %6s %4s %7s %6s %6s %6s %6s %9s %6s %7s %6s %7s\n", "config", "req MiB",
+         "alloc MiB", "resv MiB", "resv/req", "frag", "OOM", "dev alloc", "maps", "access", "unmaps", "moved",
+         "driver ms", "stalls", "stall ms", "steady", "ns/op");
 }
 
 static void table_row(const bench_config *c, const replay_result *r) {
@@ -87,7 +87,7 @@ static void table_row(const bench_config *c, const replay_result *r) {
   char steady[24] = "-";
   if (r->iterations > 1) snprintf(steady, sizeof steady, "%llu", (unsigned long long)r->steady_memory_calls);
   printf(
-      "  %-18s %9.1fM %9.1fM %9.1fM %9.3f %6.3f %4llu %7lld %6llu %6llu %6llu %6lld %9.1f %6lld %7.1f %6s "
+      "  %-18s %10.1f %10.1f %10.1f %9.3f %6.3f %4llu %7lld %6llu %6llu %6llu %6lld %9.1f %6lld %7.1f %6s "
       "%7.0f\n",
       c->name, mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
       r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, frag,
@@ -277,8 +277,20 @@ int cmd_run(int argc, char **argv) {
     size_t len = strlen(short_name);
     int csv_ext = len > 4 && !strcmp(short_name + len - 4, ".csv");
     snprintf(name, sizeof name, "%.*s.svg", (int)(csv_ext ? len - 4 : len), short_name);
-    char title[300];
-    snprintf(title, sizeof title, "%.*s", (int)(csv_ext ? len - 4 : len), short_name);
+    /* The title names the timing when it is not the default, so that plots of
+     * the same trace under a lag or repeated do not read as the same plot. */
+    char title[400], when[160] = "";
+    const replay_opts *ro = trace_replay_options();
+    int nw = 0;
+    if (ro->lag_us > 0)
+      nw += snprintf(when + nw, sizeof when - (size_t)nw, "GPU %g ms behind", ro->lag_us / 1000);
+    if (ro->kernel_us > 0)
+      nw += snprintf(when + nw, sizeof when - (size_t)nw, "%s%g us of GPU work per event", nw ? ", " : "",
+                     ro->kernel_us);
+    if (ro->iterations > 1)
+      nw += snprintf(when + nw, sizeof when - (size_t)nw, "%s%d iterations", nw ? ", " : "", ro->iterations);
+    snprintf(title, sizeof title, "%.*s%s%s%s", (int)(csv_ext ? len - 4 : len), short_name, nw ? " (" : "",
+             when, nw ? ")" : "");
     FILE *svg = samples && series ? out_open(&o, out, name) : NULL;
     svg_opts so = {title, cmd.s, peak_live, near};
     if (!svg || svg_write(svg, &so, series, nconfigs) || staged_close(&o.v[o.n - 1])) {

@@ -3,11 +3,12 @@
  * bound no allocator can go below.
  *
  * Each configuration has its own colour, dash pattern and width, drawn widest
- * first, so a line that coincides with another still shows around it. Both
- * axes have ticks at round values; the y axis starts at 0, or just below the
- * data (svg_opts.y_near_data) where the configurations differ by a few per
- * cent. The legend gives each configuration's peak reserved and its ratio to
- * peak live. */
+ * first, so a line that coincides with another still shows around it, and
+ * the legend names the line it coincides with. The x axis ends at the last
+ * event; the y axis has round ticks from 0, or from just below the data
+ * (svg_opts.y_near_data) where the configurations differ by a few per cent.
+ * The legend gives each configuration's peak reserved, in the plot's unit and
+ * in MiB (the unit of ga-bench's tables), and its ratio to peak live. */
 #include <math.h>
 #include <stdio.h>
 
@@ -32,13 +33,30 @@ static double nice_step(double span, int want) {
   return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
 }
 
-static axis make_axis(double lo, double hi, double unit, int want) {
+/* An axis over [lo, hi] with round ticks. `to_tick` widens the end to the next
+ * tick (the y axis); without it the axis ends at the data (the x axis, whose
+ * last tick is then the last round value inside). */
+static axis make_axis(double lo, double hi, double unit, int want, int to_tick) {
   axis a = {lo / unit, hi / unit, 1, unit};
   if (a.hi <= a.lo) a.hi = a.lo + 1;
   a.step = nice_step(a.hi - a.lo, want);
   a.lo = floor(a.lo / a.step) * a.step;
-  a.hi = ceil(a.hi / a.step) * a.step;
+  if (to_tick) a.hi = ceil(a.hi / a.step) * a.step;
   return a;
+}
+
+/* The first earlier series whose reserved bytes are the same at every sample:
+ * its line hides this one, so the legend says so. -1 when none. */
+static long same_as(const svg_series *series, size_t i) {
+  const replay_samples *s = series[i].s;
+  for (size_t j = 0; s && j < i; j++) {
+    const replay_samples *t = series[j].s;
+    if (!t || t->n != s->n) continue;
+    size_t k = 0;
+    while (k < s->n && t->event[k] == s->event[k] && t->reserved[k] == s->reserved[k]) k++;
+    if (k == s->n) return (long)j;
+  }
+  return -1;
 }
 
 static double px_x(const axis *a, double v) {
@@ -73,7 +91,7 @@ static void ticks(FILE *f, const axis *x, const axis *y, const char *yunit) {
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.*f</text>\n", L - 8, py + 4,
             y->step < 1 ? (y->step < 0.1 ? 2 : 1) : 0, v);
   }
-  for (double v = x->lo; v <= x->hi + x->step / 2; v += x->step) {
+  for (double v = x->lo; v <= x->hi + x->step * 1e-9; v += x->step) {
     double px = px_x(x, v * x->unit);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n", px, H - B, px,
             H - B + 5);
@@ -112,7 +130,7 @@ int svg_write(FILE *f, const svg_opts *o, const svg_series *series, size_t n) {
   double ylo = 0;
   if (o->y_near_data && lo != UINT64_MAX && lo < ymax) ylo = (double)lo - 0.08 * (double)(ymax - lo);
   if (ylo < 0) ylo = 0;
-  axis y = make_axis(ylo, (double)ymax * 1.02, unit, 6), x = make_axis(0, (double)xmax, 1, 8);
+  axis y = make_axis(ylo, (double)ymax * 1.02, unit, 6, 1), x = make_axis(0, (double)xmax, 1, 8, 0);
   fprintf(
       f,
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
@@ -157,11 +175,12 @@ int svg_write(FILE *f, const svg_opts *o, const svg_series *series, size_t n) {
             L, py, W - R, py);
   }
   fprintf(f, "</g>\n");
-  /* Legend */
-  double lx = W - R + 16, ly = T + 6;
+  /* Legend: each entry's peak in the plot's unit and in MiB (the tables' unit);
+   * a line hidden under an earlier one names it. */
+  double lx = W - R + 16, yy = T + 6;
   fprintf(f, "<g font-size=\"12\">\n");
   for (size_t i = 0; i < n; i++) {
-    double width = 5.0 - 3.5 * (double)i / (double)(n > 1 ? n - 1 : 1), yy = ly + 34.0 * (double)i;
+    double width = 5.0 - 3.5 * (double)i / (double)(n > 1 ? n - 1 : 1);
     fprintf(
         f,
         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"%.2f\"%s%s%s/>\n",
@@ -171,14 +190,22 @@ int svg_write(FILE *f, const svg_opts *o, const svg_series *series, size_t n) {
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">", lx + 52, yy + 10);
     text_escaped(f, series[i].label);
     fprintf(f, "</text>\n");
-    if (series[i].s && o->peak_live)
-      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#444\">peak %.2f %s, %.3f\xc3\x97 live</text>\n",
-              lx + 52, yy + 25, (double)series[i].peak_reserved / unit, unit == gib ? "GiB" : "MiB",
+    if (series[i].s && o->peak_live) {
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#444\">peak ", lx + 52, yy + 25);
+      if (unit == gib) fprintf(f, "%.2f GiB = ", (double)series[i].peak_reserved / gib);
+      fprintf(f, "%.0f MiB, %.3f\xc3\x97 live</text>\n", (double)series[i].peak_reserved / mib,
               (double)series[i].peak_reserved / (double)o->peak_live);
-    else if (!series[i].s)
+    } else if (!series[i].s)
       fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#a00\">failed</text>\n", lx + 52, yy + 25);
+    long j = same_as(series, i);
+    if (j >= 0) {
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#444\">the same line as ", lx + 52, yy + 40);
+      text_escaped(f, series[j].label);
+      fprintf(f, "</text>\n");
+      yy += 15;
+    }
+    yy += 34;
   }
-  double yy = ly + 34.0 * (double)n;
   fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" stroke-width=\"1\"/>\n",
           lx, yy + 6, lx + 44, yy + 6);
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">live bytes</text>\n", lx + 52, yy + 10);
@@ -188,8 +215,10 @@ int svg_write(FILE *f, const svg_opts *o, const svg_series *series, size_t n) {
             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#777\" stroke-width=\"1.5\" "
             "stroke-dasharray=\"6,4\"/>\n",
             lx, yy + 6, lx + 44, yy + 6);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">peak live %.2f %s (lower bound)</text>\n", lx + 52, yy + 10,
-            (double)o->peak_live / unit, unit == gib ? "GiB" : "MiB");
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">peak live (the lower bound)</text>\n", lx + 52, yy + 10);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#444\">", lx + 52, yy + 25);
+    if (unit == gib) fprintf(f, "%.2f GiB = ", (double)o->peak_live / gib);
+    fprintf(f, "%.0f MiB</text>\n", (double)o->peak_live / mib);
   }
   fprintf(f, "</g>\n</svg>\n");
   return ferror(f) ? -1 : 0;

@@ -62,6 +62,23 @@ class Results(unittest.TestCase):
         strip = lambda t: [",".join(l.split(",")[:-2]) for l in t.splitlines()]  # noqa: E731 (timings differ)
         self.assertEqual(strip(again), strip(first))
 
+    def test_plots_name_coinciding_lines_their_timing_and_end_at_the_last_event(self):
+        out = os.path.join(self.d, "res")
+        run(["run", "--trace", self.trace, "--conf", "n=", "--conf", "again=", "--conf",
+             "e=expandable_segments:True", "--out", out], cwd=self.d)
+        with open(os.path.join(out, "t 1.svg")) as f:
+            svg = f.read()
+        self.assertIn(">the same line as n</text>", svg)  # "again" hides under "n"
+        self.assertEqual(svg.count("the same line as"), 1)  # "e" differs from both
+        self.assertRegex(svg, r">t 1: reserved memory")  # no timing named at the defaults
+        ticks = [int(t) for t in re.findall(r'text-anchor="middle">(\d+)</text>', svg)]
+        with open(self.trace) as f:
+            events = sum(1 for line in f) - 1
+        self.assertTrue(ticks and max(ticks) <= events, (ticks, events))
+        run(["run", "--trace", self.trace, "--lag-us", "5000", "--iterations", "3", "--out", out], cwd=self.d)
+        with open(os.path.join(out, "t 1.svg")) as f:
+            self.assertIn(">t 1 (GPU 5 ms behind, 3 iterations): reserved memory", f.read())
+
     def test_a_failed_run_keeps_the_old_results(self):
         out = os.path.join(self.d, "res")
         run(["run", "--trace", self.trace, "--out", out], cwd=self.d)
