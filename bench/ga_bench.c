@@ -409,11 +409,41 @@ static int cmd_replay(int argc, char **argv) {
   return failed;
 }
 
-/* Prints s with '|' escaped for a markdown table cell. */
-static void md_cell(const char *s) {
-  for (; *s; s++) {
-    if (*s == '|') putchar('\\');
-    putchar(*s);
+/* Prints s as a paragraph, lines broken between words at 100 columns. */
+static void md_paragraph(const char *s) {
+  size_t col = 0;
+  while (*s) {
+    while (*s == ' ') s++;
+    size_t w = strcspn(s, " ");
+    if (!w) break;
+    if (col && col + 1 + w > 100) {
+      putchar('\n');
+      col = 0;
+    } else if (col) {
+      putchar(' ');
+      col++;
+    }
+    fwrite(s, 1, w, stdout);
+    col += w;
+    s += w;
+  }
+  putchar('\n');
+}
+
+static const char *origin_words(const char *origin) {
+  return !strcmp(origin, "pytorch") ? "PyTorch's key" : "gardenalloc's key";
+}
+
+/* docs/configuration.md's generated part: a table of every key that fits in
+ * 100 columns, then one section per key with its values and meaning. */
+static void keys_markdown(void) {
+  const char *name, *type, *dflt, *origin, *doc;
+  printf("| key | default | from |\n|---|---|---|\n");
+  for (int i = 0; ga_config_key(i, &name, &type, &dflt, &origin, &doc); i++)
+    printf("| [`%s`](#%s) | %s | %s |\n", name, name, dflt, origin);
+  for (int i = 0; ga_config_key(i, &name, &type, &dflt, &origin, &doc); i++) {
+    printf("\n### %s\n\n%s. Values: `%s`. Default: `%s`.\n\n", name, origin_words(origin), type, dflt);
+    md_paragraph(doc);
   }
 }
 
@@ -428,13 +458,16 @@ static int cmd_keys(int argc, char **argv) {
       int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
       fprintf(help ? stdout : stderr,
               "usage: ga-bench keys [--markdown|--json]\n"
-              "  The configuration keys: name, values, default, origin and meaning (a markdown table, or\n"
-              "  one JSON object per key).\n");
+              "  The configuration keys: name, values, default, origin and meaning (markdown: a table\n"
+              "  and a section per key, as in docs/configuration.md; JSON: one object per key).\n");
       return help ? 0 : 2;
     }
   }
+  if (md) {
+    keys_markdown();
+    return 0;
+  }
   const char *name, *type, *dflt, *origin, *doc;
-  if (md) printf("| key | values | default | from | meaning |\n|---|---|---|---|---|\n");
   for (int i = 0; ga_config_key(i, &name, &type, &dflt, &origin, &doc); i++) {
     if (json) {
       const char *k[] = {"key", "values", "default", "from", "meaning"},
@@ -444,12 +477,6 @@ static int cmd_keys(int argc, char **argv) {
         json_string(stdout, v[f]);
       }
       printf("}\n");
-    } else if (md) {
-      printf("| `%s` | ", name);
-      md_cell(type);
-      printf(" | %s | %s | ", dflt, origin);
-      md_cell(doc);
-      printf(" |\n");
     } else
       printf("%-34s %-36s default %-22s (%s) %s\n", name, type, dflt, origin, doc);
   }
