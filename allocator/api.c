@@ -275,6 +275,21 @@ ga_status_t ga_mem_get_info(ga_allocator_t *a, size_t *free_bytes, size_t *total
   return leave(a, GA_OK);
 }
 
+ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream, size_t *fit) {
+  if (fit) *fit = 0;
+  ENTER("ga_would_fit");
+  if (!fit) return leave(a, invalid("ga_would_fit", "fit is NULL"));
+  if (n && !sizes) return leave(a, invalid("ga_would_fit", "sizes is NULL"));
+  return leave(a, ga_fit_would_fit_locked(a, sizes, n, stream, fit));
+}
+
+ga_status_t ga_largest_free(ga_allocator_t *a, ga_stream_t stream, size_t *cached, size_t *with_device) {
+  if (cached) *cached = 0;
+  if (with_device) *with_device = 0;
+  ENTER("ga_largest_free");
+  return leave(a, ga_fit_largest_locked(a, stream, cached, with_device));
+}
+
 /* ---- Statistics ---- */
 
 ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {

@@ -62,10 +62,23 @@ void ga_report_oom(const ga_oom_facts *f) {
         "request needs them: try setting GARDENALLOC_CONF=expandable_segments:True to avoid fragmentation.",
         mov);
   }
+  char tail[320], tot[32], sm[32], lg[32], out[32] = "an unknown amount";
+  ga_format_size(f->cached_free, tot, sizeof tot);
+  ga_format_size(f->largest_pool[0], sm, sizeof sm);
+  ga_format_size(f->largest_pool[1], lg, sizeof lg);
+  /* Memory outside the allocator: the device's used memory less what we reserve. */
+  if (f->have_free) {
+    size_t used = f->total > f->free ? f->total - f->free : 0;
+    ga_format_size(used > f->reserved ? used - f->reserved : 0, out, sizeof out);
+  }
+  snprintf(tail, sizeof tail,
+           " Free in the cache: %s (largest free block: %s in the small pool, %s in the large pool). Used "
+           "on the device outside gardenalloc: %s.",
+           tot, sm, lg, out);
   ga_error_set(
       "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
       "free. %sOf the allocated memory %s is allocated by gardenalloc, and %s is reserved by "
-      "gardenalloc but unallocated. The largest free block in the cache is %s.%s%s",
+      "gardenalloc but unallocated. The largest free block in the cache is %s.%s%s%s",
       tried, f->device, cap, fr, allowed, alloc, unalloc, bigs, extra,
-      f->fraction_refused ? " (The request was refused by the memory fraction limit.)" : "");
+      f->fraction_refused ? " (The request was refused by the memory fraction limit.)" : "", tail);
 }

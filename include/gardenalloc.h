@@ -238,6 +238,34 @@ GA_API ga_status_t ga_set_memory_fraction(ga_allocator_t *a, double fraction);
 /** The current fraction (1.0 when unlimited). */
 GA_API double ga_get_memory_fraction(ga_allocator_t *a);
 
+/** "Would these fit?": a dry run of ga_malloc of sizes[0], sizes[1], ...
+ *  in that order on `stream`, none freed, from the allocator's state now.
+ *  *fit gets how many of them, from the first, would be handed out (n when
+ *  all would). Nothing changes: no memory moves, no statistic or history
+ *  entry, and the only device call is one cudaMemGetInfo (counted in
+ *  device_calls.mem_info). Native segments: the answer is what those mallocs
+ *  do when nothing else happens in between (best fit, splits, and the retry
+ *  ladder: garbage collection, new segments within the device's free memory
+ *  and the memory fraction, oversize blocks and then the whole cache given
+ *  back). Frees still waiting on stream events count as in use, so the
+ *  answer may be smaller than what mallocs achieve after those events
+ *  complete. Expandable segments: a request that no free block serves needs
+ *  its granules from the page cache, from whole free granules anywhere (not
+ *  during a capture) and from the device; free memory at the end of a
+ *  mapped range that a growth would extend is not counted, and where memory
+ *  would move is estimated: there the answer is an estimate. */
+GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
+                                size_t *fit);
+
+/** The largest request on `stream` that a free block of the cache serves
+ *  without a device call (*cached), and the largest one ga_malloc could
+ *  serve at all, flushing the cache or asking the device for memory
+ *  (*with_device: from the device's free memory, within the memory
+ *  fraction). Either pointer may be NULL; with with_device NULL no device
+ *  call is made, else one cudaMemGetInfo. Nothing changes. */
+GA_API ga_status_t ga_largest_free(ga_allocator_t *a, ga_stream_t stream, size_t *cached,
+                                   size_t *with_device);
+
 /* ---- Statistics ----------------------------------------------------------- */
 
 /** Copies the statistics. */

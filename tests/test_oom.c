@@ -57,7 +57,10 @@ Test(oom, true_oom_returns_the_full_report_and_stays_usable) {
       want, sizeof want,
       "CUDA out of memory. Tried to allocate 70.00 MiB. GPU 0 has a total capacity of 100.00 MiB of which "
       "60.00 MiB is free. Of the allocated memory 40.00 MiB is allocated by gardenalloc, and 0 bytes is "
-      "reserved by gardenalloc but unallocated. The largest free block in the cache is 0 bytes.");
+      "reserved by gardenalloc but unallocated. The largest free block in the cache is 0 bytes. Free in the "
+      "cache: 0 bytes (largest free block: 0 bytes in the small pool, 0 bytes in the large pool). Used on "
+      "the "
+      "device outside gardenalloc: 0 bytes.");
   cr_assert_str_eq(ga_last_error(), want);
   assert_scalar(num_ooms, 1);
   assert_scalar(num_alloc_retries, 1);

@@ -261,6 +261,8 @@ const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p) {
 static int free_facts(ga_block *b, void *arg) {
   ga_oom_facts *f = arg;
   if (b->size > f->largest_free) f->largest_free = b->size;
+  if (b->size > f->largest_pool[b->pool]) f->largest_pool[b->pool] = b->size;
+  f->cached_free += b->size;
   uintptr_t lo = (b->ptr + f->gran - 1) / f->gran, hi = (b->ptr + b->size) / f->gran;
   if (hi > lo) f->movable += (hi - lo) * f->gran;
   return 0;

@@ -170,6 +170,13 @@ void ga_sleep_teardown_locked(ga_allocator_t *a);
 /* ga_enable_peer_access. */
 ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer);
 
+/* ---- Would these fit? (fit.c) ---- */
+/* ga_would_fit and ga_largest_free: a model of the state, nothing changes
+ * (one mem_info call). */
+ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
+                                    size_t *fit);
+ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t *cached, size_t *with_call);
+
 /* ---- Allocation (alloc.c) ---- */
 /* ga_malloc and ga_free (size > 0, ptr != NULL). */
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out);

@@ -1,0 +1,390 @@
+/* fit.c — "would these fit?": ga_would_fit and ga_largest_free answer from
+ * a model of the allocator's state, changing nothing.
+ *
+ * The model is a list of the free blocks (size, address, stream, pool,
+ * whether a whole native segment), the bytes reserved, the device's free
+ * memory and, for expandable segments, the page cache. Each request walks
+ * ga_malloc's sequence on it: best fit with the oversize rules, the split
+ * rule, then the retry ladder (garbage collection, a new segment within the
+ * memory fraction, oversize blocks given back, the whole cache flushed) in
+ * native mode, or the granules the ladder can gather (cached, whole free
+ * granules anywhere, new ones within the device's room and the fraction) in
+ * expandable mode. Frees still waiting on stream events count as in use.
+ */
+#include <stdlib.h>
+
+#include "policy.h"
+
+typedef struct fblk {
+  size_t size;
+  uintptr_t ptr;
+  ga_stream_t stream;
+  uint64_t gc_base;
+  uint8_t pool;
+  uint8_t whole;      /* a native segment of one block: it can go back */
+  uint8_t expandable; /* in an expandable segment */
+  uint8_t serving;    /* in the trees that serve the stream (general or its private pool) */
+  uint8_t general;    /* in the general trees (the ladder's steps give these back) */
+  uint8_t gone;       /* handed out or given back in the model */
+} fblk;
+
+typedef struct fmodel {
+  const ga_allocator_t *a;
+  fblk *v;
+  size_t n, cap;
+  int oom;
+  size_t reserved, dev_free, cache; /* cache: granules in the page cache */
+  uint64_t gc_calls;                /* the general large tree's clock */
+  uint64_t next_ptr;                /* addresses for blocks of new segments */
+  ga_private *priv;
+  int routing;
+} fmodel;
+
+typedef struct fwalk {
+  fmodel *m;
+  uint8_t serving, general;
+} fwalk;
+
+static int add(ga_block *b, void *arg) {
+  fwalk *w = arg;
+  fmodel *m = w->m;
+  if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1;
+  m->v[m->n++] = (fblk){.size = b->size,
+                        .ptr = b->ptr,
+                        .stream = b->stream,
+                        .gc_base = b->gc_base,
+                        .pool = b->pool,
+                        .whole = !ga_tiles_is_split(b) && !b->seg->expandable,
+                        .expandable = b->seg->expandable,
+                        .serving = w->serving,
+                        .general = w->general};
+  return 0;
+}
+
+static int model_init(ga_allocator_t *a, ga_stream_t stream, size_t dev_free, fmodel *m) {
+  *m = (fmodel){.a = a,
+                .reserved = a->space.reserved,
+                .dev_free = dev_free,
+                .cache = a->space.ncache,
+                .gc_calls = a->pol.trees[GA_P_LARGE].gc_calls,
+                .next_ptr = UINTPTR_MAX / 2,
+                .routing = a->pol.capture.routing};
+  m->priv = m->routing ? ga_private_routed_locked(a, stream) : NULL;
+  fwalk w = {m, (uint8_t)!m->priv, 1};
+  for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], add, &w);
+  for (ga_private *v = a->pol.capture.privates; v; v = v->next) {
+    /* Released pools no stream uses give their whole segments back in a flush. */
+    w = (fwalk){m, (uint8_t)(v == m->priv), 0};
+    if (v == m->priv || (v->released && !v->nstreams))
+      for (int p = 0; p < 2; p++) ga_free_tree_walk(&v->trees[p], add, &w);
+  }
+  return m->oom ? GA_DEV_ENOMEM : 0;
+}
+
+/* Tree order (stream, size, address): is x before y? */
+static int before(const fblk *x, const fblk *y) {
+  if (x->stream != y->stream) return (uintptr_t)x->stream < (uintptr_t)y->stream;
+  if (x->size != y->size) return x->size < y->size;
+  return x->ptr < y->ptr;
+}
+
+/* get_free_block on the serving trees. */
+static fblk *best_fit(fmodel *m, int pool, ga_stream_t stream, size_t size) {
+  const ga_config *c = &m->a->cfg;
+  if (!m->priv && m->a->pol.allowed_max != SIZE_MAX && c->gc_threshold > 0.0 && pool == GA_P_LARGE)
+    m->gc_calls++;
+  fblk *b = NULL;
+  for (size_t i = 0; i < m->n; i++) {
+    fblk *x = &m->v[i];
+    if (x->gone || !x->serving || x->pool != pool || x->stream != stream || x->size < size) continue;
+    if (!b || before(x, b)) b = x;
+  }
+  if (!b) return NULL;
+  if (size < c->max_split_size && b->size >= c->max_split_size) return NULL;
+  if (size >= c->max_split_size && b->size - size >= c->max_non_split_rounding) return NULL;
+  return b;
+}
+
+/* ga_block_hand_out_locked's split rule: the rest stays free. */
+static void hand_out(fmodel *m, fblk *b, size_t rounded) {
+  size_t rest = b->size - rounded;
+  int split = (b->pool == GA_P_SMALL || b->expandable)
+                  ? rest >= GA_MIN_BLOCK
+                  : rounded < m->a->cfg.max_split_size && rest > GA_SMALL_SIZE;
+  if (!split) {
+    b->gone = 1;
+    return;
+  }
+  b->size = rest;
+  b->ptr += rounded;
+  b->whole = 0;
+}
+
+static void give_back(fmodel *m, fblk *b) {
+  b->gone = 1;
+  m->reserved -= b->size;
+  m->dev_free += b->size;
+}
+
+/* ---- Native segments ---- */
+
+static int fraction_allows(const fmodel *m, size_t bytes) {
+  size_t lim = m->a->pol.allowed_max;
+  return lim == SIZE_MAX || (m->reserved <= lim && bytes <= lim - m->reserved);
+}
+
+static int new_segment(fmodel *m, size_t alloc_size, int pool, ga_stream_t stream, size_t rounded) {
+  if (!fraction_allows(m, alloc_size) || alloc_size > m->dev_free) return 0;
+  m->reserved += alloc_size;
+  m->dev_free -= alloc_size;
+  fblk nb = {.size = alloc_size,
+             .ptr = (uintptr_t)(m->next_ptr += alloc_size),
+             .stream = stream,
+             .gc_base = m->gc_calls,
+             .pool = (uint8_t)pool,
+             .whole = 1,
+             .serving = 1,
+             .general = !m->priv};
+  if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1, 0;
+  m->v[m->n] = nb;
+  hand_out(m, &m->v[m->n++], rounded);
+  return 1;
+}
+
+/* ga_reclaim_gc_locked. */
+static void gc(fmodel *m) {
+  const ga_allocator_t *a = m->a;
+  if (a->pol.allowed_max == SIZE_MAX || a->cfg.gc_threshold <= 0.0) return;
+  size_t threshold = (size_t)(a->cfg.gc_threshold * (double)a->pol.allowed_max);
+  if (m->reserved <= threshold) return;
+  size_t target = m->reserved - threshold, reclaimed = 0, left = 0;
+  double total_age = 0.0;
+  for (size_t i = 0; i < m->n; i++) {
+    fblk *x = &m->v[i];
+    if (!x->gone && x->general && x->pool == GA_P_LARGE && x->whole) {
+      total_age += (double)(m->gc_calls - x->gc_base);
+      left++;
+    }
+  }
+  int freed = 1;
+  while (reclaimed < target && freed && left > 0) {
+    double avg = total_age / (double)left;
+    freed = 0;
+    for (size_t i = 0; i < m->n; i++) {
+      fblk *x = &m->v[i];
+      if (x->gone || !x->general || x->pool != GA_P_LARGE || !x->whole) continue;
+      double age = (double)(m->gc_calls - x->gc_base);
+      if (age < avg) continue;
+      reclaimed += x->size;
+      give_back(m, x);
+      freed = 1;
+      total_age -= age;
+      left--;
+    }
+  }
+}
+
+/* ga_reclaim_oversize_locked: 1 when it freed enough. */
+static int oversize(fmodel *m, int pool, ga_stream_t stream, size_t size) {
+  size_t max_split = m->a->cfg.max_split_size;
+  if (max_split == SIZE_MAX) return 0;
+  size_t key = size < max_split ? max_split : size;
+  fblk *b = NULL;
+  for (size_t i = 0; i < m->n; i++) {
+    fblk *x = &m->v[i];
+    if (x->gone || !x->general || x->pool != pool || x->stream != stream || x->size < key) continue;
+    if (!b || before(x, b)) b = x;
+  }
+  if (b) {
+    if (!b->whole) return 0;
+    give_back(m, b);
+    return 1;
+  }
+  /* Largest first, below key, while they are oversize. */
+  size_t released = 0;
+  fblk cursor = {.size = key, .ptr = 0, .stream = stream};
+  while (released < key) {
+    fblk *it = NULL;
+    for (size_t i = 0; i < m->n; i++) {
+      fblk *x = &m->v[i];
+      if (x->gone || !x->general || x->pool != pool || x->stream != stream || !before(x, &cursor)) continue;
+      if (!it || before(it, x)) it = x;
+    }
+    if (!it || it->size < max_split) break;
+    cursor = *it;
+    if (it->whole) {
+      released += it->size;
+      give_back(m, it);
+    }
+  }
+  return released >= key;
+}
+
+static void flush(fmodel *m) {
+  for (size_t i = 0; i < m->n; i++)
+    if (!m->v[i].gone && m->v[i].whole && (m->v[i].general || !m->v[i].serving)) give_back(m, &m->v[i]);
+}
+
+static int native_one(fmodel *m, int pool, ga_stream_t stream, size_t rounded) {
+  size_t alloc_size = ga_allocation_size_for(&m->a->cfg, rounded);
+  gc(m);
+  if (new_segment(m, alloc_size, pool, stream, rounded)) return 1;
+  if (oversize(m, pool, stream, rounded) && new_segment(m, alloc_size, pool, stream, rounded)) return 1;
+  if (m->routing) return 0;
+  flush(m);
+  return new_segment(m, alloc_size, pool, stream, rounded);
+}
+
+/* ---- Expandable segments ---- */
+
+static size_t whole_granules(uintptr_t ptr, size_t size, size_t g) {
+  uintptr_t lo = (ptr + g - 1) / g, hi = (ptr + size) / g;
+  return hi > lo ? hi - lo : 0;
+}
+
+/* Granules the ladder can gather: the cache, whole free granules of the
+ * general trees (none during a capture: nothing moves), new ones. */
+static size_t gatherable(const fmodel *m) {
+  size_t g = m->a->space.gran, n = m->cache;
+  if (!m->routing)
+    for (size_t i = 0; i < m->n; i++) {
+      const fblk *x = &m->v[i];
+      if (!x->gone && x->general && x->expandable) n += whole_granules(x->ptr, x->size, g);
+    }
+  size_t room = m->dev_free, lim = m->a->pol.allowed_max;
+  if (lim != SIZE_MAX) {
+    size_t left = lim > m->reserved ? lim - m->reserved : 0;
+    if (left < room) room = left;
+  }
+  return n + room / g;
+}
+
+static int expandable_one(fmodel *m, int pool, ga_stream_t stream, size_t rounded) {
+  size_t g = m->a->space.gran, need = (rounded + g - 1) / g;
+  if (gatherable(m) < need) return 0;
+  /* Take them: the cache, then free granules of the smallest blocks, then new. */
+  size_t k = need < m->cache ? need : m->cache;
+  m->cache -= k;
+  need -= k;
+  while (need && !m->routing) {
+    fblk *s = NULL;
+    for (size_t i = 0; i < m->n; i++) {
+      fblk *x = &m->v[i];
+      if (!x->gone && x->general && x->expandable && whole_granules(x->ptr, x->size, g) &&
+          (!s || x->size < s->size))
+        s = x;
+    }
+    if (!s) break;
+    size_t w = whole_granules(s->ptr, s->size, g), t = w < need ? w : need;
+    s->size -= t * g; /* from its back */
+    if (s->size < GA_MIN_BLOCK) s->gone = 1;
+    need -= t;
+  }
+  m->reserved += need * g;
+  m->dev_free -= need * g < m->dev_free ? need * g : m->dev_free;
+  size_t tail = (rounded + g - 1) / g * g - rounded;
+  if (tail >= GA_MIN_BLOCK) {
+    if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1, 0;
+    m->v[m->n++] = (fblk){.size = tail,
+                          .ptr = (uintptr_t)(m->next_ptr += (rounded + g - 1) / g * g),
+                          .stream = stream,
+                          .pool = (uint8_t)pool,
+                          .expandable = 1,
+                          .serving = 1,
+                          .general = !m->priv};
+  }
+  return 1;
+}
+
+/* One request on the model: 1 if ga_malloc would hand it out. */
+static int one(fmodel *m, size_t size, ga_stream_t stream) {
+  if (size == 0) return 1;
+  if (size > GA_MAX_REQUEST) return 0;
+  size_t rounded = ga_round_size(&m->a->cfg, size);
+  int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
+  fblk *b = best_fit(m, pool, stream, rounded);
+  if (b) {
+    hand_out(m, b, rounded);
+    return 1;
+  }
+  return m->a->cfg.expandable_segments ? expandable_one(m, pool, stream, rounded)
+                                       : native_one(m, pool, stream, rounded);
+}
+
+ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
+                                    size_t *fit) {
+  size_t dev_free = 0, total = 0;
+  int rc = ga_dev_mem_info(a->dev, &dev_free, &total);
+  if (rc) {
+    ga_error_set("ga_would_fit: cannot query the device's free memory: %s", a->dev->error);
+    return GA_ERR_DEVICE;
+  }
+  fmodel m;
+  rc = model_init(a, stream, dev_free, &m);
+  size_t k = 0;
+  while (!rc && k < n && one(&m, sizes[k], stream) && !m.oom) k++;
+  free(m.v);
+  if (rc || m.oom) {
+    ga_error_set("ga_would_fit: host out of memory for the model of %zu free blocks", m.n);
+    return GA_ERR_HOST_MEMORY;
+  }
+  *fit = k;
+  return GA_OK;
+}
+
+/* ---- The largest request ---- */
+
+static size_t largest_block(const fmodel *m, ga_stream_t stream) {
+  size_t best = 0;
+  for (size_t i = 0; i < m->n; i++) {
+    const fblk *x = &m->v[i];
+    if (x->gone || !x->serving || x->stream != stream) continue;
+    /* The small pool serves requests up to 1 MiB, the large one those above. */
+    size_t serves = x->pool == GA_P_SMALL     ? (x->size < GA_SMALL_SIZE ? x->size : GA_SMALL_SIZE)
+                    : x->size > GA_SMALL_SIZE ? x->size
+                                              : 0;
+    if (serves > best) best = serves;
+  }
+  return best;
+}
+
+ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t *cached, size_t *with_call) {
+  size_t dev_free = 0, total = 0;
+  if (with_call) {
+    int rc = ga_dev_mem_info(a->dev, &dev_free, &total);
+    if (rc) {
+      ga_error_set("ga_largest_free: cannot query the device's free memory: %s", a->dev->error);
+      return GA_ERR_DEVICE;
+    }
+  }
+  fmodel m;
+  if (model_init(a, stream, dev_free, &m)) {
+    free(m.v);
+    ga_error_set("ga_largest_free: host out of memory");
+    return GA_ERR_HOST_MEMORY;
+  }
+  size_t here = largest_block(&m, stream);
+  if (cached) *cached = here;
+  if (with_call) {
+    size_t g = a->space.gran, best = here;
+    if (a->cfg.expandable_segments) {
+      size_t n = gatherable(&m);
+      if (n * g > best) best = n * g;
+    } else {
+      if (!m.routing) flush(&m);
+      size_t room = m.dev_free, lim = a->pol.allowed_max;
+      if (lim != SIZE_MAX) {
+        size_t left = lim > m.reserved ? lim - m.reserved : 0;
+        if (left < room) room = left;
+      }
+      room = room / GA_ROUND_LARGE * GA_ROUND_LARGE; /* segments of 10 MiB and more: multiples of 2 MiB */
+      size_t fresh = room >= GA_MIN_LARGE_ALLOC ? room : room >= GA_SMALL_BUFFER ? GA_SMALL_SIZE : 0;
+      size_t after = largest_block(&m, stream);
+      if (after > best) best = after;
+      if (fresh > best) best = fresh;
+    }
+    *with_call = best;
+  }
+  free(m.v);
+  return GA_OK;
+}

@@ -1,0 +1,176 @@
+/* test_serving.c — what serving engines and trainers ask of an allocator:
+ * "would these fit?" (ga_would_fit, ga_largest_free), the OOM report's
+ * memory outside the allocator. */
+#include <stdio.h>
+
+#include "fixture.h"
+
+TestSuite(serving, .fini = fx_close);
+
+/* Statistics that a dry run may change: one mem_info call and its time. */
+static void assert_same_stats(const ga_stats_t *before, const ga_stats_t *after) {
+  ga_stats_t x = *before, y = *after;
+  x.device_calls[GA_CALL_MEM_INFO] = y.device_calls[GA_CALL_MEM_INFO] = 0;
+  memset(x.device_ns, 0, sizeof x.device_ns);
+  memset(y.device_ns, 0, sizeof y.device_ns);
+  x.driver_us = y.driver_us = 0;
+  cr_assert(memcmp(&x, &y, sizeof x) == 0, "the dry run changed the statistics");
+}
+
+static unsigned rnd(unsigned *s) {
+  *s = *s * 1103515245u + 12345u;
+  return (*s >> 8) & 0xffffff;
+}
+
+/* A request size: small, medium or large. */
+static size_t some_size(unsigned *seed) {
+  switch (rnd(seed) % 4) {
+    case 0: return 1 + rnd(seed) % (1 << 20);
+    case 1: return (1 << 20) + rnd(seed) % (9 << 20);
+    default: return (10 << 20) + rnd(seed) % (50 << 20);
+  }
+}
+
+/* Random states, then a batch: the dry run's count is what real mallocs do. */
+static void fit_equals_malloc(const char *conf, size_t capacity, unsigned seed) {
+  fx_open(conf, capacity);
+  ga_stream_t streams[2] = {S1, S2};
+  void *live[64];
+  int nlive = 0;
+  for (int round = 0; round < 40; round++) {
+    /* Churn: allocate what fits, free some. */
+    for (int i = 0; i < 6 && nlive < 40; i++) {
+      void *p = NULL;
+      if (ga_malloc(fx_a, some_size(&seed) / 2, streams[rnd(&seed) % 2], &p) == GA_OK) live[nlive++] = p;
+    }
+    for (int i = 0; i < 4 && nlive; i++) {
+      int k = (int)(rnd(&seed) % (unsigned)nlive);
+      fx_free(live[k]);
+      live[k] = live[--nlive];
+    }
+    ga_stream_t s = streams[rnd(&seed) % 2];
+    size_t sizes[8], n = 1 + rnd(&seed) % 8, fit = 99;
+    for (size_t i = 0; i < n; i++) sizes[i] = some_size(&seed);
+    ga_stats_t before = fx_stats(), after;
+    cr_assert_eq(ga_would_fit(fx_a, sizes, n, s, &fit), GA_OK, "%s", ga_last_error());
+    after = fx_stats();
+    assert_same_stats(&before, &after);
+    cr_assert_eq(ga_check(fx_a), 0);
+    void *got[8];
+    size_t k = 0;
+    for (; k < n; k++) {
+      ga_status_t st = ga_malloc(fx_a, sizes[k], s, &got[k]);
+      if (st != GA_OK) {
+        cr_assert_eq(st, GA_ERR_OOM, "%s", ga_last_error());
+        break;
+      }
+    }
+    cr_assert_eq(fit, k, "%s round %d: ga_would_fit says %zu of %zu fit, ga_malloc handed out %zu", conf,
+                 round, fit, n, k);
+    for (size_t i = 0; i < k; i++) fx_free(got[i]);
+  }
+  while (nlive) fx_free(live[--nlive]);
+}
+
+Test(serving, would_fit_answers_what_malloc_does_in_native_mode) { fit_equals_malloc("", 300 * MiB, 1); }
+Test(serving, would_fit_answers_what_malloc_does_with_max_split_size) {
+  fit_equals_malloc("max_split_size_mb:40", 300 * MiB, 2);
+}
+Test(serving, would_fit_answers_what_malloc_does_with_a_fraction_and_gc) {
+  fit_equals_malloc("per_process_memory_fraction:0.7,garbage_collection_threshold:0.5", 300 * MiB, 3);
+}
+Test(serving, would_fit_answers_what_malloc_does_with_power_of_two_rounding) {
+  fit_equals_malloc("roundup_power2_divisions:4", 300 * MiB, 4);
+}
+
+Test(serving, would_fit_in_expandable_segments) {
+  fx_open("expandable_segments:True", 100 * MiB);
+  size_t sizes[] = {60 * MiB, 30 * MiB, 20 * MiB}, fit = 0;
+  cr_assert_eq(ga_would_fit(fx_a, sizes, 3, S1, &fit), GA_OK);
+  cr_assert_eq(fit, 2);
+  void *a = fx_alloc(60 * MiB), *b = fx_alloc(30 * MiB), *c = NULL;
+  cr_assert_eq(ga_malloc(fx_a, 20 * MiB, S1, &c), GA_ERR_OOM);
+  fx_free(b);
+  /* 30 MiB free in the segment (and 10 MiB on the device): 20 + 18 fit, a third 4 MiB does not. */
+  size_t more[] = {20 * MiB, 18 * MiB, 4 * MiB};
+  cr_assert_eq(ga_would_fit(fx_a, more, 3, S2, &fit), GA_OK);
+  cr_assert_eq(fit, 2, "%zu", fit);
+  void *d = fx_alloc_on(20 * MiB, S2), *e = fx_alloc_on(18 * MiB, S2), *f = NULL;
+  cr_assert_eq(ga_malloc(fx_a, 4 * MiB, S2, &f), GA_ERR_OOM);
+  fx_free(a);
+  fx_free(d);
+  fx_free(e);
+}
+
+Test(serving, would_fit_refuses_bad_arguments_and_counts_zero_sizes) {
+  fx_open(NULL, 100 * MiB);
+  size_t fit = 7, sizes[] = {0, MiB, (size_t)1 << 62};
+  cr_assert_eq(ga_would_fit(fx_a, NULL, 1, S1, &fit), GA_ERR_INVALID);
+  cr_assert(strstr(ga_last_error(), "sizes is NULL"));
+  cr_assert_eq(ga_would_fit(fx_a, sizes, 3, S1, NULL), GA_ERR_INVALID);
+  cr_assert_eq(ga_would_fit(NULL, sizes, 3, S1, &fit), GA_ERR_INVALID);
+  cr_assert_eq(ga_would_fit(fx_a, sizes, 3, S1, &fit), GA_OK);
+  cr_assert_eq(fit, 2); /* 0 and 1 MiB; 4 EiB never */
+  cr_assert_eq(ga_would_fit(fx_a, sizes, 0, S1, &fit), GA_OK);
+  cr_assert_eq(fit, 0);
+}
+
+Test(serving, largest_free_without_and_with_a_device_call) {
+  fx_open(NULL, 100 * MiB);
+  void *a = fx_alloc(30 * MiB), *b = fx_alloc(12 * MiB), *c = fx_alloc(4 * MiB); /* c: a 20 MiB segment */
+  fx_free(a);
+  uint64_t calls = fx_calls(GA_CALL_MEM_INFO);
+  size_t cached = 0, with = 0;
+  cr_assert_eq(ga_largest_free(fx_a, S1, &cached, NULL), GA_OK);
+  cr_assert_eq(fx_calls(GA_CALL_MEM_INFO), calls, "no device call without with_device");
+  cr_assert_eq(cached, 30 * MiB);
+  cr_assert_eq(ga_largest_free(fx_a, S2, &cached, NULL), GA_OK);
+  cr_assert_eq(cached, 0, "another stream's blocks serve no request of S2");
+  cr_assert_eq(ga_largest_free(fx_a, S1, &cached, &with), GA_OK);
+  cr_assert_eq(fx_calls(GA_CALL_MEM_INFO), calls + 1);
+  /* 100 - 30 - 12 - 20 = 38 MiB free on the device, plus the 30 MiB segment a flush gives back. */
+  cr_assert_eq(with, 68 * MiB, "%zu", with);
+  size_t s1[] = {with}, s2[] = {with + 2 * MiB}, fit = 0;
+  cr_assert_eq(ga_would_fit(fx_a, s1, 1, S1, &fit), GA_OK);
+  cr_assert_eq(fit, 1);
+  cr_assert_eq(ga_would_fit(fx_a, s2, 1, S1, &fit), GA_OK);
+  cr_assert_eq(fit, 0);
+  void *d = fx_alloc(with);
+  fx_free(d);
+  fx_free(b);
+  fx_free(c);
+}
+
+Test(serving, largest_free_in_expandable_segments_counts_granules_anywhere) {
+  fx_open("expandable_segments:True", 100 * MiB);
+  void *a = fx_alloc(30 * MiB), *b = fx_alloc_on(40 * MiB, S2);
+  fx_free(b);
+  size_t cached = 0, with = 0;
+  cr_assert_eq(ga_largest_free(fx_a, S1, &cached, &with), GA_OK);
+  cr_assert_eq(cached, 10 * MiB, "%zu", cached); /* the rest of S1's pages */
+  cr_assert_eq(with, 70 * MiB, "%zu", with);     /* S2's 40 MiB move, 30 on the device */
+  void *c = fx_alloc(with);
+  fx_free(c);
+  fx_free(a);
+}
+
+Test(serving, the_oom_report_gives_free_memory_per_pool_and_memory_outside_the_allocator) {
+  fx_open(NULL, 100 * MiB);
+  ga_allocator_t *other = NULL;
+  cr_assert_eq(ga_create_on_device(NULL, fx_dev, &other), GA_OK);
+  void *o = NULL;
+  cr_assert_eq(ga_malloc(other, 30 * MiB, S1, &o), GA_OK);
+  void *a = fx_alloc(500 * KiB), *b = fx_alloc(12 * MiB), *c = fx_alloc(6 * MiB); /* c: 14 MiB stay free */
+  void *p = NULL;
+  cr_assert_eq(ga_malloc(fx_a, 60 * MiB, S2, &p), GA_ERR_OOM);
+  const char *e = ga_last_error();
+  cr_assert(strstr(e,
+                   "Free in the cache: 15.51 MiB (largest free block: 1.51 MiB in the small pool, 14.00 MiB "
+                   "in the large pool). Used on the device outside gardenalloc: 30.00 MiB.") != NULL,
+            "%s", e);
+  fx_free(a);
+  fx_free(b);
+  fx_free(c);
+  cr_assert_eq(ga_free(other, o), GA_OK);
+  ga_destroy(other);
+}
