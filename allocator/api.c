@@ -253,8 +253,7 @@ ga_status_t ga_set_memory_fraction(ga_allocator_t *a, double fraction) {
     ga_error_set("ga_set_memory_fraction: invalid fraction %g; allowed: a number in [0, 1]", fraction);
     return leave(a, GA_ERR_INVALID);
   }
-  a->pol.fraction = fraction;
-  a->pol.allowed_max = fraction < 1.0 ? (size_t)(fraction * (double)a->pol.device_total) : SIZE_MAX;
+  ga_policy_set_fraction_locked(a, fraction);
   return leave(a, GA_OK);
 }
 

@@ -354,6 +354,14 @@ static int opt_expandable_cache_max_mb(ctx *x) {
   return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->expandable_cache_max, "an integer >= 0 and <= " MAX_MIB);
 }
 
+static int opt_max_reserved_mb(ctx *x) {
+  return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->max_reserved, "an integer >= 0 and <= " MAX_MIB);
+}
+
+static int opt_headroom_mb(ctx *x) {
+  return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->headroom, "an integer >= 0 and <= " MAX_MIB);
+}
+
 static int opt_release_lock_on_cudamalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
 static int opt_release_lock_on_hipmalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
 static int opt_graph_capture_record_stream_reuse(ctx *x) {

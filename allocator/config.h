@@ -53,6 +53,8 @@ typedef struct ga_config {
   char backend[8];               /* "auto", "cuda" or "sim" */
   size_t sim_capacity;           /* bytes */
   int sim_devices;               /* devices the simulated machine has */
+  size_t max_reserved;           /* bytes the allocator may reserve; 0 = no limit */
+  size_t headroom;               /* bytes of the device kept for others; 0 = none */
 } ga_config;
 
 /* X(key, type, default, origin, doc). `origin` is "pytorch" or "gardenalloc". */
@@ -76,6 +78,12 @@ typedef struct ga_config {
     "share of the limit")                                                                                    \
   X(per_process_memory_fraction, "float in [0,1]", "1.0", "pytorch",                                         \
     "reserve at most this share of the device's memory")                                                     \
+  X(max_reserved_mb, "int MiB 0..2^40", "0 (no limit)", "gardenalloc",                                       \
+    "reserve at most this much device memory; a request past it fails with GA_ERR_OOM before any device "    \
+    "call")                                                                                                  \
+  X(headroom_mb, "int MiB 0..2^40", "0", "gardenalloc",                                                      \
+    "keep this much of the device's memory for what is not ours (NCCL, the CUDA context, other "             \
+    "processes): reserve at most the device's memory less this; past it, GA_ERR_OOM before any device call") \
   X(expandable_segments, "True|False", "False", "pytorch",                                                   \
     "map pages into one growing reserved range per stream and pool instead of separate segments")            \
   X(expandable_page_size_mb, "int MiB, a multiple of 2, <= 2^40", "large_segment_size_mb", "gardenalloc",    \

@@ -184,7 +184,8 @@ typedef struct ga_policy {
   ga_free_tree trees[2]; /* the general free trees, by pool */
   ga_blockmap map;       /* pointer handed out -> its block */
   size_t device_total;   /* total device memory, from mem_info at create */
-  size_t allowed_max;    /* memory fraction limit in bytes; SIZE_MAX = none */
+  size_t allowed_max;    /* the limit on reserved bytes: the lower of the fraction's and budget_max */
+  size_t budget_max;     /* max_reserved_mb / headroom_mb in bytes; SIZE_MAX = none */
   double fraction;
   size_t large_page; /* bytes of a handle created for the large pool */
   struct {           /* policy/stream.c: stream-ordered reuse */

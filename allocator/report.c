@@ -75,10 +75,22 @@ void ga_report_oom(const ga_oom_facts *f) {
            " Free in the cache: %s (largest free block: %s in the small pool, %s in the large pool). Used "
            "on the device outside gardenalloc: %s.",
            tot, sm, lg, out);
+  char why[200] = "";
+  if (f->budget_refused) {
+    char b[32];
+    ga_format_size(f->budget, b, sizeof b);
+    snprintf(why, sizeof why,
+             " (The request is past the budget of %s that max_reserved_mb and headroom_mb allow, even with "
+             "the whole cache given back: no device call was made.)",
+             b);
+  } else if (f->fraction_refused) {
+    snprintf(why, sizeof why,
+             " (The request was refused by the memory limit: per_process_memory_fraction, max_reserved_mb "
+             "or headroom_mb.)");
+  }
   ga_error_set(
       "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
       "free. %sOf the allocated memory %s is allocated by gardenalloc, and %s is reserved by "
       "gardenalloc but unallocated. The largest free block in the cache is %s.%s%s%s",
-      tried, f->device, cap, fr, allowed, alloc, unalloc, bigs, extra,
-      f->fraction_refused ? " (The request was refused by the memory fraction limit.)" : "", tail);
+      tried, f->device, cap, fr, allowed, alloc, unalloc, bigs, extra, why, tail);
 }

@@ -174,3 +174,64 @@ Test(serving, the_oom_report_gives_free_memory_per_pool_and_memory_outside_the_a
   cr_assert_eq(ga_free(other, o), GA_OK);
   ga_destroy(other);
 }
+
+/* ---- Headroom: a budget for what is not ours ---- */
+
+static uint64_t all_calls(void) {
+  uint64_t n = 0;
+  for (int k = 0; k < GA_CALL_COUNT; k++) n += fx_calls((ga_device_call_t)k);
+  return n;
+}
+
+static void budget_refuses_without_a_device_call(const char *conf) {
+  fx_open(conf, 100 * MiB);
+  void *a = fx_alloc(40 * MiB), *p = (void *)1;
+  uint64_t calls = all_calls();
+  cr_assert_eq(ga_malloc(fx_a, 30 * MiB, S1, &p), GA_ERR_OOM);
+  cr_assert_null(p);
+  cr_assert_eq(all_calls(), calls, "%s: a request past the budget made a device call", conf);
+  const char *e = ga_last_error();
+  cr_assert(strstr(e, "CUDA out of memory. Tried to allocate 30.00 MiB.") == e, "%s", e);
+  cr_assert(strstr(e, "past the budget of 64.00 MiB that max_reserved_mb and headroom_mb allow") != NULL,
+            "%s", e);
+  assert_scalar(num_ooms, 1);
+  cr_assert_eq(ga_check(fx_a), 0);
+  void *b = fx_alloc(24 * MiB); /* 40 + 24 = 64: within */
+  fx_free(b);
+  fx_free(a);
+}
+
+Test(serving, max_reserved_refuses_past_the_budget_before_any_device_call) {
+  budget_refuses_without_a_device_call("max_reserved_mb:64");
+}
+Test(serving, headroom_keeps_memory_for_others_before_any_device_call) {
+  budget_refuses_without_a_device_call("headroom_mb:36");
+}
+Test(serving, the_budget_holds_in_expandable_segments) {
+  budget_refuses_without_a_device_call("expandable_segments:True,max_reserved_mb:64");
+}
+
+Test(serving, the_budget_leaves_the_cache_to_make_room) {
+  fx_open("max_reserved_mb:64", 100 * MiB);
+  void *a = fx_alloc(40 * MiB);
+  fx_free(a);
+  void *b = fx_alloc(50 * MiB); /* 40 cached + 50 > 64: the cached segment goes back first */
+  assert_reserved(50 * MiB);
+  assert_scalar(num_device_free, 1);
+  void *p = NULL;
+  cr_assert_eq(ga_malloc(fx_a, 20 * MiB, S1, &p), GA_ERR_OOM); /* 50 + 20 > 64, and nothing cached */
+  cr_assert(strstr(ga_last_error(), "no device call was made") != NULL, "%s", ga_last_error());
+  size_t fit = 9, sizes[] = {14 * MiB, 2 * MiB};
+  cr_assert_eq(ga_would_fit(fx_a, sizes, 2, S1, &fit), GA_OK);
+  cr_assert_eq(fit, 1, "the budget bounds the dry run too");
+  fx_free(b);
+}
+
+Test(serving, the_budget_keys_are_checked) {
+  cr_assert_eq(ga_config_validate("max_reserved_mb:-1"), GA_ERR_CONFIG);
+  cr_assert(strstr(ga_last_error(), "max_reserved_mb") != NULL, "%s", ga_last_error());
+  cr_assert_eq(ga_config_validate("headroom_mb:lots"), GA_ERR_CONFIG);
+  cr_assert(strstr(ga_last_error(), "headroom_mb: 'lots' is not a whole number of MiB") != NULL, "%s",
+            ga_last_error());
+  cr_assert_eq(ga_config_validate("max_reserved_mb:1024,headroom_mb:2048"), GA_OK);
+}

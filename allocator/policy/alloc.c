@@ -119,6 +119,19 @@ static int grow_expandable(ga_allocator_t *a, ga_private *priv, int pool, ga_str
   return rc;
 }
 
+static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused, int budget);
+
+/* Can `need` more bytes never fit in the budget (max_reserved_mb,
+ * headroom_mb), even with every cached byte given back? Then the request
+ * fails before any device call. Allocated bytes are a floor under what stays
+ * reserved (expandable: whole granules of them). */
+static int past_budget(const ga_allocator_t *a, size_t need) {
+  size_t budget = a->pol.budget_max, held = (size_t)a->stats.allocated_bytes[GA_POOL_ALL].current;
+  if (budget == SIZE_MAX) return 0;
+  if (a->cfg.expandable_segments) need = (need + a->space.gran - 1) / a->space.gran * a->space.gran;
+  return held > budget || need > budget - held;
+}
+
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {
   if (size > GA_MAX_REQUEST) {
     ga_error_set("CUDA out of memory. Tried to allocate more than 1EB memory. (ga_malloc of %zu bytes)",
@@ -151,6 +164,11 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
     ga_relax r;
     int expandable = a->cfg.expandable_segments; /* private pools too, as in current PyTorch */
     size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
+    if (past_budget(a, expandable ? rounded : alloc_size)) {
+      a->stats.num_ooms++;
+      report_oom(a, expandable ? rounded : alloc_size, rounded, 0, 1);
+      return GA_ERR_OOM;
+    }
     fresh = !expandable;
     if ((rc = ga_capture_relax_locked(a, &r)))
       return device_error(a, "entering the relaxed capture mode", rc);
@@ -268,7 +286,7 @@ static int free_facts(ga_block *b, void *arg) {
   return 0;
 }
 
-void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused) {
+static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused, int budget) {
   ga_oom_facts f = {.device = a->dev->ordinal,
                     .tried = tried,
                     .rounded = rounded,
@@ -278,10 +296,17 @@ void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded,
                     .allocated = (size_t)a->stats.allocated_bytes[GA_POOL_ALL].current,
                     .reserved = a->space.reserved,
                     .expandable = a->cfg.expandable_segments,
-                    .fraction_refused = fraction_refused};
-  f.have_free = ga_dev_mem_info(a->dev, &f.free, &f.total) == 0;
+                    .fraction_refused = fraction_refused,
+                    .budget_refused = budget,
+                    .budget = a->pol.budget_max};
+  /* Past the budget no device call is made, not even this query. */
+  f.have_free = !budget && ga_dev_mem_info(a->dev, &f.free, &f.total) == 0;
   ga_history_add_locked(a, GA_H_OOM, f.free, rounded, NULL); /* PyTorch records the rounded request */
   for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], free_facts, &f);
   if (f.expandable) f.stranded = ga_move_stranded_locked(a);
   ga_report_oom(&f);
+}
+
+void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused) {
+  report_oom(a, tried, rounded, fraction_refused, 0);
 }

@@ -19,14 +19,22 @@ int ga_policy_init_locked(ga_allocator_t *a, size_t total) {
   if ((rc = ga_blockmap_init(&p->map))) return rc;
   p->large_page = (page + a->space.gran - 1) / a->space.gran * a->space.gran;
   p->device_total = total;
-  p->allowed_max = SIZE_MAX;
-  p->fraction = 1.0;
-  if (c->memory_fraction < 1.0) {
-    p->fraction = c->memory_fraction;
-    p->allowed_max = (size_t)(c->memory_fraction * (double)total);
+  p->budget_max = SIZE_MAX;
+  if (c->max_reserved) p->budget_max = c->max_reserved;
+  if (c->headroom) {
+    size_t left = total > c->headroom ? total - c->headroom : 0;
+    if (left < p->budget_max) p->budget_max = left;
   }
+  ga_policy_set_fraction_locked(a, c->memory_fraction);
   a->stats.max_split_size = c->max_split_size == SIZE_MAX ? -1 : (int64_t)c->max_split_size;
   return 0;
+}
+
+void ga_policy_set_fraction_locked(ga_allocator_t *a, double fraction) {
+  ga_policy *p = &a->pol;
+  p->fraction = fraction;
+  p->allowed_max = fraction < 1.0 ? (size_t)(fraction * (double)p->device_total) : SIZE_MAX;
+  if (p->budget_max < p->allowed_max) p->allowed_max = p->budget_max;
 }
 
 void ga_policy_teardown_locked(ga_allocator_t *a) {

@@ -195,6 +195,9 @@ void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded,
  * GA_DEV_ENOMEM, or GA_DEV_EINVAL when a size derived from the settings (the
  * page size, the expandable reservation) does not fit in a size_t. */
 int ga_policy_init_locked(ga_allocator_t *a, size_t total);
+/* The memory fraction (1.0: none); the limit is the lower of it and the
+ * budget (max_reserved_mb, headroom_mb). */
+void ga_policy_set_fraction_locked(ga_allocator_t *a, double fraction);
 /* Waits for pending events, then frees everything the policy holds; the
  * segment layer goes last (ga_space_teardown_locked). */
 void ga_policy_teardown_locked(ga_allocator_t *a);
