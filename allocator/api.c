@@ -192,6 +192,27 @@ ga_status_t ga_malloc(ga_allocator_t *a, size_t size, ga_stream_t stream, void *
   return leave(a, ga_alloc_locked(a, size, stream, out));
 }
 
+ga_status_t ga_malloc_flags(ga_allocator_t *a, size_t size, ga_stream_t stream, unsigned flags, void **out) {
+  if (out) *out = NULL;
+  ENTER("ga_malloc_flags");
+  if (!out) return leave(a, invalid("ga_malloc_flags", "out is NULL"));
+  if (flags & ~GA_ALLOC_CONTIGUOUS_HANDLE) {
+    ga_error_set("ga_malloc_flags: unknown flags 0x%x (allowed: GA_ALLOC_CONTIGUOUS_HANDLE)",
+                 flags & ~GA_ALLOC_CONTIGUOUS_HANDLE);
+    return leave(a, GA_ERR_INVALID);
+  }
+  if (size == 0) return leave(a, GA_OK);
+  return leave(a, ga_alloc_flags_locked(a, size, stream, flags, out));
+}
+
+ga_status_t ga_mem_ranges(ga_allocator_t *a, void *ptr, ga_mem_range_t *out, size_t cap, size_t *n) {
+  if (n) *n = 0;
+  ENTER("ga_mem_ranges");
+  if (!n) return leave(a, invalid("ga_mem_ranges", "n is NULL"));
+  if (cap && !out) return leave(a, invalid("ga_mem_ranges", "out is NULL with cap > 0"));
+  return leave(a, ga_layout_ranges_locked(a, ptr, out, cap, n));
+}
+
 ga_status_t ga_free(ga_allocator_t *a, void *ptr) {
   ENTER("ga_free");
   return leave(a, ptr ? ga_free_locked(a, ptr) : GA_OK);

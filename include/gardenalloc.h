@@ -190,6 +190,37 @@ GA_API void ga_destroy(ga_allocator_t *a);
  *  streams only once it has been given back to the device. */
 GA_API ga_status_t ga_malloc(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out);
 
+/** ga_malloc_flags flag: the allocation is one physical allocation, so that
+ *  it registers as one region (ibv_reg_mr for RDMA, NCCL's user-buffer
+ *  registration) and ga_mem_ranges lists one range for it. In expandable
+ *  mode, whose allocations may span several handles (cuMemCreate), it comes
+ *  from a native segment (cudaMalloc) instead; in native mode every
+ *  allocation already lies in one cudaMalloc'd range. */
+#define GA_ALLOC_CONTIGUOUS_HANDLE 1u
+
+/** ga_malloc with flags (GA_ALLOC_*; 0 is ga_malloc). Unknown flags:
+ *  GA_ERR_INVALID. */
+GA_API ga_status_t ga_malloc_flags(ga_allocator_t *a, size_t size, ga_stream_t stream, unsigned flags,
+                                   void **out);
+
+/** One piece of the physical memory behind an allocation (ga_mem_ranges). */
+typedef struct ga_mem_range {
+  void *ptr;       /**< first byte of the piece */
+  size_t size;     /**< its bytes */
+  uint64_t handle; /**< the CUmemGenericAllocationHandle behind it; 0: cudaMalloc'd memory */
+  size_t offset;   /**< ptr's offset in that handle, or in the cudaMalloc'd range at base */
+  void *base;      /**< cudaMalloc'd memory: the start of its range (cuMemGetAddressRange); else NULL */
+} ga_mem_range_t;
+
+/** The physical pieces behind the live allocation holding `ptr` (which may
+ *  point inside it), in address order, covering its whole block: one per
+ *  handle run in expandable segments (consecutive bytes of one handle make
+ *  one piece), one for cudaMalloc'd memory. Writes at most `cap` of them
+ *  into out (which may be NULL when cap is 0) and their number into *n.
+ *  GA_ERR_BAD_POINTER when no live allocation holds ptr; GA_ERR_INVALID
+ *  while the allocation is asleep (no memory behind it). */
+GA_API ga_status_t ga_mem_ranges(ga_allocator_t *a, void *ptr, ga_mem_range_t *out, size_t cap, size_t *n);
+
 /** Frees a pointer returned by ga_malloc. NULL is a no-op. If the block was
  *  used on other streams (ga_record_stream), it becomes reusable only once
  *  events recorded on those streams now have completed. A pointer that is not

@@ -235,3 +235,98 @@ Test(serving, the_budget_keys_are_checked) {
             ga_last_error());
   cr_assert_eq(ga_config_validate("max_reserved_mb:1024,headroom_mb:2048"), GA_OK);
 }
+
+/* ---- Handle layout: what RDMA and NCCL registration see ---- */
+
+static size_t ranges_of(void *p, ga_mem_range_t *r, size_t cap) {
+  size_t n = 0;
+  cr_assert_eq(ga_mem_ranges(fx_a, p, r, cap, &n), GA_OK, "%s", ga_last_error());
+  cr_assert_leq(n, cap);
+  /* The pieces tile the allocation's block, in order. */
+  size_t block = fx_block_size(p), at = 0;
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_eq((char *)r[i].ptr, (char *)p + at, "piece %zu starts at %p", i, r[i].ptr);
+    at += r[i].size;
+  }
+  cr_assert_eq(at, block);
+  return n;
+}
+
+Test(serving, an_expandable_allocation_across_pages_lists_each_handle) {
+  fx_open("expandable_segments:True", 200 * MiB);
+  void *p = fx_alloc(30 * MiB); /* 20 MiB pages: two handles */
+  ga_mem_range_t r[8];
+  cr_assert_eq(ranges_of(p, r, 8), 2);
+  cr_assert_neq(r[0].handle, 0);
+  cr_assert_neq(r[1].handle, 0);
+  cr_assert_neq(r[0].handle, r[1].handle);
+  cr_assert_eq(r[0].size, 20 * MiB);
+  cr_assert_eq(r[1].offset, 0);
+  cr_assert_null(r[0].base);
+  size_t n = 0;
+  cr_assert_eq(ga_mem_ranges(fx_a, (char *)p + 25 * MiB, NULL, 0, &n), GA_OK); /* inside; count only */
+  cr_assert_eq(n, 2);
+  fx_free(p);
+}
+
+Test(serving, a_contiguous_handle_allocation_is_one_region_in_expandable_mode) {
+  fx_open("expandable_segments:True", 200 * MiB);
+  void *q = fx_alloc(8 * MiB); /* an expandable page with free room the flag must not take */
+  void *p = NULL;
+  cr_assert_eq(ga_malloc_flags(fx_a, 30 * MiB, S1, GA_ALLOC_CONTIGUOUS_HANDLE, &p), GA_OK, "%s",
+               ga_last_error());
+  ga_mem_range_t r[4];
+  cr_assert_eq(ranges_of(p, r, 4), 1);
+  cr_assert_eq(r[0].handle, 0);
+  cr_assert_eq(r[0].base, p);
+  cr_assert_eq(r[0].offset, 0);
+  void *s = NULL; /* a small one too */
+  cr_assert_eq(ga_malloc_flags(fx_a, 100 * KiB, S1, GA_ALLOC_CONTIGUOUS_HANDLE, &s), GA_OK);
+  cr_assert_eq(ranges_of(s, r, 4), 1);
+  cr_assert_eq(r[0].handle, 0);
+  cr_assert_eq(ga_check(fx_a), 0);
+  fx_free(s);
+  fx_free(p);
+  /* Freed, it is cached and serves the flag again without a device call. */
+  uint64_t mallocs = fx_calls(GA_CALL_MALLOC);
+  cr_assert_eq(ga_malloc_flags(fx_a, 30 * MiB, S1, GA_ALLOC_CONTIGUOUS_HANDLE, &p), GA_OK);
+  cr_assert_eq(fx_calls(GA_CALL_MALLOC), mallocs);
+  fx_free(p);
+  fx_free(q);
+}
+
+Test(serving, native_allocations_are_one_range_of_their_segment) {
+  fx_open(NULL, 200 * MiB);
+  void *a = fx_alloc(4 * MiB), *b = fx_alloc(4 * MiB); /* one 20 MiB segment */
+  ga_mem_range_t r[2];
+  cr_assert_eq(ranges_of(b, r, 2), 1);
+  cr_assert_eq(r[0].handle, 0);
+  cr_assert_eq(r[0].base, a);
+  cr_assert_eq(r[0].offset, 4 * MiB);
+  void *c = NULL;
+  cr_assert_eq(ga_malloc_flags(fx_a, 4 * MiB, S1, GA_ALLOC_CONTIGUOUS_HANDLE, &c), GA_OK);
+  cr_assert_eq(ranges_of(c, r, 2), 1);
+  fx_free(a);
+  fx_free(b);
+  fx_free(c);
+}
+
+Test(serving, ranges_and_flags_refuse_bad_arguments) {
+  fx_open("expandable_segments:True,expandable_page_size_mb:2", 100 * MiB);
+  size_t n = 5;
+  int x;
+  cr_assert_eq(ga_mem_ranges(fx_a, &x, NULL, 0, &n), GA_ERR_BAD_POINTER);
+  cr_assert_eq(n, 0);
+  void *p = fx_alloc(2 * MiB), *q = (void *)1;
+  cr_assert_eq(ga_mem_ranges(fx_a, p, NULL, 1, &n), GA_ERR_INVALID);
+  cr_assert_eq(ga_mem_ranges(fx_a, p, NULL, 0, NULL), GA_ERR_INVALID);
+  cr_assert_eq(ga_malloc_flags(fx_a, MiB, S1, 2, &q), GA_ERR_INVALID);
+  cr_assert_null(q);
+  cr_assert(strstr(ga_last_error(), "unknown flags 0x2") != NULL, "%s", ga_last_error());
+  cr_assert_eq(ga_tag(fx_a, p, "kv"), GA_OK);
+  cr_assert_eq(ga_sleep(fx_a, "kv", 0), GA_OK);
+  cr_assert_eq(ga_mem_ranges(fx_a, p, NULL, 0, &n), GA_ERR_INVALID);
+  cr_assert(strstr(ga_last_error(), "asleep") != NULL, "%s", ga_last_error());
+  cr_assert_eq(ga_wake(fx_a), GA_OK);
+  fx_free(p);
+}

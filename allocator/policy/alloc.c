@@ -54,6 +54,22 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool
   return b; /* still in its tree: hand_out updates the tree once */
 }
 
+/* Best fit among the blocks of native segments alone (one cudaMalloc'd
+ * range each: GA_ALLOC_CONTIGUOUS_HANDLE in expandable mode). */
+static ga_block *get_free_native(ga_allocator_t *a, ga_free_tree *trees, int pool, ga_stream_t stream,
+                                 size_t size) {
+  ga_free_tree *p = &trees[pool];
+  size_t max_split = a->cfg.max_split_size;
+  for (ga_block *b = ga_free_tree_lower_bound(p, stream, size, 0); b && b->stream == stream;
+       b = ga_free_tree_lower_bound(p, stream, b->size, b->ptr + 1)) {
+    if (b->seg->expandable) continue;
+    if (size < max_split && b->size >= max_split) return NULL;
+    if (size >= max_split && b->size - size >= a->cfg.max_non_split_rounding) return NULL;
+    return b;
+  }
+  return NULL;
+}
+
 /* A new native segment, within the memory fraction. */
 static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream_t stream, int retry,
                        int *fraction_refused, ga_block **out) {
@@ -133,6 +149,13 @@ static int past_budget(const ga_allocator_t *a, size_t need) {
 }
 
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {
+  return ga_alloc_flags_locked(a, size, stream, 0, out);
+}
+
+ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, unsigned flags,
+                                  void **out) {
+  /* One physical allocation: in expandable mode a native segment. */
+  int contiguous = (flags & GA_ALLOC_CONTIGUOUS_HANDLE) && a->cfg.expandable_segments;
   if (size > GA_MAX_REQUEST) {
     ga_error_set("CUDA out of memory. Tried to allocate more than 1EB memory. (ga_malloc of %zu bytes)",
                  size);
@@ -158,11 +181,14 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
   int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
   int fresh = 0, refused = 0, rc, in_tree = 1;
   ga_private *priv = a->pol.capture.routing ? ga_private_routed_locked(a, stream) : NULL;
-  ga_block *b = get_free_block(a, priv ? priv->trees : a->pol.trees, pool, stream, rounded);
+  ga_free_tree *trees = priv ? priv->trees : a->pol.trees;
+  ga_block *b = contiguous ? get_free_native(a, trees, pool, stream, rounded)
+                           : get_free_block(a, trees, pool, stream, rounded);
   if (!b) {
     in_tree = 0;
     ga_relax r;
-    int expandable = a->cfg.expandable_segments; /* private pools too, as in current PyTorch */
+    /* private pools too, as in current PyTorch */
+    int expandable = a->cfg.expandable_segments && !contiguous;
     size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
     if (past_budget(a, expandable ? rounded : alloc_size)) {
       a->stats.num_ooms++;

@@ -181,6 +181,11 @@ ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t 
 /* ga_malloc and ga_free (size > 0, ptr != NULL). */
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out);
 ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr);
+/* ga_malloc_flags (size > 0). */
+ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, unsigned flags,
+                                  void **out);
+/* ga_mem_ranges: the physical pieces behind the live allocation holding ptr. */
+ga_status_t ga_layout_ranges_locked(ga_allocator_t *a, void *ptr, ga_mem_range_t *out, size_t cap, size_t *n);
 /* Sets the error text for a pointer that is not a live allocation. */
 ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr);
 /* The live allocation whose bytes include p, or NULL. */
