@@ -395,6 +395,13 @@ ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {
   return leave(a, ga_capture_release_locked(a, pool));
 }
 
+ga_status_t ga_pool_generation(ga_allocator_t *a, uint64_t pool, uint64_t *generation) {
+  if (generation) *generation = 0;
+  ENTER("ga_pool_generation");
+  if (!generation) return leave(a, invalid("ga_pool_generation", "generation is NULL"));
+  return leave(a, ga_private_generation_locked(a, pool, generation));
+}
+
 /* ---- Tags, sleep and wake ---- */
 
 ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag) {

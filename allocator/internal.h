@@ -151,6 +151,7 @@ typedef struct ga_private {
   int nstreams;
   int released; /* ga_release_pool called: segments go back once free */
   size_t nsegs;
+  uint64_t generation; /* ga_pool_generation: bumped when memory under its addresses could change */
   struct ga_private *next;
 } ga_private;
 

@@ -342,6 +342,19 @@ GA_API ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool);
  *  device now, the others once freed (at the next ga_empty_cache). */
 GA_API ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool);
 
+/** The generation of private pool `pool`: it changes whenever memory under
+ *  an address the pool has handed out (live, or freed back to the pool: a
+ *  graph's own memory) could have changed, so a CUDA graph captured into the
+ *  pool must be captured again: a segment or granule of the pool given back
+ *  (only once the pool is released), or a sleeping allocation of the pool
+ *  whose contents ga_sleep discarded (without GA_SLEEP_OFFLOAD). Nothing else
+ *  touches a pool's memory: ga_empty_cache, the OOM retry ladder, moves of
+ *  expandable memory and sleep with GA_SLEEP_OFFLOAD then ga_wake keep every
+ *  address mapped with its bytes (while an allocation sleeps its addresses
+ *  have no memory: do not replay a graph between ga_sleep and ga_wake).
+ *  GA_ERR_INVALID for a pool that was never used or is released and gone. */
+GA_API ga_status_t ga_pool_generation(ga_allocator_t *a, uint64_t pool, uint64_t *generation);
+
 /* ---- Sleep and wake ------------------------------------------------------- */
 
 /** Tags the live allocation at ptr ("weights", "kv_cache", ...; at most 31

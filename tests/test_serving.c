@@ -330,3 +330,114 @@ Test(serving, ranges_and_flags_refuse_bad_arguments) {
   cr_assert_eq(ga_wake(fx_a), GA_OK);
   fx_free(p);
 }
+
+/* ---- CUDA graphs that stay valid ---- */
+
+static uint64_t gen_of(uint64_t pool) {
+  uint64_t g = 99;
+  cr_assert_eq(ga_pool_generation(fx_a, pool, &g), GA_OK, "%s", ga_last_error());
+  return g;
+}
+
+/* A capture into pool 7: x stays live, y is freed back to the pool (the
+ * graph's own memory). Then everything that flushes, sleeps or retries: the
+ * pool keeps its addresses and bytes while its generation stays. */
+static void graph_pool_stays(const char *conf) {
+  fx_open(conf, 256 * MiB);
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 7, S2), GA_OK);
+  void *x = fx_alloc_on(8 * MiB, S2), *y = fx_alloc_on(12 * MiB, S2);
+  fx_free(y);
+  cr_assert_eq(ga_end_allocate_to_pool(fx_a, 7), GA_OK);
+  fx_fill(x, 8 * MiB, 7);
+  uint64_t g0 = gen_of(7);
+  void *other = fx_alloc(30 * MiB);
+  cr_assert_eq(ga_tag(fx_a, other, "kv"), GA_OK);
+  fx_free(fx_alloc(40 * MiB)); /* cached general memory for the flushes */
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  void *p = NULL; /* the OOM ladder: a flush and a retry */
+  cr_assert_eq(ga_malloc(fx_a, 250 * MiB, S1, &p), GA_ERR_OOM);
+  if (strstr(conf, "expandable")) {
+    cr_assert_eq(ga_sleep(fx_a, "kv", 0), GA_OK, "%s", ga_last_error());
+    cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+    cr_assert_eq(ga_tag(fx_a, x, "graph"), GA_OK);
+    cr_assert_eq(ga_sleep(fx_a, "graph", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+    cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  }
+  cr_assert_eq(gen_of(7), g0, "nothing touched the pool's memory");
+  cr_assert(fx_verify(x, 8 * MiB, 7), "the pool's live bytes survived");
+  /* The graph's freed memory is still the pool's: a replay of the capture gets y again. */
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 7, S2), GA_OK);
+  void *y2 = fx_alloc_on(12 * MiB, S2);
+  cr_assert_eq(y2, y);
+  fx_free(y2);
+  cr_assert_eq(ga_end_allocate_to_pool(fx_a, 7), GA_OK);
+  if (strstr(conf, "expandable")) {
+    /* Contents discarded under the pool's addresses: the generation says so. */
+    cr_assert_eq(ga_sleep(fx_a, "graph", 0), GA_OK, "%s", ga_last_error());
+    cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+    cr_assert_gt(gen_of(7), g0);
+    g0 = gen_of(7);
+  }
+  /* Released, its memory goes back: the generation changes, then the pool is gone. */
+  fx_free(x);
+  cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK);
+  uint64_t g = 0;
+  if (ga_pool_generation(fx_a, 7, &g) == GA_OK) {
+    cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+    cr_assert_eq(ga_pool_generation(fx_a, 7, &g), GA_ERR_INVALID);
+  }
+  cr_assert(strstr(ga_last_error(), "no private pool 7") != NULL, "%s", ga_last_error());
+  fx_free(other);
+}
+
+Test(serving, a_graph_pool_keeps_its_addresses_unless_the_generation_changes_native) { graph_pool_stays(""); }
+Test(serving, a_graph_pool_keeps_its_addresses_unless_the_generation_changes_expandable) {
+  graph_pool_stays("expandable_segments:True,expandable_page_size_mb:2");
+}
+
+Test(serving, pool_generation_refuses_unknown_pools) {
+  fx_open(NULL, 64 * MiB);
+  uint64_t g = 5;
+  cr_assert_eq(ga_pool_generation(fx_a, 3, &g), GA_ERR_INVALID);
+  cr_assert_eq(g, 0);
+  cr_assert_eq(ga_pool_generation(fx_a, 3, NULL), GA_ERR_INVALID);
+}
+
+/* Two devices: whatever device 0's allocator does, device 1 sees no call. */
+Test(serving, no_call_synchronises_or_unmaps_on_another_device) {
+  fx_open_on(2, "expandable_segments:True,expandable_page_size_mb:2", 256 * MiB);
+  ga_allocator_t *a1 = NULL;
+  char conf[160];
+  snprintf(conf, sizeof conf, "%s,expandable_segments:True", fx_machine_conf(2, 256));
+  cr_assert_eq(ga_create(conf, 1, &a1), GA_OK, "%s", ga_last_error());
+  void *q = NULL;
+  cr_assert_eq(ga_malloc(a1, 20 * MiB, S1, &q), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_free(a1, q), GA_OK); /* cached on device 1 */
+  ga_sim_usage u0, u1;
+  fx_usage_of(ga_allocator_device(a1), &u0);
+  ga_stats_t s0, s1;
+  cr_assert_eq(ga_stats(a1, &s0), GA_OK);
+  /* Device 0: a capture, flushes, the OOM ladder, sleep and wake. */
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 1, S2), GA_OK);
+  void *x = fx_alloc_on(4 * MiB, S2);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  cr_assert_eq(ga_end_allocate_to_pool(fx_a, 1), GA_OK);
+  void *p = fx_alloc(64 * MiB), *r = NULL;
+  cr_assert_eq(ga_tag(fx_a, p, "w"), GA_OK);
+  cr_assert_eq(ga_malloc(fx_a, 250 * MiB, S1, &r), GA_ERR_OOM);
+  cr_assert_eq(ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_wake(fx_a), GA_OK);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  fx_usage_of(ga_allocator_device(a1), &u1);
+  cr_assert_eq(ga_stats(a1, &s1), GA_OK);
+  cr_assert_eq(u1.waits, u0.waits, "device 1 was waited for");
+  cr_assert_eq(u1.live_mappings, u0.live_mappings, "device 1's memory was unmapped");
+  cr_assert_eq(u1.used, u0.used);
+  cr_assert(memcmp(s1.device_calls, s0.device_calls, sizeof s0.device_calls) == 0,
+            "device 1's allocator made a call");
+  fx_free(x);
+  fx_free(p);
+  cr_assert_eq(ga_release_pool(fx_a, 1), GA_OK);
+  cr_assert_eq(ga_check(a1), 0);
+  ga_destroy(a1);
+}

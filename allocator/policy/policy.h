@@ -118,6 +118,8 @@ void ga_private_segment_gone_locked(ga_allocator_t *a, ga_private *v);
 /* Native segments of v (the rest are expandable). */
 size_t ga_private_native_segments_locked(ga_allocator_t *a, ga_private *v);
 void ga_private_teardown_locked(ga_allocator_t *a);
+/* ga_pool_generation. */
+ga_status_t ga_private_generation_locked(ga_allocator_t *a, uint64_t id, uint64_t *gen);
 
 /* ---- What moves, and when that is safe (move.c) ---- */
 /* Finds or makes room for `size` contiguous bytes on (priv, pool, stream) in

@@ -45,6 +45,7 @@ void ga_private_segment_new_locked(ga_allocator_t *a, ga_private *v) {
 
 void ga_private_segment_gone_locked(ga_allocator_t *a, ga_private *v) {
   GA_ASSERT(v->nsegs > 0);
+  v->generation++; /* its addresses are gone */
   if (--v->nsegs == 0 && v->released && v->nstreams == 0) ga_private_drop_locked(a, v);
 }
 
@@ -60,4 +61,15 @@ void ga_private_teardown_locked(ga_allocator_t *a) {
     a->pol.capture.privates = v->next;
     free(v);
   }
+}
+
+ga_status_t ga_private_generation_locked(ga_allocator_t *a, uint64_t id, uint64_t *gen) {
+  ga_private *v = ga_private_find_locked(a, id);
+  if (!v) {
+    ga_error_set("ga_pool_generation: there is no private pool %llu (never used, or released and gone)",
+                 (unsigned long long)id);
+    return GA_ERR_INVALID;
+  }
+  *gen = v->generation;
+  return GA_OK;
 }

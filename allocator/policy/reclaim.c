@@ -198,6 +198,7 @@ static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
     if (ga_expandable_movable_locked(a, f->v[i], &g0, &g1))
       rc = ga_move_unmap_free_locked(a, f->v[i], g0, g1);
   }
+  if (f->n && s->priv) s->priv->generation++; /* a graph's addresses lost their memory */
   if (!rc && !s->head->next && s->head->state == GA_BLOCK_UNMAPPED) {
     ga_private *owner = s->priv;
     rc = ga_expandable_delete_locked(a, s);

@@ -87,6 +87,8 @@ static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, i
   for (size_t j = 0; !rc && offload && j < n; j++)
     if (!(hosts[j] = malloc(a->space.gran))) rc = GA_DEV_ENOMEM;
   if (!rc) rc = ga_expandable_sleep_locked(a, s, i, hosts);
+  /* Contents discarded under a graph pool's addresses: its graphs must know. */
+  if (!rc && !offload && s->priv) s->priv->generation++;
   for (size_t j = 0; !rc && j < n; j++)
     a->pol.sleep.sleepers[a->pol.sleep.nsleepers++] = (ga_sleeper){s, i + j, hosts[j], 0};
   for (size_t j = 0; rc && hosts && j < n; j++) free(hosts[j]);
