@@ -414,6 +414,11 @@ ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags) {
   return leave(a, ga_sleep_locked(a, tags, flags));
 }
 
+ga_status_t ga_sleep_mode(ga_allocator_t *a, const char *tag, int mode) {
+  ENTER("ga_sleep_mode");
+  return leave(a, ga_sleep_mode_locked(a, tag, mode));
+}
+
 ga_status_t ga_wake(ga_allocator_t *a) {
   ENTER("ga_wake");
   return leave(a, ga_wake_locked(a));

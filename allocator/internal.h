@@ -170,6 +170,7 @@ typedef struct ga_sleeper {
   size_t granule; /* index in the segment */
   void *host;     /* offloaded contents, or NULL (discarded) */
   int restore;    /* mapped again, but the contents are not back yet */
+  int zero;       /* GA_RESTORE_ZERO: zeros at wake */
 } ga_sleeper;
 
 /* Per stream: what is known to have completed. */
@@ -207,6 +208,7 @@ typedef struct ga_policy {
   } capture;
   struct {             /* policy/sleep.c: tags, sleep and wake */
     char tags[32][32]; /* allocation tags, by index */
+    uint8_t modes[32]; /* restore mode + 1 of each tag (ga_sleep_mode); 0: the flags' */
     int ntags;
     ga_sleeper *sleepers; /* granules released by ga_sleep, to map again at wake */
     size_t nsleepers, cap_sleepers;

@@ -366,25 +366,45 @@ GA_API ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag);
 #define GA_SLEEP_OFFLOAD 1u
 
 /** Gives memory back to the device while keeping every virtual address:
- *  waits for the device, releases the cache (as ga_empty_cache), and, for
- *  the live allocations tagged with one of `tags` (comma-separated; NULL or
- *  "" = none), releases the mappings they alone occupy (a mapping is a run
- *  of 2 MiB granules mapped with one call; a fresh 20 MiB page is mapped
- *  whole, so an allocation sharing it with awake memory stays awake), after
- *  copying them to host memory with GA_SLEEP_OFFLOAD. Needs expandable_segments:True when
- *  tags are given (GA_ERR_UNSUPPORTED otherwise). A page is given back to the
- *  device once none of it is mapped (expandable_page_size_mb:2 makes every
- *  page a 2 MiB one). Sleeping allocations cannot be freed before ga_wake;
- *  everything else keeps working. During a capture the device cannot be waited
- *  for without invalidating it: with tags, GA_ERR_INVALID and nothing sleeps;
- *  without, it releases the cache as ga_empty_cache does during a capture. */
+ *  releases the cache (as ga_empty_cache), and, for the live allocations
+ *  tagged with one of `tags` (comma-separated; NULL or "" = none), releases
+ *  the mappings they alone occupy (a mapping is a run of 2 MiB granules
+ *  mapped with one call; a fresh 20 MiB page is mapped whole, so an
+ *  allocation sharing it with awake memory stays awake), keeping their
+ *  contents as each tag's restore mode says (ga_sleep_mode; a tag without
+ *  one: GA_RESTORE_HOST with GA_SLEEP_OFFLOAD, else GA_RESTORE_NONE; a
+ *  mapping shared by several tags gets the most any of them asks). Before
+ *  unmapping it waits for the streams that used those allocations (their
+ *  own, and those of ga_record_stream), never for the whole device: no
+ *  kernel still running on them loses its memory. Needs
+ *  expandable_segments:True when tags are given (GA_ERR_UNSUPPORTED
+ *  otherwise). A page is given back to the device once none of it is mapped
+ *  (expandable_page_size_mb:2 makes every page a 2 MiB one). Sleeping
+ *  allocations cannot be freed before ga_wake; everything else keeps working.
+ *  During a capture streams cannot be waited for without invalidating it:
+ *  with tags, GA_ERR_INVALID and nothing sleeps; without, it releases the
+ *  cache as ga_empty_cache does during a capture. A device failure midway
+ *  leaves what slept asleep and the rest mapped (GA_ERR_DEVICE). */
 GA_API ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags);
 
+/** Restore modes of sleeping memory (ga_sleep_mode). */
+enum {
+  GA_RESTORE_NONE = 0, /**< the contents are dropped; wake maps memory again, contents undefined */
+  GA_RESTORE_ZERO = 1, /**< wake maps memory again filled with zeros */
+  GA_RESTORE_HOST = 2, /**< the contents are copied to host memory and back at wake */
+};
+
+/** Sets the restore mode of allocations tagged `tag` (made if new), for
+ *  every later ga_sleep. GA_ERR_INVALID for another mode or a refused tag. */
+GA_API ga_status_t ga_sleep_mode(ga_allocator_t *a, const char *tag, int mode);
+
 /** Maps memory again behind every sleeping allocation, at the same addresses,
- *  restoring offloaded contents. GA_ERR_OOM (with the report) when the device
- *  cannot hold them: what was mapped stays mapped, the rest still sleeps, and
- *  ga_wake can be called again. During a capture it runs in the relaxed
- *  capture mode and moves no memory (as ga_malloc). */
+ *  restoring the contents as their modes say. All or nothing: when the
+ *  device cannot hold them (GA_ERR_OOM, with the report) or a device call
+ *  fails midway (GA_ERR_DEVICE), what this call mapped is unmapped again and
+ *  given back, everything stays asleep with its contents kept, and ga_wake
+ *  can be called again. During a capture it runs in the relaxed capture mode
+ *  and moves no memory (as ga_malloc). */
 GA_API ga_status_t ga_wake(ga_allocator_t *a);
 
 /* ---- History and snapshots ----------------------------------------------- */

@@ -245,7 +245,6 @@ static const ga_device_call_t expandable_kinds[] = {GA_CALL_RESERVE,
                                                     GA_CALL_EVENT_RECORD,
                                                     GA_CALL_EVENT_SYNCHRONIZE,
                                                     GA_CALL_STREAM_SYNCHRONIZE,
-                                                    GA_CALL_SYNCHRONIZE,
                                                     GA_CALL_MEM_INFO,
                                                     GA_CALL_CAPTURE_QUERY,
                                                     GA_CALL_CAPTURE_MODE};

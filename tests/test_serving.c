@@ -441,3 +441,161 @@ Test(serving, no_call_synchronises_or_unmaps_on_another_device) {
   cr_assert_eq(ga_check(a1), 0);
   ga_destroy(a1);
 }
+
+/* ---- Sleep and wake that an engine can trust ---- */
+
+#define PAGES2 "expandable_segments:True,expandable_page_size_mb:2"
+
+static int all_zero(const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++)
+    if (c[i]) return 0;
+  return 1;
+}
+
+Test(serving, restore_modes_per_tag) {
+  fx_open(PAGES2, 128 * MiB);
+  void *w = fx_alloc(4 * MiB), *z = fx_alloc(4 * MiB), *n = fx_alloc(4 * MiB);
+  cr_assert_eq(ga_tag(fx_a, w, "weights"), GA_OK);
+  cr_assert_eq(ga_tag(fx_a, z, "zeroed"), GA_OK);
+  cr_assert_eq(ga_tag(fx_a, n, "kv"), GA_OK);
+  cr_assert_eq(ga_sleep_mode(fx_a, "weights", GA_RESTORE_HOST), GA_OK);
+  cr_assert_eq(ga_sleep_mode(fx_a, "zeroed", GA_RESTORE_ZERO), GA_OK);
+  cr_assert_eq(ga_sleep_mode(fx_a, "kv", GA_RESTORE_NONE), GA_OK);
+  cr_assert_eq(ga_sleep_mode(fx_a, "kv", 7), GA_ERR_INVALID);
+  cr_assert_eq(ga_sleep_mode(fx_a, "", GA_RESTORE_ZERO), GA_ERR_INVALID);
+  fx_fill(w, 4 * MiB, 1);
+  fx_fill(z, 4 * MiB, 2);
+  uint64_t copies = fx_calls(GA_CALL_COPY);
+  /* GA_SLEEP_OFFLOAD is the default of tags without a mode; each tag's mode wins. */
+  cr_assert_eq(ga_sleep(fx_a, "weights,zeroed,kv", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_stats().asleep_granules, 6);
+  cr_assert_eq(fx_calls(GA_CALL_COPY) - copies, 2, "only the weights' two granules go to the host");
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  cr_assert(fx_verify(w, 4 * MiB, 1), "host mode restores the bytes");
+  cr_assert(all_zero(z, 4 * MiB), "zero mode restores zeros");
+  fx_free(w);
+  fx_free(z);
+  fx_free(n);
+}
+
+/* Three allocations asleep with their bytes on the host. */
+static void *sleepers3[3];
+static void asleep3(void) {
+  fx_open(PAGES2, 64 * MiB);
+  for (int i = 0; i < 3; i++) {
+    sleepers3[i] = fx_alloc(4 * MiB);
+    fx_fill(sleepers3[i], 4 * MiB, (unsigned)i + 10);
+    cr_assert_eq(ga_tag(fx_a, sleepers3[i], "w"), GA_OK);
+  }
+  cr_assert_eq(ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+}
+static void awake3_and_free(void) {
+  for (int i = 0; i < 3; i++) {
+    cr_assert(fx_verify(sleepers3[i], 4 * MiB, (unsigned)i + 10), "allocation %d lost its bytes", i);
+    fx_free(sleepers3[i]);
+  }
+}
+
+/* Every position of every device call of a wake fails in turn: the wake
+ * leaves everything asleep and nothing on the device, then works. */
+static void wake_all_or_nothing(ga_device_call_t kind, int err) {
+  asleep3();
+  uint64_t before = fx_calls(kind);
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  unsigned calls = (unsigned)(fx_calls(kind) - before);
+  awake3_and_free();
+  fx_close();
+  cr_assert_gt(calls, 0, "a wake makes no %s call", ga_device_call_name(kind));
+  for (unsigned nth = 1; nth <= calls; nth++) {
+    asleep3();
+    ga_sim_usage u0, u1;
+    fx_usage(&u0);
+    int64_t asleep = fx_stats().asleep_granules;
+    fx_inject(kind, nth, err, 0);
+    ga_status_t st = ga_wake(fx_a);
+    fx_clear_faults();
+    cr_assert_neq(st, GA_OK, "%s fault %u: the wake succeeded", ga_device_call_name(kind), nth);
+    cr_assert(strstr(ga_last_error(), "nothing woke, 12.00 MiB still asleep") != NULL, "%s", ga_last_error());
+    fx_usage(&u1);
+    cr_assert_eq(fx_stats().asleep_granules, asleep, "%s fault %u: something woke", ga_device_call_name(kind),
+                 nth);
+    cr_assert_eq(u1.used, u0.used, "%s fault %u: the failed wake kept %zu bytes", ga_device_call_name(kind),
+                 nth, u1.used - u0.used);
+    cr_assert_eq(u1.live_mappings, u0.live_mappings);
+    cr_assert_eq(ga_check(fx_a), 0);
+    void *p = (void *)1;
+    cr_assert_eq(ga_free(fx_a, sleepers3[0]), GA_ERR_INVALID, "still asleep: not freeable");
+    cr_assert_eq(ga_wake(fx_a), GA_OK, "%s fault %u: the next wake fails: %s", ga_device_call_name(kind), nth,
+                 ga_last_error());
+    (void)p;
+    awake3_and_free();
+    fx_close();
+  }
+}
+
+Test(serving, wake_is_all_or_nothing_when_memory_runs_out_at_any_create) {
+  wake_all_or_nothing(GA_CALL_CREATE, GA_DEV_EOOM);
+}
+Test(serving, wake_is_all_or_nothing_when_any_map_fails) { wake_all_or_nothing(GA_CALL_MAP, GA_DEV_EDRIVER); }
+Test(serving, wake_is_all_or_nothing_when_any_access_grant_fails) {
+  wake_all_or_nothing(GA_CALL_SET_ACCESS, GA_DEV_EDRIVER);
+}
+Test(serving, wake_is_all_or_nothing_when_any_copy_back_fails) {
+  wake_all_or_nothing(GA_CALL_COPY, GA_DEV_EDRIVER);
+}
+
+/* Every position of a sleep's calls fails in turn: what slept wakes with
+ * its bytes, the rest never lost them. */
+static void sleep_fault_sweep(ga_device_call_t kind) {
+  unsigned calls = 0;
+  for (unsigned nth = 0; nth <= calls; nth++) {
+    fx_open(PAGES2, 64 * MiB);
+    for (int i = 0; i < 3; i++) {
+      sleepers3[i] = fx_alloc(4 * MiB);
+      fx_fill(sleepers3[i], 4 * MiB, (unsigned)i + 10);
+      cr_assert_eq(ga_tag(fx_a, sleepers3[i], "w"), GA_OK);
+    }
+    uint64_t before = fx_calls(kind);
+    if (nth) fx_inject(kind, nth, GA_DEV_EDRIVER, 0);
+    ga_status_t st = ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD);
+    fx_clear_faults();
+    if (!nth) {
+      cr_assert_eq(st, GA_OK, "%s", ga_last_error());
+      calls = (unsigned)(fx_calls(kind) - before);
+      cr_assert_gt(calls, 0, "a sleep makes no %s call", ga_device_call_name(kind));
+    } else {
+      cr_assert_eq(st, GA_ERR_DEVICE, "%s fault %u", ga_device_call_name(kind), nth);
+    }
+    cr_assert_eq(ga_check(fx_a), 0);
+    cr_assert_eq(ga_wake(fx_a), GA_OK, "%s fault %u: %s", ga_device_call_name(kind), nth, ga_last_error());
+    awake3_and_free();
+    fx_close();
+  }
+}
+
+Test(serving, sleep_fault_sweep_unmap) { sleep_fault_sweep(GA_CALL_UNMAP); }
+Test(serving, sleep_fault_sweep_copy) { sleep_fault_sweep(GA_CALL_COPY); }
+Test(serving, sleep_fault_sweep_stream_wait) { sleep_fault_sweep(GA_CALL_STREAM_SYNCHRONIZE); }
+
+/* Sleep waits for the streams that used what sleeps, not for the device. */
+Test(serving, sleep_waits_for_the_sleepers_streams_only) {
+  fx_open(PAGES2, 64 * MiB);
+  void *w = fx_alloc(4 * MiB), *other = fx_alloc_on(4 * MiB, S3);
+  cr_assert_eq(ga_record_stream(fx_a, w, S2), GA_OK);
+  cr_assert_eq(ga_tag(fx_a, w, "w"), GA_OK);
+  fx_hold(S1, 1);
+  fx_hold(S2, 1);
+  fx_hold(S3, 1);
+  uint64_t device_waits = fx_calls(GA_CALL_SYNCHRONIZE), stream_waits = fx_calls(GA_CALL_STREAM_SYNCHRONIZE);
+  ga_sim_mark m3 = {0};
+  if (!fx_on_cuda()) cr_assert_eq(ga_sim_stream_mark(fx_dev, S3, &m3), 0);
+  cr_assert_eq(ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_calls(GA_CALL_SYNCHRONIZE), device_waits, "ga_sleep waited for the whole device");
+  cr_assert_eq(fx_calls(GA_CALL_STREAM_SYNCHRONIZE) - stream_waits, 2, "S1 (its own) and S2 (record_stream)");
+  if (!fx_on_cuda()) cr_assert_eq(ga_sim_stream_passed(fx_dev, &m3), 0, "S3's work was waited for");
+  fx_hold(S3, 0);
+  cr_assert_eq(ga_wake(fx_a), GA_OK);
+  fx_free(w);
+  fx_free(other);
+}

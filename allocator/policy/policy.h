@@ -165,6 +165,7 @@ int ga_reclaim_private_locked(ga_allocator_t *a, ga_private *v);
 ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag);
 ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags);
 ga_status_t ga_wake_locked(ga_allocator_t *a);
+ga_status_t ga_sleep_mode_locked(ga_allocator_t *a, const char *tag, int mode);
 /* Frees what ga_sleep kept on the host. */
 void ga_sleep_teardown_locked(ga_allocator_t *a);
 

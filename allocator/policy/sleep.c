@@ -43,6 +43,21 @@ ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag) {
   return st;
 }
 
+ga_status_t ga_sleep_mode_locked(ga_allocator_t *a, const char *tag, int mode) {
+  if (mode != GA_RESTORE_NONE && mode != GA_RESTORE_ZERO && mode != GA_RESTORE_HOST) {
+    ga_error_set("ga_sleep_mode: mode %d is not GA_RESTORE_NONE, GA_RESTORE_ZERO or GA_RESTORE_HOST", mode);
+    return GA_ERR_INVALID;
+  }
+  int idx = tag && *tag ? tag_index(a, tag, strlen(tag), 1) : -1;
+  if (idx < 0) {
+    ga_error_set("ga_sleep_mode: tag '%s' is refused (1 to 31 characters, 32 distinct tags at most)",
+                 tag ? tag : "(null)");
+    return GA_ERR_INVALID;
+  }
+  a->pol.sleep.modes[idx] = (uint8_t)(mode + 1);
+  return GA_OK;
+}
+
 /* Bit i set for tag i named in the comma-separated list. */
 static uint32_t tag_mask(ga_allocator_t *a, const char *tags) {
   uint32_t mask = 0;
@@ -80,7 +95,8 @@ static int granules_sleep(ga_allocator_t *a, uint32_t mask, ga_block *b, size_t 
 /* The mapping of n granules at granule i of s goes to sleep: its bytes to the
  * host when offloading, its memory to the page cache, each granule's place
  * recorded for the wake. */
-static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, int offload) {
+static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, int mode) {
+  int offload = mode == GA_RESTORE_HOST;
   void **hosts = calloc(n, sizeof *hosts);
   int rc = hosts ? 0 : GA_DEV_ENOMEM;
   if (!rc) rc = GA_VEC_ROOM(a->pol.sleep.sleepers, a->pol.sleep.cap_sleepers, a->pol.sleep.nsleepers + n);
@@ -88,9 +104,10 @@ static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, i
     if (!(hosts[j] = malloc(a->space.gran))) rc = GA_DEV_ENOMEM;
   if (!rc) rc = ga_expandable_sleep_locked(a, s, i, hosts);
   /* Contents discarded under a graph pool's addresses: its graphs must know. */
-  if (!rc && !offload && s->priv) s->priv->generation++;
+  if (!rc && mode != GA_RESTORE_HOST && s->priv) s->priv->generation++;
   for (size_t j = 0; !rc && j < n; j++)
-    a->pol.sleep.sleepers[a->pol.sleep.nsleepers++] = (ga_sleeper){s, i + j, hosts[j], 0};
+    a->pol.sleep.sleepers[a->pol.sleep.nsleepers++] =
+        (ga_sleeper){s, i + j, hosts[j], 0, mode == GA_RESTORE_ZERO};
   for (size_t j = 0; rc && hosts && j < n; j++) free(hosts[j]);
   free(hosts);
   return rc;
@@ -98,6 +115,23 @@ static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, i
 
 /* A granule sleeps with its whole mapping (one unmap call), so a mapping
  * shared with memory that stays awake stays mapped. */
+/* The restore mode of a tag: its own (ga_sleep_mode), else the flags'. */
+static int mode_of(ga_allocator_t *a, const ga_block *b, int offload) {
+  int m = a->pol.sleep.modes[b->tag - 1];
+  return m ? m - 1 : offload ? GA_RESTORE_HOST : GA_RESTORE_NONE;
+}
+
+/* The mode of a mapping: the most any of its allocations asks for. */
+static int mapping_mode(ga_allocator_t *a, ga_block *b, size_t i, size_t n, int offload) {
+  uintptr_t lo = b->seg->base + i * a->space.gran, hi = lo + n * a->space.gran;
+  int mode = GA_RESTORE_NONE;
+  for (b = block_at(b, lo); b && b->ptr < hi; b = b->next) {
+    int m = mode_of(a, b, offload);
+    if (m == GA_RESTORE_HOST || (m == GA_RESTORE_ZERO && mode == GA_RESTORE_NONE)) mode = m;
+  }
+  return mode;
+}
+
 static int sleep_segment(ga_allocator_t *a, ga_segment *s, uint32_t mask, int offload) {
   size_t g = a->space.gran;
   for (ga_block *b = s->head; b; b = b->next) {
@@ -106,7 +140,7 @@ static int sleep_segment(ga_allocator_t *a, ga_segment *s, uint32_t mask, int of
     for (size_t i = i0, start, n; i < i1; i++) {
       if (!ga_expandable_mapping_locked(s, i, &start, &n)) continue; /* asleep already */
       if (!granules_sleep(a, mask, b, start, n)) continue;
-      int rc = sleep_mapping(a, s, start, n, offload);
+      int rc = sleep_mapping(a, s, start, n, mapping_mode(a, b, start, n, offload));
       if (rc) return rc;
       uintptr_t lo = s->base + start * g, hi = lo + n * g;
       for (ga_block *x = block_at(b, lo); x && x->ptr < hi; x = x->next) x->asleep = 1;
@@ -130,7 +164,10 @@ static int restore_pending(ga_allocator_t *a) {
       i++;
       continue;
     }
-    int rc = ga_expandable_fill_locked(a, z->seg, z->granule, z->host);
+    void *zbuf = z->zero ? calloc(1, a->space.gran) : NULL;
+    if (z->zero && !zbuf) return GA_DEV_ENOMEM;
+    int rc = ga_expandable_fill_locked(a, z->seg, z->granule, z->zero ? zbuf : z->host);
+    free(zbuf);
     if (rc) return rc;
     free(z->host);
     *z = a->pol.sleep.sleepers[--a->pol.sleep.nsleepers];
@@ -169,6 +206,36 @@ ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags)
   return st;
 }
 
+/* Waits for the streams that used the allocations about to sleep (their own
+ * and those of ga_record_stream), each once, so that no kernel still running
+ * on them loses its memory; other streams and the rest of the device are not
+ * waited for. */
+static int wait_sleepers(ga_allocator_t *a, uint32_t mask) {
+  ga_stream_t done[64];
+  size_t ndone = 0;
+  int all = 0;
+  for (ga_segment *s = a->space.segs; s; s = s->next) {
+    if (!s->expandable) continue;
+    for (ga_block *b = s->head; b; b = b->next) {
+      if (!sleeps(mask, b)) continue;
+      for (uint32_t k = 0; k <= b->nuses; k++) {
+        ga_stream_t st = k ? b->uses[k - 1] : b->stream;
+        size_t j = 0;
+        while (j < ndone && done[j] != st) j++;
+        if (j < ndone) continue;
+        if (ndone == sizeof done / sizeof done[0]) {
+          all = 1; /* too many streams to track: wait for every one */
+          break;
+        }
+        done[ndone++] = st;
+        int rc = ga_dev_stream_synchronize(a->dev, st);
+        if (rc) return rc;
+      }
+    }
+  }
+  return all ? ga_dev_synchronize(a->dev) : 0;
+}
+
 static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags) {
   ga_status_t st = GA_OK;
   int rc = 0;
@@ -176,8 +243,7 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
   if ((rc = restore_pending(a))) {
     ga_error_set("ga_sleep: a previous ga_wake left contents to restore, and that failed: %s", a->dev->error);
     st = GA_ERR_DEVICE;
-  } else if ((!a->pol.capture.routing && (rc = ga_dev_synchronize(a->dev))) ||
-             (rc = ga_reclaim_all_locked(a))) {
+  } else if ((!a->pol.capture.routing && (rc = wait_sleepers(a, mask))) || (rc = ga_reclaim_all_locked(a))) {
     ga_error_set("ga_sleep: %s", rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
     st = rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
   } else if (mask) {
@@ -195,19 +261,62 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
 
 /* ---- Wake ---- */
 
-/* Maps the last sleeper's granule again with its contents. */
-static int wake_one(ga_allocator_t *a) {
-  ga_sleeper *z = &a->pol.sleep.sleepers[a->pol.sleep.nsleepers - 1];
-  int stuck;
-  int rc = ga_expandable_map_granule_locked(a, z->seg, z->granule, z->host, &stuck);
+/* The granule of sleeper z, mapped by this wake, goes back to sleep (its
+ * contents are still on the host when it had any). */
+static int unwake(ga_allocator_t *a, ga_sleeper *z) {
+  void *none = NULL;
+  return ga_expandable_sleep_locked(a, z->seg, z->granule, &none);
+}
+
+/* Maps every sleeper again, from the last. On a failure, those mapped here
+ * go back to sleep (all or nothing); *stuck_out when one could not. */
+static int wake_all(ga_allocator_t *a) {
+  size_t n = a->pol.sleep.nsleepers, k = n;
+  int rc = 0;
+  void *zbuf = NULL; /* a granule of zeros, for GA_RESTORE_ZERO */
+  while (k > 0 && !rc) {
+    ga_sleeper *z = &a->pol.sleep.sleepers[k - 1];
+    if (z->zero && !zbuf) zbuf = calloc(1, a->space.gran);
+    const void *src = z->zero ? zbuf : z->host;
+    int stuck = 0;
+    if (z->zero && !src) {
+      rc = GA_DEV_ENOMEM;
+      break;
+    }
+    if (!a->space.ncache) {
+      rc = GA_DEV_EOOM;
+      break;
+    }
+    rc = ga_expandable_map_granule_locked(a, z->seg, z->granule, src, &stuck);
+    if (rc) {
+      z->restore = stuck; /* mapped, to be finished by the next call */
+      if (stuck) {        /* it is awake now but for its contents: keep it in the roll-back */
+        char why[sizeof a->dev->error];
+        memcpy(why, a->dev->error, sizeof why);
+        if (unwake(a, z) == 0) z->restore = 0;
+        memcpy(a->dev->error, why, sizeof why);
+      }
+      break;
+    }
+    k--;
+  }
   if (rc) {
-    /* It stays asleep; a mapping that could not be taken back is its memory
-     * now, and the contents (kept) are copied in by the next wake. */
-    z->restore = stuck;
+    /* Roll back: what this wake mapped sleeps again. */
+    char why[sizeof a->dev->error];
+    memcpy(why, a->dev->error, sizeof why);
+    for (size_t i = k; i < n; i++) {
+      ga_sleeper *z = &a->pol.sleep.sleepers[i];
+      if (z->restore) continue;
+      if (unwake(a, z)) z->restore = 1; /* mapped with its contents: the next call finishes it */
+    }
+    memcpy(a->dev->error, why, sizeof why);
+    (void)ga_pages_trim_locked(a, 0); /* what this wake obtained goes back */
+    free(zbuf);
     return rc;
   }
-  free(z->host); /* the map recorded its history event */
-  a->pol.sleep.nsleepers--;
+  free(zbuf);
+  for (size_t i = 0; i < n; i++) free(a->pol.sleep.sleepers[i].host);
+  a->pol.sleep.nsleepers = 0;
   return 0;
 }
 
@@ -229,16 +338,11 @@ ga_status_t ga_wake_locked(ga_allocator_t *a) {
 static ga_status_t wake_locked(ga_allocator_t *a) {
   int refused = 0, rc = restore_pending(a), restore_failed = rc != 0;
   size_t g = a->space.gran;
-  if (a->pol.sleep.nsleepers && !rc)
+  if (a->pol.sleep.nsleepers && !rc) {
     rc = ga_move_obtain_locked(a, a->pol.sleep.nsleepers, GA_P_LARGE, a->pol.large_page, 0, 0, &refused);
-  /* Map what the cache holds now, even if not everything could be had. */
-  while (!restore_failed && a->pol.sleep.nsleepers && a->space.ncache && (rc == 0 || rc == GA_DEV_EOOM)) {
-    int r = wake_one(a);
-    if (r) {
-      rc = r;
-      break;
-    }
+    if (rc) (void)ga_pages_trim_locked(a, 0); /* nothing obtained stays */
   }
+  if (a->pol.sleep.nsleepers && !rc) rc = wake_all(a);
   ga_status_t st = GA_OK;
   if (a->pol.sleep.nsleepers) {
     char left[32];
@@ -247,10 +351,10 @@ static ga_status_t wake_locked(ga_allocator_t *a) {
       ga_alloc_report_oom_locked(a, a->pol.sleep.nsleepers * g, a->pol.sleep.nsleepers * g, refused);
       char report[1800];
       snprintf(report, sizeof report, "%s", ga_error_text());
-      ga_error_set("ga_wake: %s still asleep. %s", left, report);
+      ga_error_set("ga_wake: nothing woke, %s still asleep. %s", left, report);
       st = GA_ERR_OOM;
     } else {
-      ga_error_set("ga_wake: %s still asleep: %s", left,
+      ga_error_set("ga_wake: nothing woke, %s still asleep: %s", left,
                    rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
       st = rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
     }
