@@ -9,7 +9,8 @@
 #      PyTorch traces replayed on the CUDA backend, the hot path there, and
 #      how allocate+free pairs scale over 1 to 16 threads (this machine's
 #      cores) against the C library and mimalloc;
-#   4. the CUDA engine example (a real kernel);
+#   4. the CUDA engine example (a real kernel), and tests/gpu/engines_check.c
+#      (docs/engines.md's calls on the real driver);
 #   5. the PyTorch scenarios, each in a fresh process (replace mode, MemPool
 #      mode, PyTorch's own allocator as the baseline, gardenalloc run).
 # Everything goes under ${OUT:-tests/gpu/results}: gpu_results.txt (the
@@ -123,6 +124,16 @@ if [ -x build/examples/engine_cuda ]; then
   step "engine example with a real kernel" engine_cuda.txt 60 build/examples/engine_cuda
 else
   skipped "engine example" "engine_cuda was not built (no nvcc found by CMake)"
+fi
+
+# ---- 4b. docs/engines.md on the real driver ----
+if cc -O2 -Iinclude tests/gpu/engines_check.c -o "$out/engines_check" -Lbuild -lgardenalloc -ldl \
+  -Wl,-rpath,"$PWD/build" >"$out/engines_check_build.txt" 2>&1; then
+  step "engines: one-region allocations, the budget, would_fit, restore modes on device bytes" engines_check.txt 60 \
+    "$out/engines_check"
+else
+  say "FAIL engines check build ($out/engines_check_build.txt)"
+  fail=$((fail + 1))
 fi
 
 # ---- 5. PyTorch ----
