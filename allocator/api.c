@@ -315,6 +315,7 @@ ga_status_t ga_largest_free(ga_allocator_t *a, ga_stream_t stream, size_t *cache
 ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
   ENTER("ga_stats");
   if (!out) return leave(a, invalid("ga_stats", "out is NULL"));
+  ga_stats_sync(&a->stats, &a->hot);
   *out = a->stats;
   out->mapped_granules = a->stats.mapped_bytes.current / (int64_t)a->space.gran;
   out->cached_granules = a->stats.page_cache_bytes.current / (int64_t)a->space.gran;
@@ -362,12 +363,15 @@ static void zero_accumulated(ga_stat_t *s) { s->allocated = s->freed = 0; }
 
 ga_status_t ga_reset_peak_stats(ga_allocator_t *a) {
   ENTER("ga_reset_peak_stats");
+  ga_stats_sync(&a->stats, &a->hot);
   each_stat(&a->stats, peak_to_current);
+  ga_stats_sync(&a->stats, &a->hot); /* the room before a peak moves is measured from the peaks */
   return leave(a, GA_OK);
 }
 
 ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a) {
   ENTER("ga_reset_accumulated_stats");
+  ga_stats_sync(&a->stats, &a->hot);
   each_stat(&a->stats, zero_accumulated);
   ga_stats_t *s = &a->stats;
   s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;

@@ -229,6 +229,7 @@ int ga_check_locked(ga_allocator_t *a) {
   if (nsegs != a->space.nsegs || reserved != a->space.reserved)
     BROKEN("segment count/bytes %zu/%zu, recorded %zu/%zu", nsegs, reserved, a->space.nsegs,
            a->space.reserved);
+  ga_stats_sync(&a->stats, &a->hot);
   const ga_stats_t *st = &a->stats;
   broken += check_stat("allocation", st->allocation, t.allocation);
   broken += check_stat("allocated_bytes", st->allocated_bytes, t.allocated_bytes);

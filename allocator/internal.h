@@ -240,7 +240,8 @@ struct ga_allocator {
   _Alignas(128) ga_lock mu;
   _Alignas(128) ga_config cfg;
   ga_device *dev;
-  ga_stats_t stats;
+  ga_stats_t stats; /* exact after ga_stats_sync(&a->stats, &a->hot): read it only then */
+  ga_hot hot;       /* what allocations and frees changed since (stats.h) */
   ga_history history;
   ga_policy pol;
   ga_space space;

@@ -6,6 +6,8 @@
 
 #include "device/device.h"
 
+/* ---- JSON ---- */
+
 static void jstat(ga_text *j, const char *name, const char *pool, const ga_stat_t *s) {
   const char *dot = pool[0] ? "." : "";
   ga_text_put(j,

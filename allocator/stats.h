@@ -49,6 +49,103 @@ static inline void ga_pstat_add(ga_stat_t *st, int pool, int64_t delta) {
   ga_stat_add(ga_pool_stat(st, pool), delta);
 }
 
+/* ---- The counters of every allocation and free ----
+ * What each allocation and free changes (allocation, active,
+ * allocated_bytes, active_bytes, requested_bytes, inactive_split and
+ * inactive_split_bytes, per pool and for all: 14 PyTorch stats, 56 keys) is
+ * counted here per pool and kind of event, and folded into ga_stats_t when
+ * the statistics are read (ga_stats_sync), so an event adds to a few
+ * counters instead of updating every key.
+ *
+ * Peaks stay exact without a comparison per key: room[] holds, for the
+ * [all, small, large] entries, how far the currents may still rise before a
+ * peak could move. An event that uses up more than its room folds, raises
+ * the peaks passed and measures the room again (ga_stats_peaks). The rooms:
+ *   active   min(allocation.peak, active.peak) - active.current. An
+ *            allocation adds one to both currents, a free takes one off
+ *            allocation.current first and off active.current when it
+ *            completes, and active >= allocation always; so the room is
+ *            spent by allocations and given back by completions.
+ *   bytes    min(allocated_bytes.peak, active_bytes.peak) - active_bytes
+ *            .current and requested_bytes.peak - requested_bytes.current,
+ *            the lesser: an allocation spends its rounded size (>= the
+ *            requested one), a completion gives back its requested size.
+ *   split, split_bytes  peak - current of inactive_split[_bytes].
+ * Each room is a lower bound of what it names (the completion gives back
+ * the least of what it frees), so a room that stays >= 0 proves every
+ * current <= its peak. */
+enum {
+  GA_HOT_ALLOC_N, /* blocks handed out */
+  GA_HOT_ALLOC_B, /* their rounded bytes */
+  GA_HOT_ALLOC_R, /* their requested bytes */
+  GA_HOT_FREE_N,  /* blocks freed by the client */
+  GA_HOT_FREE_B,
+  GA_HOT_DONE_N, /* blocks no longer active (their frees completed) */
+  GA_HOT_DONE_B,
+  GA_HOT_DONE_R,
+  GA_HOT_SPLIT_UP_N, /* inactive_split increments and decrements (net per event, as PyTorch counts) */
+  GA_HOT_SPLIT_UP_B,
+  GA_HOT_SPLIT_DOWN_N,
+  GA_HOT_SPLIT_DOWN_B,
+  GA_HOT_KINDS
+};
+enum { GA_ROOM_ACTIVE, GA_ROOM_BYTES, GA_ROOM_SPLIT, GA_ROOM_SPLIT_BYTES, GA_ROOMS };
+
+typedef struct ga_hot {
+  int64_t d[2][GA_HOT_KINDS];            /* by pool (GA_P_*): since the last fold */
+  int64_t room[GA_POOL_COUNT][GA_ROOMS]; /* by stats entry (GA_POOL_ALL, _SMALL, _LARGE) */
+} ga_hot;
+
+/* Folds h into s, raises the peaks passed and measures the rooms again. */
+void ga_stats_peaks(ga_stats_t *s, ga_hot *h);
+/* Makes s exact (folds h into it): before anything reads or resets s, and
+ * again after the peaks are reset (the rooms are measured from them). */
+static inline void ga_stats_sync(ga_stats_t *s, ga_hot *h) { ga_stats_peaks(s, h); }
+
+/* A block of `bytes` (rounded) handed out for `requested` bytes. */
+static inline void ga_hot_alloc(ga_stats_t *s, ga_hot *h, int pool, uint64_t bytes, uint64_t requested) {
+  int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
+  d[GA_HOT_ALLOC_N]++;
+  d[GA_HOT_ALLOC_B] += (int64_t)bytes;
+  d[GA_HOT_ALLOC_R] += (int64_t)requested;
+  r[GA_ROOM_ACTIVE]--;
+  all[GA_ROOM_ACTIVE]--;
+  r[GA_ROOM_BYTES] -= (int64_t)bytes;
+  all[GA_ROOM_BYTES] -= (int64_t)bytes;
+  if ((r[GA_ROOM_ACTIVE] | all[GA_ROOM_ACTIVE] | r[GA_ROOM_BYTES] | all[GA_ROOM_BYTES]) < 0)
+    ga_stats_peaks(s, h);
+}
+/* The client freed a block of `bytes` (it may stay active). */
+static inline void ga_hot_free(ga_hot *h, int pool, uint64_t bytes) {
+  h->d[pool][GA_HOT_FREE_N]++;
+  h->d[pool][GA_HOT_FREE_B] += (int64_t)bytes;
+}
+/* A freed block is no longer active. */
+static inline void ga_hot_done(ga_hot *h, int pool, uint64_t bytes, uint64_t requested) {
+  int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
+  d[GA_HOT_DONE_N]++;
+  d[GA_HOT_DONE_B] += (int64_t)bytes;
+  d[GA_HOT_DONE_R] += (int64_t)requested;
+  r[GA_ROOM_ACTIVE]++;
+  all[GA_ROOM_ACTIVE]++;
+  r[GA_ROOM_BYTES] += (int64_t)requested;
+  all[GA_ROOM_BYTES] += (int64_t)requested;
+}
+/* inactive_split changes by n blocks and `bytes` (each a net change). */
+static inline void ga_hot_split(ga_stats_t *s, ga_hot *h, int pool, int64_t n, int64_t bytes) {
+  int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
+  d[GA_HOT_SPLIT_UP_N] += n > 0 ? n : 0;
+  d[GA_HOT_SPLIT_DOWN_N] += n < 0 ? -n : 0;
+  d[GA_HOT_SPLIT_UP_B] += bytes > 0 ? bytes : 0;
+  d[GA_HOT_SPLIT_DOWN_B] += bytes < 0 ? -bytes : 0;
+  r[GA_ROOM_SPLIT] -= n;
+  all[GA_ROOM_SPLIT] -= n;
+  r[GA_ROOM_SPLIT_BYTES] -= bytes;
+  all[GA_ROOM_SPLIT_BYTES] -= bytes;
+  if ((r[GA_ROOM_SPLIT] | all[GA_ROOM_SPLIT] | r[GA_ROOM_SPLIT_BYTES] | all[GA_ROOM_SPLIT_BYTES]) < 0)
+    ga_stats_peaks(s, h);
+}
+
 /* Writes *s as one flat JSON object with PyTorch's key names. */
 void ga_stats_write_json(const ga_stats_t *s, ga_text *j);
 

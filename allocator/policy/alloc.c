@@ -141,9 +141,11 @@ static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int frac
  * headroom_mb), even with every cached byte given back? Then the request
  * fails before any device call. Allocated bytes are a floor under what stays
  * reserved (expandable: whole granules of them). */
-static int past_budget(const ga_allocator_t *a, size_t need) {
-  size_t budget = a->pol.budget_max, held = (size_t)a->stats.allocated_bytes[GA_POOL_ALL].current;
+static int past_budget(ga_allocator_t *a, size_t need) {
+  size_t budget = a->pol.budget_max;
   if (budget == SIZE_MAX) return 0;
+  ga_stats_sync(&a->stats, &a->hot); /* the counters of allocations folded in */
+  size_t held = (size_t)a->stats.allocated_bytes[GA_POOL_ALL].current;
   if (a->cfg.expandable_segments) need = (need + a->space.gran - 1) / a->space.gran * a->space.gran;
   return held > budget || need > budget - held;
 }
@@ -267,12 +269,10 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
     ga_error_set("ga_free: host out of memory for the stream events of %p; it is still allocated", ptr);
     return GA_ERR_HOST_MEMORY;
   }
-  ga_stats_t *s = &a->stats;
   size_t size = b->size;
   ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
-  ga_pstat_dec(s->allocation, b->pool, 1);
-  ga_pstat_dec(s->allocated_bytes, b->pool, b->size);
-  if (b->size >= a->cfg.max_split_size) ga_stat_dec(&s->oversize_allocations, 1);
+  ga_hot_free(&a->hot, b->pool, b->size);
+  if (b->size >= a->cfg.max_split_size) ga_stat_dec(&a->stats.oversize_allocations, 1);
   if (ga_stream_free_locked(a, b)) {
     /* As close(2): the pointer is freed all the same. */
     ga_error_set(
@@ -313,6 +313,7 @@ static int free_facts(ga_block *b, void *arg) {
 }
 
 static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused, int budget) {
+  ga_stats_sync(&a->stats, &a->hot);
   ga_oom_facts f = {.device = a->dev->ordinal,
                     .tried = tried,
                     .rounded = rounded,

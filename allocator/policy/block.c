@@ -64,18 +64,14 @@ static int becomes_free(const ga_free_tree *p, ga_block *b) {
 
 void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
   ga_free_tree *p = &ga_trees_of(a, b)[b->pool];
-  if (becomes_free(p, b)) {
-    ga_pstat_inc(a->stats.inactive_split, b->pool, 1);
-    ga_pstat_inc(a->stats.inactive_split_bytes, b->pool, b->size);
-  }
+  if (becomes_free(p, b)) ga_hot_split(&a->stats, &a->hot, b->pool, 1, (int64_t)b->size);
   ga_free_tree_insert(p, b);
 }
 
 void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
   ga_free_tree_remove(&ga_trees_of(a, b)[b->pool], b);
   if (b->counted_split) {
-    ga_pstat_dec(a->stats.inactive_split, b->pool, 1);
-    ga_pstat_dec(a->stats.inactive_split_bytes, b->pool, b->size);
+    ga_hot_split(&a->stats, &a->hot, b->pool, -1, -(int64_t)b->size);
     b->counted_split = 0;
   }
 }
@@ -94,14 +90,7 @@ static void retree(ga_allocator_t *a, ga_block *x, size_t xsize, uintptr_t xptr,
   int counted = becomes_free(p, y);
   int64_t n = counted - was - gone;
   int64_t bytes = (counted ? (int64_t)y->size : 0) - (was ? (int64_t)xsize : 0) - (int64_t)gone_bytes;
-  if (n > 0)
-    ga_pstat_inc(a->stats.inactive_split, y->pool, (uint64_t)n);
-  else if (n < 0)
-    ga_pstat_dec(a->stats.inactive_split, y->pool, (uint64_t)-n);
-  if (bytes > 0)
-    ga_pstat_inc(a->stats.inactive_split_bytes, y->pool, (uint64_t)bytes);
-  else if (bytes < 0)
-    ga_pstat_dec(a->stats.inactive_split_bytes, y->pool, (uint64_t)-bytes);
+  if (n | bytes) ga_hot_split(&a->stats, &a->hot, y->pool, n, bytes);
   ga_free_tree_rekey(p, x, xsize, xptr, y);
 }
 
@@ -146,13 +135,8 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   b->requested = size;
   b->tag = 0;                                    /* the struct may have served a tagged allocation before */
   (void)ga_blockmap_put(&a->pol.map, b->ptr, b); /* cannot fail: room reserved above */
-  ga_stats_t *s = &a->stats;
-  ga_pstat_inc(s->allocation, b->pool, 1);
-  ga_pstat_inc(s->allocated_bytes, b->pool, b->size);
-  ga_pstat_inc(s->active, b->pool, 1);
-  ga_pstat_inc(s->active_bytes, b->pool, b->size);
-  ga_pstat_inc(s->requested_bytes, b->pool, size);
-  if (b->size >= a->cfg.max_split_size) ga_stat_inc(&s->oversize_allocations, 1);
+  ga_hot_alloc(&a->stats, &a->hot, b->pool, b->size, size);
+  if (b->size >= a->cfg.max_split_size) ga_stat_inc(&a->stats.oversize_allocations, 1);
   ga_history_add_locked(a, GA_H_ALLOC, b->ptr, size, b->stream);
   return b;
 }
@@ -196,8 +180,5 @@ void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
   b->free_seq = ++a->pol.streams.free_clock;
   ga_history_add_locked(a, GA_H_FREE_COMPLETED, b->ptr, requested, b->stream);
   merge_insert(a, b); /* b may be merged into its predecessor */
-  ga_stats_t *s = &a->stats;
-  ga_pstat_dec(s->active, pool, 1);
-  ga_pstat_dec(s->active_bytes, pool, size);
-  ga_pstat_dec(s->requested_bytes, pool, requested);
+  ga_hot_done(&a->hot, pool, size, requested);
 }
