@@ -60,7 +60,7 @@ tv=${GA_TORCH_VENV:-$HOME/.cache/gardenalloc/torch-venv}
 spec=${GA_TORCH_SPEC:-torch}
 if ! "$tv/bin/python" -c "import torch" >/dev/null 2>&1; then
   if [ "${GA_TORCH_INSTALL:-0}" != 1 ]; then
-    say "real torch: SKIPPED (no torch venv at $tv; GA_TORCH_INSTALL=1 makes one: about 3.5 GB from PyPI)"
+    say "real torch: SKIPPED (no torch venv at $tv; GA_TORCH_INSTALL=1 makes one: 5.3 GB on disk, from PyPI)"
     exit 0
   fi
   start=$SECONDS
