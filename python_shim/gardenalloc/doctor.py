@@ -287,11 +287,18 @@ def _nice(span):
     return (1 if m < 1.5 else 2 if m < 3.5 else 5 if m < 7.5 else 10) * p
 
 
+# What each line of a chart is, drawn under its x axis: (label, SVG style, colour from the setting).
+LEGEND = (("reserved", 'stroke-width="2.5"', True), ("allocated", 'stroke-width="1.2" stroke-dasharray="5,3"', True),
+          ("live", 'stroke="#000" stroke-width="1"', False), ("GPU capacity", 'stroke="#c00" stroke-width="1.5"', False),
+          ("peak live", 'stroke="#777" stroke-dasharray="6,4"', False),
+          ("first OOM", 'stroke="#c00" stroke-dasharray="2,2"', False))
+
+
 def chart(s, o, capacity, colour, ymin, ymax):
-    w, h, l, r, t, b = 460, 250, 60, 10, 26, 34
+    w, h, l, r, t, b = 460, 286, 60, 24, 26, 70
     c = o.get("curve") or {}
     ev = c.get("event") or [0]
-    xmax = max(ev) or 1
+    xmax = int(max(ev)) or 1
 
     def px(e):
         return l + (w - l - r) * e / xmax
@@ -316,11 +323,11 @@ def chart(s, o, capacity, colour, ymin, ymax):
         v += step
     parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#000"/>' % (l, w - r, h - b, h - b))
     parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#000"/>' % (l, l, t, h - b))
-    for k in range(5):
-        e = xmax * k / 4
+    xstep = max(1, int(_nice(xmax)))  # round event numbers, none past the last event
+    for e in range(0, xmax + 1, xstep):
         parts.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#000"/><text x="%.1f" y="%d" '
                      'text-anchor="middle">%d</text>' % (px(e), px(e), h - b, h - b + 4, px(e), h - b + 15, e))
-    parts.append('<text x="%d" y="%d" text-anchor="middle">events</text>' % ((l + w) / 2, h - 4))
+    parts.append('<text x="%d" y="%d" text-anchor="middle">events</text>' % ((l + w - r) / 2, h - b + 28))
     parts.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#c00" stroke-width="1.5"/>' % (
         l, w - r, py(capacity), py(capacity)))
     peak = o["trace_peak_live_bytes"]
@@ -334,6 +341,11 @@ def chart(s, o, capacity, colour, ymin, ymax):
         x = px(o["first_oom"]["event"])
         parts.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#c00" stroke-dasharray="2,2"/>' % (
             x, x, t, h - b))
+    for i, (label, style, coloured) in enumerate(LEGEND):
+        x, y = l + (i % 3) * 130, h - b + 46 + (i // 3) * 16
+        stroke = ' stroke="%s"' % colour if coloured else ""
+        parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d"%s %s/><text x="%d" y="%d">%s</text>' % (
+            x, x + 24, y - 4, y - 4, stroke, style, x + 30, y, label))
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -347,8 +359,7 @@ def write_html(path, title, lines, settings, res, capacity):
             "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto}pre{white-space:pre-wrap}"
             ".charts{display:flex;flex-wrap:wrap;gap:12px}</style></head><body>" % html.escape(title),
             "<h1>gardenalloc doctor</h1><pre>%s</pre>" % html.escape("\n".join(lines)),
-            "<p>Each chart: reserved bytes (thick), allocated bytes (dashed), live bytes (black), the GPU's "
-            "capacity (red), peak live (grey dashed), the first OOM (red dotted); the y axis starts at %s.</p>"
+            "<p>One chart per setting, on the same axes; the y axis starts at %s.</p>"
             "<div class=\"charts\">" % gib(ymin)]
     for i, s in enumerate(settings):
         body.append(chart(s, res[s[0]], capacity, COLOURS[i % len(COLOURS)], ymin, ymax))

@@ -137,6 +137,33 @@ class Doctor(unittest.TestCase):
             self.assertEqual(rc, 0, err)
             self.assertEqual(os.stat(page).st_mode & 0o777, 0o644, "a new page gets the umask's mode")
 
+    def test_each_chart_carries_its_legend_and_round_ticks_inside_its_frame(self):
+        with tempfile.TemporaryDirectory() as d:
+            page = os.path.join(d, "page.html")
+            rc, out, err = run([TRAINING, "--capacity-gib", "7", "--html", page])
+            self.assertEqual(rc, 0, err)
+            with open(page) as f:
+                svgs = re.findall(r"<svg .*?</svg>", f.read(), re.S)
+        self.assertEqual(len(svgs), 6)
+        events = int(re.search(r"(\d+) events", out).group(1)) if re.search(r"(\d+) events", out) else None
+        for svg in svgs:
+            width = int(re.search(r'width="(\d+)"', svg).group(1))
+            labels = re.findall(r"<text [^>]*>([^<]*)</text>", svg)
+            for name in ("reserved", "allocated", "live", "GPU capacity", "peak live", "first OOM"):
+                self.assertIn(name, labels, "the legend is in the chart")
+            # x ticks: the labels under the axis that are whole numbers, in order
+            ticks = [int(t) for t in labels if t.isdigit()]
+            self.assertGreaterEqual(len(ticks), 3)
+            step = ticks[1] - ticks[0]
+            self.assertEqual(ticks[0], 0)
+            self.assertTrue(all(b - a == step for a, b in zip(ticks, ticks[1:])), ticks)
+            mant = step / 10 ** (len(str(step)) - 1)
+            self.assertIn(mant, (1, 2, 5), "ticks fall on round numbers: %s" % ticks)
+            if events:
+                self.assertLessEqual(ticks[-1], events, "no tick past the last event")
+            for x in re.findall(r'<text x="([\d.]+)"[^>]*text-anchor="middle"', svg):
+                self.assertLess(float(x) + 20, width, "a tick label is not cut by the frame")
+
     def test_as_a_command(self):
         r = subprocess.run([sys.executable, "-m", "gardenalloc", "doctor", TRAINING, "--capacity-gib", "80"],
                            capture_output=True, text=True, cwd=support.SHIM)
