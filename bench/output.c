@@ -32,6 +32,9 @@ static void quote(ga_strbuf *b, const char *s) {
   strbuf_put(b, "'");
 }
 
+/* How ga-bench was started (main sets it), for the command each result records. */
+const char *bench_argv0 = "ga-bench";
+
 void bench_command(ga_strbuf *b, const char *sub, int argc, char **argv) {
   char cwd[PATH_MAX];
   if (getcwd(cwd, sizeof cwd)) {
