@@ -69,32 +69,24 @@ int ga_expandable_new_locked(ga_allocator_t *a, ga_private *owner, int pool, ga_
                              size_t min_size, ga_segment **out) {
   size_t g = a->space.gran;
   size_t size = a->space.reserve_size > min_size ? a->space.reserve_size : round_up(min_size, g);
-  ga_segment *s = calloc(1, sizeof *s);
-  ga_block *b = ga_tiles_new_locked(a);
+  ga_segment *s;
+  ga_block *b;
   void *va = NULL;
-  int rc = GA_DEV_ENOMEM;
-  if (!s || !b) goto fail;
-  if ((rc = ga_dev_reserve(a->dev, size, g, &va))) goto fail;
+  int rc = ga_tiles_segment_records_locked(a, &s, &b);
+  if (rc) return rc;
+  if ((rc = ga_dev_reserve(a->dev, size, g, &va))) {
+    ga_tiles_segment_drop_locked(a, s, b);
+    return rc;
+  }
   *s = (ga_segment){.base = (uintptr_t)va,
                     .size = size,
                     .pool = (uint8_t)pool,
                     .expandable = 1,
                     .stream = stream,
-                    .head = b,
                     .priv = owner};
-  b->ptr = s->base;
-  b->size = size;
-  b->stream = stream;
-  b->pool = (uint8_t)pool;
-  b->seg = s;
-  b->state = GA_BLOCK_UNMAPPED;
-  ga_tiles_link_locked(a, s);
+  ga_tiles_segment_open_locked(a, s, b, GA_BLOCK_UNMAPPED);
   *out = s;
   return 0;
-fail:
-  free(s);
-  if (b) ga_tiles_delete_locked(a, b);
-  return rc;
 }
 
 int ga_expandable_delete_locked(ga_allocator_t *a, ga_segment *s) {

@@ -24,29 +24,21 @@ static void account(ga_allocator_t *a, const ga_segment *seg, int sign) {
 }
 
 int ga_native_new_locked(ga_allocator_t *a, size_t size, int pool, ga_stream_t stream, ga_block **out) {
-  ga_segment *seg = malloc(sizeof *seg);
-  ga_block *b = ga_tiles_new_locked(a);
+  ga_segment *seg;
+  ga_block *b;
   void *ptr = NULL;
-  int rc = GA_DEV_ENOMEM;
-  if (!seg || !b) goto fail;
-  if ((rc = ga_dev_malloc(a->dev, size, &ptr))) goto fail;
-  *seg =
-      (ga_segment){.base = (uintptr_t)ptr, .size = size, .pool = (uint8_t)pool, .stream = stream, .head = b};
-  b->ptr = seg->base;
-  b->size = size;
-  b->stream = stream;
-  b->pool = (uint8_t)pool;
-  b->seg = seg;
-  b->state = GA_BLOCK_FREE;
-  ga_tiles_link_locked(a, seg);
+  int rc = ga_tiles_segment_records_locked(a, &seg, &b);
+  if (rc) return rc;
+  if ((rc = ga_dev_malloc(a->dev, size, &ptr))) {
+    ga_tiles_segment_drop_locked(a, seg, b);
+    return rc;
+  }
+  *seg = (ga_segment){.base = (uintptr_t)ptr, .size = size, .pool = (uint8_t)pool, .stream = stream};
+  ga_tiles_segment_open_locked(a, seg, b, GA_BLOCK_FREE);
   account(a, seg, +1);
   ga_history_add_locked(a, GA_H_SEGMENT_ALLOC, seg->base, size, stream);
   *out = b;
   return 0;
-fail:
-  free(seg);
-  if (b) ga_tiles_delete_locked(a, b);
-  return rc;
 }
 
 int ga_native_release_locked(ga_allocator_t *a, ga_block *b) {

@@ -48,6 +48,15 @@ ga_block *ga_tiles_merge_free_locked(ga_allocator_t *a, ga_block *b);
 /* Adds s to / removes it from the segment list. */
 void ga_tiles_link_locked(ga_allocator_t *a, ga_segment *s);
 void ga_tiles_unlink_locked(ga_allocator_t *a, ga_segment *s);
+/* A new segment's two records: the segment (zeroed) and the block that will
+ * tile it; both or neither (GA_DEV_ENOMEM). Taken before the device call, so
+ * that memory once obtained never waits on a host allocation. */
+int ga_tiles_segment_records_locked(ga_allocator_t *a, ga_segment **seg, ga_block **head);
+/* Gives back the records of a segment whose memory could not be obtained. */
+void ga_tiles_segment_drop_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head);
+/* seg (base, size, pool, stream and the rest set by the caller) gets head as
+ * its one block, in `state`, and joins the segment list. */
+void ga_tiles_segment_open_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head, int state);
 /* Whether a block shares its segment with others (it has neighbours). */
 static inline int ga_tiles_is_split(const ga_block *b) { return b->prev || b->next; }
 

@@ -119,6 +119,32 @@ void ga_tiles_unlink_locked(ga_allocator_t *a, ga_segment *s) {
   a->space.nsegs--;
 }
 
+/* ---- A segment and the block that tiles it ---- */
+
+int ga_tiles_segment_records_locked(ga_allocator_t *a, ga_segment **seg, ga_block **head) {
+  *seg = calloc(1, sizeof **seg);
+  *head = *seg ? ga_tiles_new_locked(a) : NULL;
+  if (*head) return 0;
+  free(*seg);
+  return GA_DEV_ENOMEM;
+}
+
+void ga_tiles_segment_drop_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head) {
+  free(seg);
+  ga_tiles_delete_locked(a, head);
+}
+
+void ga_tiles_segment_open_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head, int state) {
+  seg->head = head;
+  head->ptr = seg->base;
+  head->size = seg->size;
+  head->stream = seg->stream;
+  head->pool = seg->pool;
+  head->seg = seg;
+  head->state = (uint8_t)state;
+  ga_tiles_link_locked(a, seg);
+}
+
 /* ---- The layer as a whole ---- */
 
 int ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page) {
