@@ -1,7 +1,19 @@
-"""gardenalloc doctor on the real traces: a snapshot whose recorded run hit an
-OOM (made by make_oom_snapshot.py: a real trace on native mode at 6740 MiB,
-dumped at the first failure), a real snapshot that fits, a CSV that cannot
-fit, and bad input."""
+"""gardenalloc doctor: a snapshot whose recorded run hit an OOM (made by
+make_oom_snapshot.py, which runs a trace on native mode, PyTorch's policy, and
+dumps at the first failure), a real snapshot that fits, a CSV that cannot fit,
+and bad input.
+
+The OOM that gardenalloc must avoid is built, not found: where a real trace
+first fails at the edge of a device depends on the addresses the device hands
+out (PyTorch's best fit breaks ties between equal sizes by address), so a test
+that hung on one real trace's edge broke whenever the simulated device placed
+memory differently. The built trace fails on every PyTorch setting for reasons
+that do not depend on addresses (native: 20 MiB segments each keep an 8 MiB
+hole; PyTorch's expandable segments: a grow maps whole 20 MiB pages), with
+16 MiB between the device where gardenalloc's expandable modes fit (82 MiB) and
+the smallest where a PyTorch setting does (98 MiB). On a real trace the doctor
+must reproduce the recorded failure at its event, and its verdict must follow
+its own table."""
 import contextlib
 import io
 import json
@@ -18,6 +30,24 @@ from gardenalloc import doctor
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAINING = support.trace_file("pytorch_snapshots", "cs336_medium_ctx128_training.csv")
 INFERENCE_PICKLE = support.trace_file("pytorch_snapshots", "pickles", "cs336_medium_ctx128_inference.pickle")
+MIB = 1 << 20
+FRAGMENTED_CAPACITY_MIB = 90  # gardenalloc's expandable modes fit from 82 MiB, PyTorch's settings from 98
+
+
+def write_fragmented_trace(path):
+    """Eight 8 MiB tensors, every other one freed, then 18 MiB: 64 MiB live at
+    the peak, 50 at the end. Native mode holds them two to a 20 MiB segment,
+    each segment keeping an 8 MiB hole and a 4 MiB tail, and needs a new
+    segment for the 18 MiB (98 MiB); PyTorch's expandable segments map the
+    18 MiB as two more 20 MiB pages (100 MiB); gardenalloc's map only its
+    granules (82 MiB)."""
+    rows = ["Thread,Time,Action,Pointer,Size,Stream"]
+    events = [("allocate", i + 1, 8 * MIB) for i in range(8)] + \
+             [("free", i + 1, 8 * MIB) for i in range(0, 8, 2)] + [("allocate", 100, 18 * MIB)]
+    for t, (action, ptr, size) in enumerate(events):
+        rows.append("1,00:00:00.%06d,%s,0x%x,%d,0" % (t, action, ptr, size))
+    with open(path, "w") as f:
+        f.write("\n".join(rows) + "\n")
 
 
 def run(argv):
@@ -37,14 +67,22 @@ class Doctor(unittest.TestCase):
         if not TRAINING:
             raise unittest.SkipTest("the real traces are absent")
         cls.tmp = tempfile.TemporaryDirectory()
+        fragmented = os.path.join(cls.tmp.name, "fragmented.csv")
+        write_fragmented_trace(fragmented)
         cls.oom = os.path.join(cls.tmp.name, "oom.pickle")
+        cls.failed_at = cls.make_oom(fragmented, cls.oom, FRAGMENTED_CAPACITY_MIB)
+        cls.real_oom = os.path.join(cls.tmp.name, "real_oom.pickle")
+        cls.real_failed_at = cls.make_oom(TRAINING, cls.real_oom, 6740)
+
+    @staticmethod
+    def make_oom(trace, out, capacity_mib):
         env = dict(os.environ)
         env.setdefault("GARDENALLOC_LIBRARY", os.path.join(support.REPO, "build", "libgardenalloc.so"))
-        r = subprocess.run([sys.executable, os.path.join(HERE, "make_oom_snapshot.py"), TRAINING, cls.oom, "6740"],
-                           capture_output=True, text=True, env=env)
+        r = subprocess.run([sys.executable, os.path.join(HERE, "make_oom_snapshot.py"), trace, out,
+                            str(capacity_mib)], capture_output=True, text=True, env=env)
         if r.returncode != 0:
             raise AssertionError(r.stderr)
-        cls.failed_at = int(r.stdout.strip())
+        return int(r.stdout.strip())
 
     @classmethod
     def tearDownClass(cls):
@@ -54,15 +92,17 @@ class Doctor(unittest.TestCase):
         page = os.path.join(self.tmp.name, "doctor.html")
         rc, out, err = run([self.oom, "--html", page])
         self.assertEqual(rc, 0, err)
+        self.assertEqual(self.failed_at, 13, "the last request fails under native mode")
         self.assertIn("The recorded run ran out of memory 1 time", out)
-        self.assertIn("Replayed on a simulated GPU of 6.58 GiB (estimated from the recorded OOM", out)
+        self.assertIn("Replayed on a simulated GPU of 90.0 MiB (estimated from the recorded OOM", out)
         # PyTorch's policy fails at the very request that failed when it was recorded
-        self.assertRegex(out, r"PyTorch, default settings +6\.\d\d GiB +\+\d\.\d %% +1   event %d" % self.failed_at)
+        self.assertRegex(out, r"PyTorch, default settings +\d+\.\d MiB +\+\d+\.\d %% +1   event %d" % self.failed_at)
         self.assertIn("Fragmentation, not size.", out)
         self.assertIn("None of PyTorch's settings (max_split_size_mb:128, max_split_size_mb:512, "
                       "expandable_segments:True) avoids it.", out)
-        self.assertRegex(out, r"PyTorch, expandable_segments:True +6\.\d\d GiB +\+\d\.\d %% +1   event %d"
+        self.assertRegex(out, r"PyTorch, expandable_segments:True +\d+\.\d MiB +\+\d+\.\d %% +1   event %d"
                          % self.failed_at, "PyTorch's expandable segments, replayed exactly, fail too")
+        self.assertRegex(out, r"gardenalloc, expandable_segments:True +82\.0 MiB +\+28\.1 % +0   -")
         self.assertIn("gardenalloc avoids it", out)
         self.assertRegex(out, r"\n    GARDENALLOC_CONF=expandable_segments:True\S*\n")
         with open(page) as f:
@@ -74,7 +114,7 @@ class Doctor(unittest.TestCase):
         rc, out, err = run([self.oom, "--json"])
         self.assertEqual(rc, 0, err)
         j = json.loads(out)
-        self.assertEqual(j["capacity_bytes"], 6740 << 20)
+        self.assertEqual(j["capacity_bytes"], FRAGMENTED_CAPACITY_MIB << 20)
         self.assertTrue(j["use"].startswith("GARDENALLOC_CONF=expandable_segments:True"))
         names = [s["name"] for s in j["settings"]]
         self.assertEqual(names, ["pytorch", "split128", "split512", "pt_expandable", "ga_when_full", "gardenalloc"])
@@ -82,6 +122,36 @@ class Doctor(unittest.TestCase):
         self.assertEqual(py["first_oom"]["event"], self.failed_at)
         self.assertIn("CUDA out of memory", py["first_oom"]["report"])
         self.assertEqual(len(py["curve"]["reserved"]), len(py["curve"]["event"]))
+
+    def test_a_real_recorded_oom_is_reproduced_and_the_verdict_follows_the_table(self):
+        """ctx128 training dumped at its first failure on 6740 MiB: wherever
+        that falls, PyTorch's policy fails there again, and the doctor names a
+        setting exactly when one replays the snapshot without an OOM."""
+        rc, out, err = run([self.real_oom, "--json"])
+        self.assertEqual(rc, 0, err)
+        j = json.loads(out)
+        self.assertEqual(j["capacity_bytes"], 6740 << 20)
+        rows = {s["name"]: s for s in j["settings"]}
+        self.assertEqual(rows["pytorch"]["replay"]["first_oom"]["event"], self.real_failed_at)
+        self.assertEqual(rows["pt_expandable"]["conf"], "expandable_segments:True,expandable_policy:pytorch")
+        fits = [s for s in j["settings"] if s["replay"]["num_ooms"] == 0]
+        pytorch_fits = [s for s in fits if s["name"] in doctor.PYTORCH_ROWS]
+        if pytorch_fits:
+            best = min(pytorch_fits, key=lambda s: s["replay"]["peak_reserved_bytes"])
+        elif fits:
+            best = min(fits, key=lambda s: s["replay"]["peak_reserved_bytes"])
+        else:
+            best = None
+        self.assertEqual(j["use"], best["line"] if best else None)
+        rc, out, err = run([self.real_oom])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Fragmentation, not size.", out)
+        self.assertRegex(out, r"PyTorch, default settings +6\.\d\d GiB +\+\d\.\d %% +1   event %d"
+                         % self.real_failed_at)
+        if best is None:
+            self.assertIn("No setting tried avoids it", out)
+        else:
+            self.assertIn("\n    %s\n" % best["line"], out)
 
     def test_a_snapshot_that_fits_says_so(self):
         if not INFERENCE_PICKLE:
