@@ -362,6 +362,8 @@ static int opt_headroom_mb(ctx *x) {
   return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->headroom, "an integer >= 0 and <= " MAX_MIB);
 }
 
+static int opt_deterministic(ctx *x) { return value_bool(x, &x->c->deterministic); }
+
 static int opt_release_lock_on_cudamalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
 static int opt_release_lock_on_hipmalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }
 static int opt_graph_capture_record_stream_reuse(ctx *x) {

@@ -55,6 +55,7 @@ typedef struct ga_config {
   int sim_devices;               /* devices the simulated machine has */
   size_t max_reserved;           /* bytes the allocator may reserve; 0 = no limit */
   size_t headroom;               /* bytes of the device kept for others; 0 = none */
+  int deterministic;             /* placement a function of the request sequence alone */
 } ga_config;
 
 /* X(key, type, default, origin, doc). `origin` is "pytorch" or "gardenalloc". */
@@ -84,6 +85,10 @@ typedef struct ga_config {
   X(headroom_mb, "int MiB 0..2^40", "0", "gardenalloc",                                                      \
     "keep this much of the device's memory for what is not ours (NCCL, the CUDA context, other "             \
     "processes): reserve at most the device's memory less this; past it, GA_ERR_OOM before any device call") \
+  X(deterministic, "True|False", "False", "gardenalloc",                                                     \
+    "the same placement on every rank: offsets depend on the request sequence alone, never on the GPU's "    \
+    "timing (a free waiting on another stream is reused from the next cache miss on, waiting for it there; " \
+    "free memory of other streams moves only after a wait)")                                                 \
   X(expandable_segments, "True|False", "False", "pytorch",                                                   \
     "map pages into one growing reserved range per stream and pool instead of separate segments")            \
   X(expandable_page_size_mb, "int MiB, a multiple of 2, <= 2^40", "large_segment_size_mb", "gardenalloc",    \

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "ranks.h"
 #include "trace.h"
 
 static void usage(FILE *f) {
@@ -22,6 +23,7 @@ static void usage(FILE *f) {
           "  ga-bench hotpath [--pairs N] [--threads N]   allocate+free from the cache vs libc\n"
           "  ga-bench drivercost [--backend B] [--reps N]  what each device call costs here\n"
           "  ga-bench scale [--max-n N] [--budget-s S]   CPU time per call with N blocks live\n"
+          "  ga-bench ranks PATH... [--ranks N]   N ranks with different GPU timing: alike placement?\n"
           "  ga-bench keys [--markdown|--json]   the configuration keys\n"
           "  ga-bench --version\n"
           "Every command takes --help. STR is a GARDENALLOC_CONF string: key:value,key:value.\n");
@@ -347,6 +349,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "hotpath")) return cmd_hotpath(argc - 2, argv + 2);
   if (!strcmp(argv[1], "drivercost")) return cmd_drivercost(argc - 2, argv + 2);
   if (!strcmp(argv[1], "scale")) return cmd_scale(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "ranks")) return cmd_ranks(argc - 2, argv + 2);
   fprintf(stderr, "ga-bench: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

@@ -175,6 +175,21 @@ typedef struct ga_stats {
  *  stderr saying so. */
 GA_API ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out);
 
+/* The same placement on every rank: with deterministic:True in `conf`, the
+ * segment (named by the order of first use) and offset of every allocation
+ * are a function of the sequence of calls alone, whatever the GPU's timing:
+ * a free waiting on other streams (ga_record_stream) becomes reusable at the
+ * first cache miss after it, where its streams are waited for, never when
+ * its events happen to complete; free expandable memory of a stream moves
+ * only after the stream is known past the free, waiting for it if needed.
+ * Ranks running one program thus get the same offsets (collectives and pool
+ * reuse agree). The price is those waits (a stall only when the GPU is
+ * behind) and a different peak (docs/engines.md has both). What is not
+ * timing stays an input: the device's memory (cudaMemGetInfo, with the
+ * memory fraction and headroom), device failures, and ties between equal
+ * free blocks of different segments, broken by address (the same where the
+ * device hands out the same address order, as the simulated device does). */
+
 /** Destroys the allocator and gives every segment back to the device, including
  *  those still holding live allocations (their pointers become invalid).
  *  NULL is a no-op, and so is an allocator inherited through fork(). */

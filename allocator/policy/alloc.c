@@ -163,8 +163,10 @@ ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, size_t size, ga_stream_t st
                  size);
     return GA_ERR_OOM;
   }
-  if (a->pol.streams.npending && !a->pol.capture.routing)
-    ga_stream_process_events_locked(a); /* not during a capture */
+  /* Not during a capture; with deterministic:True not by the GPU's timing
+   * (which events have completed) but at a cache miss, below. */
+  if (a->pol.streams.npending && !a->pol.capture.routing && !a->cfg.deterministic)
+    ga_stream_process_events_locked(a);
   /* A page mapped earlier without its peers' access is fixed before anything
    * is handed out. */
   if (a->space.regrant) {
@@ -186,6 +188,15 @@ ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, size_t size, ga_stream_t st
   ga_free_tree *trees = priv ? priv->trees : a->pol.trees;
   ga_block *b = contiguous ? get_free_native(a, trees, pool, stream, rounded)
                            : get_free_block(a, trees, pool, stream, rounded);
+  if (!b && a->cfg.deterministic && a->pol.streams.npending && !a->pol.capture.routing) {
+    /* deterministic:True: frees waiting on other streams become free at the
+     * first cache miss after them, whatever the GPU has done: they are waited
+     * for here (a stall only where the GPU is behind), then the cache is
+     * searched again. A failed wait leaves those blocks pending. */
+    (void)ga_stream_sync_all_locked(a);
+    b = contiguous ? get_free_native(a, trees, pool, stream, rounded)
+                   : get_free_block(a, trees, pool, stream, rounded);
+  }
   if (!b) {
     in_tree = 0;
     ga_relax r;

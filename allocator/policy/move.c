@@ -159,7 +159,10 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
     /* Work queued on the block's stream before its free may still touch it:
      * unmap only once the stream is known to be past that free. */
     int idle, waited;
-    if ((rc = ga_stream_fence_locked(a, b->stream, b->free_seq, wait, &idle, &waited))) break;
+    /* deterministic:True: what moves may not depend on which fences the GPU
+     * has passed, so a stream not known to be past the free is waited for. */
+    int must = wait || a->cfg.deterministic;
+    if ((rc = ga_stream_fence_locked(a, b->stream, b->free_seq, must, &idle, &waited))) break;
     a->stats.num_unmap_syncs += waited;
     if (!idle) continue;
     if ((rc = ga_move_unmap_free_locked(a, b, g1 - k, g1))) break;
