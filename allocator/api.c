@@ -320,10 +320,6 @@ ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
   out->mapped_granules = a->stats.mapped_bytes.current / (int64_t)a->space.gran;
   out->cached_granules = a->stats.page_cache_bytes.current / (int64_t)a->space.gran;
   out->asleep_granules = (int64_t)a->pol.sleep.nsleepers;
-  out->mapped_pages = out->mapped_granules;
-  out->cached_pages = out->cached_granules;
-  out->num_pages_moved = out->num_granules_moved;
-  out->asleep_pages = out->asleep_granules;
   memcpy(out->device_calls, a->dev->calls, sizeof out->device_calls);
   memcpy(out->device_failures, a->dev->failures, sizeof out->device_failures);
   memcpy(out->device_ns, a->dev->ns, sizeof out->device_ns);

@@ -104,7 +104,7 @@ static void print_row(const char *path, const char *config, const replay_result 
       (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
       (unsigned long long)r->stats.device_calls[GA_CALL_MAP],
       (unsigned long long)r->stats.device_calls[GA_CALL_SET_ACCESS],
-      (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_pages_moved,
+      (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_granules_moved,
       (long long)r->stats.num_unmap_syncs, cost_ms(&r->stats), (long long)r->stats.num_stalls,
       (double)r->stats.stall_us / 1000.0, steady, r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
 }

@@ -175,10 +175,10 @@ void json_result(FILE *f, const json_fields *j) {
           r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, frag);
   fprintf(f,
           "\"num_ooms\":%llu,\"num_alloc_retries\":%llu,\"num_device_alloc\":%lld,\"num_device_free\":%lld,"
-          "\"num_pages_moved\":%lld,\"num_unmap_syncs\":%lld,\"num_sync_all_streams\":%lld,",
+          "\"num_granules_moved\":%lld,\"num_unmap_syncs\":%lld,\"num_sync_all_streams\":%lld,",
           (unsigned long long)r->num_ooms, (unsigned long long)r->num_alloc_retries,
           (long long)r->stats.num_device_alloc, (long long)r->stats.num_device_free,
-          (long long)r->stats.num_pages_moved, (long long)r->stats.num_unmap_syncs,
+          (long long)r->stats.num_granules_moved, (long long)r->stats.num_unmap_syncs,
           (long long)r->stats.num_sync_all_streams);
   fprintf(f, "\"est_driver_ms\":%.3f,\"cpu_ns_per_alloc_free\":%.1f,\"seconds\":%.6f,", cost_ms(&r->stats),
           r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0, r->seconds);

@@ -54,7 +54,7 @@ static double mib(uint64_t b) { return (double)b / (double)(1ull << 20); }
 static void csv_header(FILE *f) {
   fprintf(f,
           "workload,config,conf,events,peak_requested_bytes,peak_allocated_bytes,peak_reserved_bytes,"
-          "reserved_over_requested,fragmentation,ooms,num_alloc_retries,num_unmap_syncs,num_pages_moved");
+          "reserved_over_requested,fragmentation,ooms,num_alloc_retries,num_unmap_syncs,num_granules_moved");
   for (int k = 0; k < GA_CALL_COUNT; k++) fprintf(f, ",calls_%s", ga_device_call_name((ga_device_call_t)k));
   fprintf(f,
           ",est_driver_ms,num_stalls,stall_ms,lag_us,iterations,steady_memory_calls,cpu_ns_per_alloc_free\n");
@@ -68,7 +68,7 @@ static void csv_row(FILE *f, const char *wl, const bench_config *c, const replay
           (unsigned long long)r->peak_reserved,
           r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, frag,
           (unsigned long long)r->num_ooms, (unsigned long long)r->num_alloc_retries,
-          (long long)r->stats.num_unmap_syncs, (long long)r->stats.num_pages_moved);
+          (long long)r->stats.num_unmap_syncs, (long long)r->stats.num_granules_moved);
   for (int k = 0; k < GA_CALL_COUNT; k++) fprintf(f, ",%llu", (unsigned long long)r->stats.device_calls[k]);
   fprintf(f, ",%.3f,%lld,%.3f,%g,%d,%llu,%.1f\n", cost_ms(&r->stats), (long long)r->stats.num_stalls,
           (double)r->stats.stall_us / 1000.0, r->lag_us, r->iterations,
@@ -94,7 +94,7 @@ static void table_row(const bench_config *c, const replay_result *r) {
       (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
       (unsigned long long)r->stats.device_calls[GA_CALL_MAP],
       (unsigned long long)r->stats.device_calls[GA_CALL_SET_ACCESS],
-      (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_pages_moved,
+      (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_granules_moved,
       cost_ms(&r->stats), (long long)r->stats.num_stalls, (double)r->stats.stall_us / 1000.0, steady,
       r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
 }

@@ -133,10 +133,6 @@ typedef struct ga_stat {
   X(num_unmap_syncs, "stream synchronisations before unmapping memory")                             \
   X(num_granules_moved, "granules unmapped from free memory to be mapped elsewhere")                \
   X(asleep_granules, "2 MiB granules of live allocations given back by ga_sleep")                   \
-  X(mapped_pages, "the same as mapped_granules (the name in version 0.1)")                          \
-  X(cached_pages, "the same as cached_granules (the name in version 0.1)")                          \
-  X(num_pages_moved, "the same as num_granules_moved (the name in version 0.1)")                    \
-  X(asleep_pages, "the same as asleep_granules (the name in version 0.1)")                          \
   X(driver_us, "time spent in device calls, waits excluded (the simulated device: its cost model)") \
   X(num_stalls, "synchronisations that waited for work queued on the GPU")                          \
   X(stall_us, "time those synchronisations waited")                                                 \

@@ -27,7 +27,7 @@ Test(sleep, offloaded_allocations_come_back_at_the_same_addresses) {
   cr_assert_eq(ga_sleep(fx_a, "kv_cache", 0), GA_OK, "%s", ga_last_error());
   /* weights: 10 whole pages; kv_cache: 15 (the page it shares with `other` stays). */
   cr_assert_eq(device_free() - before, 50 * MiB, "%zu MiB given back", (device_free() - before) >> 20);
-  cr_assert_eq(fx_stats().asleep_pages, 25);
+  cr_assert_eq(fx_stats().asleep_granules, 25);
   cr_assert_eq(ga_check(fx_a), 0);
   cr_assert_eq(ga_free(fx_a, w), GA_ERR_INVALID);
   cr_assert(strstr(ga_last_error(), "is asleep") != NULL, "%s", ga_last_error());
@@ -36,7 +36,7 @@ Test(sleep, offloaded_allocations_come_back_at_the_same_addresses) {
   memset(x, 1, 8 * MiB);
   fx_free(x);
   cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
-  cr_assert_eq(fx_stats().asleep_pages, 0);
+  cr_assert_eq(fx_stats().asleep_granules, 0);
   cr_assert(fx_verify(w, 20 * MiB, 1), "weights restored byte for byte at the same address");
   memset(kv, 7, 30 * MiB); /* discarded, but mapped again */
   cr_assert(fx_verify(other, 3 * MiB, 3));
@@ -57,7 +57,7 @@ Test(sleep, a_tag_ends_with_its_allocation) {
   cr_assert_eq(again, kv, "the same memory is reused");
   fx_fill(again, 8 * MiB, 5);
   cr_assert_eq(ga_sleep(fx_a, "kv_cache", 0), GA_OK, "%s", ga_last_error());
-  cr_assert_eq(fx_stats().asleep_pages, 0, "nothing tagged kv_cache is live");
+  cr_assert_eq(fx_stats().asleep_granules, 0, "nothing tagged kv_cache is live");
   cr_assert(fx_verify(again, 8 * MiB, 5));
   cr_assert_eq(ga_wake(fx_a), GA_OK);
   fx_free(again);
@@ -75,7 +75,7 @@ Test(sleep, wake_without_memory_reports_and_can_be_retried) {
                 strstr(ga_last_error(), "CUDA out of memory"),
             "%s", ga_last_error());
   cr_assert_eq(ga_check(fx_a), 0);
-  cr_assert_gt(fx_stats().asleep_pages, 0);
+  cr_assert_gt(fx_stats().asleep_granules, 0);
   fx_free(filler);
   cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
   cr_assert(fx_verify(w, 30 * MiB, 5));
@@ -117,7 +117,7 @@ Test(sleep, a_wake_that_cannot_undo_keeps_the_contents_for_the_next) {
   ga_tag(fx_a, w, "weights");
   fx_fill(w, 6 * MiB, 4);
   cr_assert_eq(ga_sleep(fx_a, "weights", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
-  cr_assert_eq(fx_stats().asleep_pages, 3);
+  cr_assert_eq(fx_stats().asleep_granules, 3);
   fx_inject(GA_CALL_COPY, 1, GA_DEV_EDRIVER, 0);
   fx_inject(GA_CALL_UNMAP, 1, GA_DEV_EDRIVER, 0);
   cr_assert_eq(ga_wake(fx_a), GA_ERR_DEVICE);
@@ -128,7 +128,7 @@ Test(sleep, a_wake_that_cannot_undo_keeps_the_contents_for_the_next) {
   cr_assert_eq(ga_wake(fx_a), GA_ERR_DEVICE, "the restore itself can fail again");
   cr_assert_eq(ga_check(fx_a), 0);
   cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
-  cr_assert_eq(fx_stats().asleep_pages, 0);
+  cr_assert_eq(fx_stats().asleep_granules, 0);
   cr_assert(fx_verify(w, 6 * MiB, 4), "every byte came back");
   fx_free(w);
 }

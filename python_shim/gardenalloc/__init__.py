@@ -187,7 +187,7 @@ def memory_summary(device=0):
             out.append("%-28s|%12s|%12s|%12s|%12s" % ((label,) + tuple(cells)))
         out.append("-" * w)
     for key in ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
-                "mapped_pages", "cached_pages", "num_pages_moved"):
+                "mapped_granules", "cached_granules", "num_granules_moved"):
         out.append("%-28s| %d" % (key, s[key]))
     out.append("=" * w)
     return "\n".join(out)

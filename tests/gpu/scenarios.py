@@ -99,7 +99,7 @@ def installed_by_run():
     assert s["allocated_bytes.all.current"] >= 64 << 20, s["allocated_bytes.all.current"]
     assert gardenalloc.configuration() == ("expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF"), \
         gardenalloc.configuration()
-    assert s["mapped_pages"] > 0, "expandable segments from PYTORCH_CUDA_ALLOC_CONF"
+    assert s["mapped_granules"] > 0, "expandable segments from PYTORCH_CUDA_ALLOC_CONF"
     assert int(x.sum()) == 64 << 20
     child = subprocess.run([sys.executable, "-c", "import torch, gardenalloc; t = torch.ones(1 << 20, device='cuda');"
                             " print(gardenalloc.memory_stats()['allocation.all.current'])"],

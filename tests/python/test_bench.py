@@ -104,7 +104,7 @@ class Results(unittest.TestCase):
         objs = [json.loads(l) for l in lines]
         self.assertEqual([o["config"] for o in objs], ["native", "exp"])
         for o in objs:
-            for k in ("num_pages_moved", "num_unmap_syncs", "size_scale", "num_device_alloc", "trace_peak_live_bytes",
+            for k in ("num_granules_moved", "num_unmap_syncs", "size_scale", "num_device_alloc", "trace_peak_live_bytes",
                       "peak_reserved_bytes", "first_oom", "curve", "command", "device_calls"):
                 self.assertIn(k, o)
             self.assertEqual(o["num_ooms"], 1)

@@ -109,7 +109,7 @@ class OneTruth(unittest.TestCase):
                                  stats["requested_bytes.all.current"])
         self.assertTrue(any(st["page_cache_bytes.current"] for _, _, st in SNAPS.values()),
                         "some snapshot holds a page cache")
-        self.assertTrue(any(st["num_pages_moved"] for _, _, st in SNAPS.values()), "some snapshot moved pages")
+        self.assertTrue(any(st["num_granules_moved"] for _, _, st in SNAPS.values()), "some snapshot moved pages")
 
 
 class Viewer(unittest.TestCase):
