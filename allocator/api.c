@@ -86,6 +86,15 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
     ga_error_set("ga_create: host out of memory");
     return GA_ERR_HOST_MEMORY;
   }
+  if (cfg->expandable_segments && dev->vmm_unsupported) {
+    ga_error_set(
+        "ga_create: expandable_segments:True needs the CUDA virtual memory management API, which device %d "
+        "does not support (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0); use "
+        "expandable_segments:False",
+        dev->ordinal);
+    free(a);
+    return GA_ERR_UNSUPPORTED;
+  }
   memset(a, 0, sizeof *a);
   (void)pthread_once(&fork_once, fork_register);
   a->fork_gen = atomic_load_explicit(&ga_fork_generation, memory_order_relaxed);
@@ -216,6 +225,11 @@ ga_status_t ga_mem_ranges(ga_allocator_t *a, void *ptr, ga_mem_range_t *out, siz
 ga_status_t ga_free(ga_allocator_t *a, void *ptr) {
   ENTER("ga_free");
   return leave(a, ptr ? ga_free_locked(a, ptr) : GA_OK);
+}
+
+ga_status_t ga_free_even_asleep(ga_allocator_t *a, void *ptr) {
+  ENTER("ga_free");
+  return leave(a, ptr ? ga_free_at_wake_locked(a, ptr) : GA_OK);
 }
 
 /* The live allocation at ptr, or NULL with the error text naming what ptr is. */

@@ -161,20 +161,6 @@ int ga_frames_capture(int c, int python, ga_frame *out, int max) {
   return n;
 }
 
-static void json_str(ga_text *t, const char *s) {
-  ga_text_put(t, "\"");
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      ga_text_put(t, "\\%c", ch);
-    else if (ch < 0x20)
-      ga_text_put(t, "\\u%04x", ch);
-    else
-      ga_text_put(t, "%c", ch);
-  }
-  ga_text_put(t, "\"");
-}
-
 void ga_frames_json(ga_text *t, const ga_frame *f, int n) {
   ga_text_put(t, "[");
   for (int i = 0; i < n; i++) {
@@ -201,9 +187,9 @@ void ga_frames_json(ga_text *t, const ga_frame *f, int n) {
       }
     }
     ga_text_put(t, "%s{\"filename\":", i ? "," : "");
-    json_str(t, file);
+    ga_text_json_str(t, file);
     ga_text_put(t, ",\"line\":%d,\"name\":", line);
-    json_str(t, name);
+    ga_text_json_str(t, name);
     ga_text_put(t, "}");
   }
   ga_text_put(t, "]");

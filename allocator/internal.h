@@ -76,6 +76,7 @@ struct ga_block {
   uint64_t free_seq;     /* a->pol.streams.free_clock when its memory was last freed by a client */
   uint8_t tag;           /* 0 = none, else index + 1 in a->pol.sleep.tags */
   uint8_t asleep;        /* some of its granules are asleep (ga_sleep) */
+  uint8_t free_at_wake;  /* freed by PyTorch while asleep: ga_wake frees it */
   uint32_t nquarantined; /* its pending entries without an event (counted in quarantined_bytes) */
 };
 
@@ -212,6 +213,7 @@ typedef struct ga_policy {
     int ntags;
     ga_sleeper *sleepers; /* granules released by ga_sleep, to map again at wake */
     size_t nsleepers, cap_sleepers;
+    size_t nfree_at_wake; /* blocks with free_at_wake set */
   } sleep;
 } ga_policy;
 
@@ -288,6 +290,12 @@ extern atomic_uint ga_fork_generation;
 static inline int ga_inherited(const ga_allocator_t *a) {
   return a->fork_gen != atomic_load_explicit(&ga_fork_generation, memory_order_relaxed);
 }
+
+/* ---- For PyTorch's free (api.c) ----
+ * ga_free, except that an allocation asleep is freed by the ga_wake that
+ * maps it again (PyTorch frees in a destructor and cannot wait), instead of
+ * being refused. */
+ga_status_t ga_free_even_asleep(ga_allocator_t *a, void *ptr);
 
 /* ---- For tests: an allocator on a device the caller owns ---- */
 GA_API ga_status_t ga_create_on_device(const char *conf, ga_device *dev, ga_allocator_t **out);

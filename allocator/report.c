@@ -34,7 +34,9 @@ static int expandable_would_serve(const ga_oom_facts *f) {
 
 void ga_report_oom(const ga_oom_facts *f) {
   char tried[32], cap[32], fr[32], allowed[64] = "", alloc[32], unalloc[32], bigs[32];
-  size_t unallocated = f->reserved - f->allocated;
+  /* Allocations asleep (ga_sleep) count as allocated with no memory reserved
+   * behind them: allocated may exceed reserved. */
+  size_t unallocated = f->reserved > f->allocated ? f->reserved - f->allocated : 0;
   ga_format_size(f->tried, tried, sizeof tried);
   ga_format_size(f->total, cap, sizeof cap);
   if (f->have_free)

@@ -169,10 +169,10 @@ void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
     ga_text_put(o, "]");
   }
   const ga_config *c = &a->cfg;
-  ga_text_put(o, "],\"allocator_settings\":{\"PYTORCH_CUDA_ALLOC_CONF\":\"");
-  for (const char *p = a->conf_text; *p; p++) ga_text_put(o, (*p == '"' || *p == '\\') ? "\\%c" : "%c", *p);
+  ga_text_put(o, "],\"allocator_settings\":{\"PYTORCH_CUDA_ALLOC_CONF\":");
+  ga_text_json_str(o, a->conf_text); /* tabs and newlines separate settings too */
   ga_text_put(o,
-              "\",\"max_split_size\":%lld,\"garbage_collection_threshold\":%g,\"expandable_segments\":%s,"
+              ",\"max_split_size\":%lld,\"garbage_collection_threshold\":%g,\"expandable_segments\":%s,"
               "\"pinned_num_register_threads\":%d,\"release_lock_on_cudamalloc\":%s,"
               "\"pinned_use_cuda_host_register\":%s,"
               "\"graph_capture_record_stream_reuse\":%s,\"roundup_power2_divisions\":{",

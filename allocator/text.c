@@ -29,6 +29,20 @@ void ga_text_put(ga_text *t, const char *fmt, ...) {
   if (n > 0) t->len += (size_t)n;
 }
 
+void ga_text_json_str(ga_text *t, const char *s) {
+  ga_text_put(t, "\"");
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      ga_text_put(t, "\\%c", ch);
+    else if (ch < 0x20 || ch == 0x7f)
+      ga_text_put(t, "\\u%04x", ch);
+    else
+      ga_text_put(t, "%c", ch);
+  }
+  ga_text_put(t, "\"");
+}
+
 size_t ga_text_end(ga_text *t) {
   if (t->cap && t->len >= t->cap) t->buf[t->cap - 1] = 0;
   return t->len;

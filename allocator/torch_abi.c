@@ -7,7 +7,9 @@
  * backend is CUDA on a GPU machine). PyTorch calls these from any thread
  * without a lock of its own. A free whose size, device or stream does not
  * match the allocation is reported on stderr and done as recorded; free never
- * fails loudly (it runs in a destructor). ga_torch_alloc_nothrow returns NULL
+ * fails loudly (it runs in a destructor): a free that went wrong is said on
+ * stderr, and a tensor freed while its memory sleeps (ga_sleep) is freed by
+ * the ga_wake that maps it again. ga_torch_alloc_nothrow returns NULL
  * on failure with the report in ga_last_error(); ga_torch_alloc throws it as a
  * C++ exception when the library was built with a C++ compiler (PyTorch turns
  * that into a Python RuntimeError), and is the non-throwing one otherwise.
@@ -148,7 +150,10 @@ GA_API void ga_torch_free(void *ptr, ssize_t size, int device, void *stream) {
   if (stream != owner)
     report("PyTorch said stream 0x%llx, the allocation is on stream 0x%llx", ptr,
            (long long)(uintptr_t)stream, (long long)(uintptr_t)owner);
-  (void)ga_free(a, ptr);
+  /* An allocation asleep (ga_sleep) is freed by the wake that maps it again;
+   * anything else that goes wrong is said, as free cannot fail. */
+  if (ga_free_even_asleep(a, ptr) != GA_OK && atomic_fetch_add(&reports, 1) < 20)
+    fprintf(stderr, "gardenalloc: %s\n", ga_last_error());
 }
 
 GA_API void ga_torch_init(int device_count) { (void)device_count; /* allocators are made on first use */ }

@@ -38,7 +38,7 @@ static uint64_t parse_time(const char *s) {
 }
 
 static int parse_num(const char *s, uint64_t *out) {
-  if (!*s) return -1;
+  if (*s < '0' || *s > '9') return -1; /* strtoull would skip spaces and take a sign: " -100" */
   errno = 0;
   char *end;
   unsigned long long v = strtoull(s, &end, 0);
@@ -61,31 +61,38 @@ static int split(char *line, char *f[6]) {
 }
 
 /* One line of at most TRACE_LINE_MAX bytes, its end of line removed: 1, or 0
- * at the end of the file, or -1 with the reason in err. */
+ * at the end of the file, or -1 with the reason in err. The line is read
+ * into a buffer of that size and no more: a file without newlines
+ * (/dev/zero) is refused after TRACE_LINE_MAX + 2 bytes, never read whole. */
 #define TRACE_LINE_MAX 4096
 static int read_line(FILE *f, char **line, size_t *cap, size_t *len, const char *name, size_t lineno,
                      char *err, size_t errlen) {
-  errno = 0;
-  ssize_t n = getline(line, cap, f);
-  if (n < 0) {
-    if (errno == ENOMEM) {
+  if (!*line) {
+    *cap = TRACE_LINE_MAX + 2;
+    *line = malloc(*cap);
+    if (!*line) {
       snprintf(err, errlen, "%s: out of memory", name);
       return -1;
     }
-    return 0;
   }
-  size_t l = (size_t)n;
-  const char *nul = memchr(*line, 0, l);
-  if (nul) {
-    snprintf(err, errlen, "%s:%zu: a NUL byte at column %zu (a text file has none)", name, lineno,
-             (size_t)(nul - *line) + 1);
+  size_t l = 0;
+  int c;
+  while ((c = getc_unlocked(f)) != EOF && c != '\n') {
+    if (c == 0) {
+      snprintf(err, errlen, "%s:%zu: a NUL byte at column %zu (a text file has none)", name, lineno, l + 1);
+      return -1;
+    }
+    if (l == TRACE_LINE_MAX + 1) break; /* too long, whatever follows */
+    (*line)[l++] = (char)c;
+  }
+  if (c == EOF && l == 0) return 0;
+  int cut = c != EOF && c != '\n';
+  while (!cut && l && (*line)[l - 1] == '\r') l--;
+  if (cut || l > TRACE_LINE_MAX) {
+    snprintf(err, errlen, "%s:%zu: line too long (more than %d bytes)", name, lineno, TRACE_LINE_MAX);
     return -1;
   }
-  while (l && ((*line)[l - 1] == '\n' || (*line)[l - 1] == '\r')) (*line)[--l] = 0;
-  if (l > TRACE_LINE_MAX) {
-    snprintf(err, errlen, "%s:%zu: line too long (%zu bytes; at most %d)", name, lineno, l, TRACE_LINE_MAX);
-    return -1;
-  }
+  (*line)[l] = 0;
   *len = l;
   return 1;
 }

@@ -91,7 +91,8 @@ static inline int fx_on_cuda(void) {
   X(cudadouble_calls)                  \
   X(cudadouble_leaks)                  \
   X(cudadouble_last_refusal)           \
-  X(cudadouble_quiet)
+  X(cudadouble_quiet)                  \
+  X(cudadouble_set_vmm)
 #define FX_STR_(x) #x
 #define FX_STR(x)  FX_STR_(x)
 static struct {

@@ -189,6 +189,34 @@ Test(cudabackend, a_context_that_cannot_be_retained_is_named) {
   cr_assert_eq(u.context_refs, 1, "only the fixture's retain");
 }
 
+/* A device without virtual memory management: expandable segments are
+ * refused at ga_create, before any memory call, in words that say why and
+ * what to do; native mode works. */
+Test(cudabackend, expandable_segments_need_virtual_memory_management) {
+  need_cuda();
+  fx_cu_machine(1, 256 * MiB);
+  FX_CU_OK(fx_cu.cudadouble_set_vmm(0, 0));
+  const char *mem = "cuMemCreate,cuMemAddressReserve,cuMemAlloc,cuMemMap";
+  uint64_t calls = fx_cu.cudadouble_calls(mem);
+  ga_allocator_t *a = NULL;
+  cr_assert_eq(ga_create("backend:cuda," EXP2, 0, &a), GA_ERR_UNSUPPORTED, "%s", ga_last_error());
+  cr_assert_null(a);
+  cr_assert(strstr(ga_last_error(),
+                   "expandable_segments:True needs the CUDA virtual memory management API, "
+                   "which device 0 does not support") &&
+                strstr(ga_last_error(), "use expandable_segments:False"),
+            "%s", ga_last_error());
+  cr_assert_eq(fx_cu.cudadouble_calls(mem), calls, "no memory call was made");
+  cr_assert_eq(ga_create("backend:cuda", 0, &a), GA_OK, "%s", ga_last_error());
+  void *p = NULL;
+  cr_assert_eq(ga_malloc(a, 5 * MiB, NULL, &p), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_free(a, p), GA_OK);
+  ga_destroy(a);
+  FX_CU_OK(fx_cu.cudadouble_set_vmm(0, 1));
+  cr_assert_eq(ga_create("backend:cuda," EXP2, 0, &a), GA_OK, "%s", ga_last_error());
+  ga_destroy(a);
+}
+
 /* PyTorch's pluggable-allocator entry points, as PyTorch calls them, on the
  * CUDA backend: streams are real streams, device 1 allocates on its legacy
  * stream, a memory fraction caps device 0, and the caller's context stays. */

@@ -77,6 +77,11 @@ Test(replay, bad_lines_are_reported_with_their_line_number) {
   expect_load_error("1,0,allocate,0x1,12abc,0\n", ":1: malformed size field");
   expect_load_error("1,0,allocate,zz,100,0\n", ":1: malformed pointer field");
   expect_load_error("1,0,allocate,0x1,100,-1\n", ":1: malformed stream field");
+  /* strtoull skips spaces and takes a sign: " -100" would be 2^64 - 100 bytes. */
+  expect_load_error("1,0,allocate,0x1, -100,0\n", ":1: malformed size field");
+  expect_load_error("1,0,allocate,0x1,+100,0\n", ":1: malformed size field");
+  expect_load_error("1,0,allocate, 0x1,100,0\n", ":1: malformed pointer field");
+  expect_load_error("1,0,allocate,0x1,100,\t-1\n", ":1: malformed stream field");
   trace t;
   char err[256];
   cr_assert_eq(trace_load("/nonexistent/trace.csv", &t, err, sizeof err), -1);
@@ -138,12 +143,45 @@ Test(replay, a_nul_byte_or_a_long_line_is_named) {
   p = write_trace(longline);
   free(longline);
   cr_assert_eq(trace_load(p, &t, err, sizeof err), -1);
-  cr_assert(strstr(err, ":1: line too long (4999 bytes; at most 4096)"), "%s", err);
+  cr_assert(strstr(err, ":1: line too long (more than 4096 bytes)"), "%s", err);
   /* A last line without its newline, and CRLF ends, are fine. */
   p = write_trace("1,0,allocate,0x1,100,0\r\n1,0,free,0x1,100,0");
   cr_assert_eq(trace_load(p, &t, err, sizeof err), 0, "%s", err);
   cr_assert_eq(t.n, 2);
   trace_free(&t);
+}
+
+/* An endless line: the reader stops at the line limit, whatever the file. */
+static size_t endless_read;
+static ssize_t endless(void *cookie, char *buf, size_t n) {
+  (void)cookie;
+  if (endless_read >= 64 * MiB) return 0; /* the old reader would have read all of it */
+  memset(buf, '1', n);
+  endless_read += n;
+  return (ssize_t)n;
+}
+
+Test(replay, a_file_without_newlines_is_refused_before_it_is_read_whole) {
+  FILE *f = fopencookie(NULL, "r", (cookie_io_functions_t){.read = endless});
+  cr_assert(f != NULL);
+  trace t;
+  char err[512];
+  cr_assert_eq(trace_read(f, "endless", &t, err, sizeof err), -1);
+  fclose(f);
+  cr_assert(strstr(err, "endless:1: line too long (more than 4096 bytes)"), "%s", err);
+  cr_assert_lt(endless_read, 64 * KiB, "%zu bytes read for one line", endless_read);
+  /* /dev/zero: its first byte is named. */
+  cr_assert_eq(trace_load("/dev/zero", &t, err, sizeof err), -1);
+  cr_assert(strstr(err, "/dev/zero:1: a NUL byte at column 1"), "%s", err);
+  /* A line of exactly the limit, with a CR, is a line. */
+  char *line = malloc(4096 + 3);
+  cr_assert(line != NULL);
+  memset(line, ' ', 4096);
+  memcpy(line, "1,0,allocate,0x1,100,0", 22);
+  memcpy(line + 4096, "\r\n", 3);
+  cr_assert_eq(trace_load(write_trace(line), &t, err, sizeof err), -1);
+  cr_assert(strstr(err, "malformed stream field"), "the line was read whole: %s", err);
+  free(line);
 }
 
 Test(replay, a_real_pytorch_trace_reaches_its_recorded_peak) {

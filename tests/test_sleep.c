@@ -235,3 +235,58 @@ Test(sleep, pytorch_policy_grows_within_its_run_after_a_wake, .timeout = 20) {
   fx_free(p[0]);
   fx_free(p[2]);
 }
+
+/* With an allocation asleep, what is allocated exceeds what is reserved (its
+ * memory went back to the device). The OOM report's "reserved but
+ * unallocated" is then nothing, not a size_t that wrapped to 16 EiB. */
+Test(sleep, the_oom_report_with_an_allocation_asleep) {
+  fx_open(EXP2, 64 * MiB);
+  char *w = fx_alloc(40 * MiB);
+  cr_assert_eq(ga_tag(fx_a, w, "weights"), GA_OK);
+  cr_assert_eq(ga_sleep(fx_a, "weights", 0), GA_OK, "%s", ga_last_error());
+  ga_stats_t s = fx_stats();
+  cr_assert_gt(s.allocated_bytes[GA_POOL_ALL].current, s.reserved_bytes[GA_POOL_ALL].current,
+               "the case under test: %lld > %lld", (long long)s.allocated_bytes[GA_POOL_ALL].current,
+               (long long)s.reserved_bytes[GA_POOL_ALL].current);
+  void *p = NULL;
+  cr_assert_eq(ga_malloc(fx_a, 200 * MiB, NULL, &p), GA_ERR_OOM);
+  const char *msg = ga_last_error();
+  cr_assert(strstr(msg, "and 0 bytes is reserved by gardenalloc but unallocated") != NULL, "%s", msg);
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  fx_free(w);
+}
+
+/* PyTorch frees a tensor whose memory sleeps (its destructor cannot wait for
+ * ga_wake): the free is not refused and lost, the wake that maps it again
+ * frees it. */
+Test(sleep_torch, pytorch_frees_a_tensor_while_it_sleeps) {
+  cr_assert_eq(setenv("GARDENALLOC_CONF", "backend:sim,sim_capacity_mb:256," EXP2, 1), 0);
+  ga_allocator_t *a = ga_torch_allocator(0);
+  cr_assert_not_null(a, "%s", ga_last_error());
+  void *w = ga_torch_alloc_nothrow(20 * MiB, 0, NULL), *kv = ga_torch_alloc_nothrow(6 * MiB, 0, NULL);
+  cr_assert(w && kv, "%s", ga_last_error());
+  cr_assert_eq(ga_tag(a, w, "weights"), GA_OK);
+  cr_assert_eq(ga_tag(a, kv, "weights"), GA_OK);
+  cr_assert_eq(ga_sleep(a, "weights", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  ga_torch_free(w, 20 * MiB, 0, NULL);
+  ga_stats_t s;
+  cr_assert_eq(ga_stats(a, &s), GA_OK);
+  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].current, 26 * MiB, "still allocated while it sleeps");
+  cr_assert_eq(ga_check(a), 0);
+  cr_assert_eq(ga_wake(a), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_stats(a, &s), GA_OK);
+  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].current, 6 * MiB, "the wake freed what PyTorch freed: %lld",
+               (long long)s.allocated_bytes[GA_POOL_ALL].current);
+  cr_assert_eq(ga_free(a, w), GA_ERR_BAD_POINTER, "w was freed");
+  cr_assert_eq(ga_check(a), 0);
+  /* The memory is reused, and a later sleep of the tag does not take it. */
+  void *again = ga_torch_alloc_nothrow(20 * MiB, 0, NULL);
+  cr_assert_not_null(again);
+  cr_assert_eq(ga_sleep(a, "weights", 0), GA_OK);
+  cr_assert_eq(ga_free(a, again), GA_OK, "untagged: awake");
+  ga_torch_free(kv, 6 * MiB, 0, NULL);
+  cr_assert_eq(ga_wake(a), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_stats(a, &s), GA_OK);
+  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].current, 0);
+  cr_assert_eq(ga_check(a), 0);
+}

@@ -53,6 +53,22 @@ Test(snapshot, segments_blocks_and_states) {
   fx_free(b);
 }
 
+/* Tabs, newlines and other spaces separate settings as a space does; the
+ * settings string is copied into the snapshot with every control character
+ * escaped, so the JSON stays valid. */
+Test(snapshot, settings_with_tabs_and_newlines_stay_valid_json) {
+  fx_open("max_split_size_mb:64,\texpandable_segments:False\n\r\v\f", 64 * MiB);
+  char *s = snap();
+  for (const char *p = s; *p; p++)
+    cr_assert_geq((unsigned char)*p, 0x20, "a raw control character 0x%02x at %zu: %s", (unsigned char)*p,
+                  (size_t)(p - s), s);
+  cr_assert(strstr(s,
+                   "\"PYTORCH_CUDA_ALLOC_CONF\":\"max_split_size_mb:64,\\u0009expandable_segments:"
+                   "False\\u000a\\u000d\\u000b\\u000c\",") != NULL,
+            "%s", s);
+  free(s);
+}
+
 Test(snapshot, the_history_records_every_event_in_order) {
   fx_open(NULL, 64 * MiB);
   cr_assert_eq(ga_record_history(fx_a, 1, 0), GA_OK);

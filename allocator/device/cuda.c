@@ -40,6 +40,7 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
   X(cuGetErrorString)              \
   X(cuDeviceGetCount)              \
   X(cuDeviceGet)                   \
+  X(cuDeviceGetAttribute)          \
   X(cuDevicePrimaryCtxRetain)      \
   X(cuDevicePrimaryCtxRelease)     \
   X(cuCtxGetCurrent)               \
@@ -342,6 +343,11 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
     free(c);
     return GA_DEV_ENODEV;
   }
+  /* Expandable segments need the virtual memory management API (cuMemCreate,
+   * cuMemMap): a device without it is refused for them at ga_create. */
+  int vmm = 0;
+  r = cu.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, c->dev);
+  c->base.vmm_unsupported = r == CUDA_SUCCESS && !vmm;
   c->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   c->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   c->prop.location.id = ordinal;

@@ -140,6 +140,7 @@ struct ga_device {
   uint64_t stalls;                  /* synchronisations that waited for queued work */
   uint64_t stall_ns;                /* and how long they waited */
   char error[512];                  /* text of the last failure */
+  int vmm_unsupported;              /* no reserve/create/map (the driver's VMM attribute is 0) */
 };
 
 /* Opens a backend. `backend` is "auto", "cuda" or "sim". For "auto" a missing

@@ -166,6 +166,9 @@ ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag);
 ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags);
 ga_status_t ga_wake_locked(ga_allocator_t *a);
 ga_status_t ga_sleep_mode_locked(ga_allocator_t *a, const char *tag, int mode);
+/* ga_free, or, for an allocation asleep, marks it to be freed by the wake
+ * that maps it again (GA_OK). */
+ga_status_t ga_free_at_wake_locked(ga_allocator_t *a, void *ptr);
 /* Frees what ga_sleep kept on the host. */
 void ga_sleep_teardown_locked(ga_allocator_t *a);
 

@@ -155,6 +155,30 @@ static void all_awake(ga_allocator_t *a) {
     for (ga_block *b = s->head; b; b = b->next) b->asleep = 0;
 }
 
+ga_status_t ga_free_at_wake_locked(ga_allocator_t *a, void *ptr) {
+  ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
+  if (!b || !b->asleep) return ga_free_locked(a, ptr);
+  if (!b->free_at_wake) a->pol.sleep.nfree_at_wake++;
+  b->free_at_wake = 1;
+  return GA_OK;
+}
+
+/* Everything is awake: free what PyTorch freed while it slept. */
+static void free_woken(ga_allocator_t *a) {
+  while (a->pol.sleep.nfree_at_wake) {
+    ga_block *hit = NULL;
+    for (ga_segment *s = a->space.segs; s && !hit; s = s->next)
+      for (ga_block *b = s->head; b && !hit; b = b->next)
+        if (b->free_at_wake) hit = b;
+    if (!hit) break;
+    hit->free_at_wake = 0;
+    a->pol.sleep.nfree_at_wake--;
+    /* Freed as ga_free frees (a failed stream wait quarantines it). */
+    (void)ga_free_locked(a, (void *)hit->ptr);
+  }
+  a->pol.sleep.nfree_at_wake = 0;
+}
+
 /* Granules a failed wake mapped again but could neither fill nor unmap:
  * finish them now (access, contents). */
 static int restore_pending(ga_allocator_t *a) {
@@ -360,6 +384,7 @@ static ga_status_t wake_locked(ga_allocator_t *a) {
     }
   } else {
     all_awake(a);
+    free_woken(a);
   }
   return st;
 }

@@ -310,6 +310,21 @@ CD_EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
   return cd_leave(r);
 }
 
+/* Only the attribute gardenalloc asks for is modelled. */
+CD_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
+  CUresult r = cd_enter(CD_DEVICE_GET_ATTRIBUTE);
+  if (r) return cd_leave(r);
+  if (!pi) return cd_leave(cd_refuse(CD_DEVICE_GET_ATTRIBUTE, CUDA_ERROR_INVALID_VALUE, "pi is NULL"));
+  if (dev < 0 || dev >= cd.ndev)
+    return cd_leave(cd_refuse(CD_DEVICE_GET_ATTRIBUTE, CUDA_ERROR_INVALID_DEVICE, "device %d (%d devices)",
+                              dev, cd.ndev));
+  if (attrib != CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)
+    cd_die(CD_DEVICE_GET_ATTRIBUTE, "attribute %d is not modelled", (int)attrib);
+  if ((r = cd_fault_hit(CD_DEVICE_GET_ATTRIBUTE))) return cd_leave(r);
+  *pi = !cd.dev[dev].no_vmm;
+  return cd_leave(r);
+}
+
 /* ---- Primary contexts ---- */
 
 CD_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
@@ -456,6 +471,14 @@ CD_LEGACY(cuStreamBeginCapture, cuStreamBeginCapture_v2)
 CD_EXPORT CUresult cudadouble_configure(int devices, size_t bytes) {
   pthread_mutex_lock(&cd.mu);
   CUresult r = live_objects() ? CUDA_ERROR_ILLEGAL_STATE : machine_set(devices, bytes);
+  pthread_mutex_unlock(&cd.mu);
+  return r;
+}
+
+CD_EXPORT CUresult cudadouble_set_vmm(int ordinal, int supported) {
+  pthread_mutex_lock(&cd.mu);
+  CUresult r = ordinal < 0 || ordinal >= cd.ndev ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+  if (!r) cd.dev[ordinal].no_vmm = !supported;
   pthread_mutex_unlock(&cd.mu);
   return r;
 }

@@ -41,6 +41,12 @@ typedef struct cudadouble_usage {
  * reservations, streams, events, graphs, retained contexts). */
 CUresult cudadouble_configure(int devices, size_t bytes);
 
+/* Whether device `ordinal` has virtual memory management (the default: yes):
+ * without it, cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) says
+ * 0 and cuMemCreate is CUDA_ERROR_NOT_SUPPORTED, as on a GPU or driver
+ * without it. Reset by cudadouble_configure. */
+CUresult cudadouble_set_vmm(int ordinal, int supported);
+
 /* Fills *u for device `ordinal`. */
 CUresult cudadouble_usage_get(int ordinal, cudadouble_usage *u);
 

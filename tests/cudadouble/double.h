@@ -27,6 +27,7 @@
   X(INIT, "cuInit")                                             \
   X(DEVICE_GET_COUNT, "cuDeviceGetCount")                       \
   X(DEVICE_GET, "cuDeviceGet")                                  \
+  X(DEVICE_GET_ATTRIBUTE, "cuDeviceGetAttribute")               \
   X(PRIMARY_RETAIN, "cuDevicePrimaryCtxRetain")                 \
   X(PRIMARY_RELEASE, "cuDevicePrimaryCtxRelease")               \
   X(CTX_GET_CURRENT, "cuCtxGetCurrent")                         \
@@ -142,6 +143,7 @@ typedef struct cd_device {
   int fd; /* the device memory: a sparse memfd */
   size_t ngran, used;
   unsigned char *taken; /* per granule */
+  int no_vmm;           /* without virtual memory management (cudadouble_set_vmm) */
   struct CUctx_st ctx;
 } cd_device;
 

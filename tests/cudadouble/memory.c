@@ -324,6 +324,9 @@ CD_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, siz
                               "size %zu is not a multiple of the %zu-byte granularity", size, CD_GRAN));
   if ((r = cd_capture_unsafe(e)) || (r = cd_fault_hit(e))) return cd_leave(r);
   const cd_device *d = &cd.dev[prop->location.id];
+  if (d->no_vmm)
+    return cd_leave(cd_refuse(e, CUDA_ERROR_NOT_SUPPORTED, "device %d has no virtual memory management",
+                              prop->location.id));
   if (size / CD_GRAN > d->ngran - d->used) return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
   cd_phys *ph = phys_new(prop->location.id, size);
   if (!ph || cd_ptrs_add(&cd.handles, ph)) {
