@@ -95,6 +95,31 @@ Test(capture, no_event_query_sync_or_flush_during_a_capture) {
   cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK);
 }
 
+/* Many frees deferred by a capture: at its end each gets its event, with room
+ * made for all of them (it was made for none: the pending list overflowed). */
+Test(capture, many_frees_deferred_by_a_capture) {
+  fx_open(NULL, 256 * MiB);
+  enum { N = 60 };
+  void *x[N], *y[N];
+  fx_hold(S2, 1);
+  for (int i = 0; i < N; i++) {
+    x[i] = fx_alloc_on(4096, S1);
+    cr_assert_eq(ga_record_stream(fx_a, x[i], S2), GA_OK);
+  }
+  capture(1);
+  for (int i = 0; i < N; i++) fx_free(x[i]);
+  capture(0);
+  cr_assert_eq(fx_stats().device_calls[GA_CALL_EVENT_RECORD], N, "one event per deferred free");
+  cr_assert_eq(ga_check(fx_a), 0);
+  for (int i = 0; i < N; i++) { /* S2 still uses them: none is handed out */
+    y[i] = fx_alloc_on(4096, S1);
+    for (int k = 0; k < N; k++) cr_assert_neq(y[i], x[k], "a block S2 still uses was handed out");
+  }
+  fx_hold(S2, 0);
+  for (int i = 0; i < N; i++) fx_free(y[i]);
+  cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK);
+}
+
 Test(capture, expandable_mode_does_not_move_pages_during_a_capture) {
   fx_open("expandable_segments:True,expandable_page_size_mb:2", 64 * MiB);
   ga_stream_t s3 = S3;

@@ -147,13 +147,21 @@ int ga_stream_sync_all_locked(ga_allocator_t *a) {
 }
 
 void ga_stream_capture_ended_locked(ga_allocator_t *a) {
-  size_t n = a->pol.capture.ndeferred;
+  size_t n = a->pol.capture.ndeferred, kept = 0;
   a->pol.capture.ndeferred = 0;
   for (size_t i = 0; i < n; i++) {
     ga_block *b = a->pol.capture.deferred[i];
+    /* Room for its pending entries, as ga_free makes it: a deferred free
+     * made none. Without it (host out of memory) it stays deferred, for the
+     * end of the next capture. */
+    if (ga_stream_free_room_locked(a, b)) {
+      a->pol.capture.deferred[kept++] = b;
+      continue;
+    }
     b->event_count = 0;
     (void)ga_stream_free_locked(a, b); /* a quarantine is counted in quarantined_bytes */
   }
+  a->pol.capture.ndeferred = kept;
 }
 
 /* ---- Fences: knowing, without waiting, that freed memory is idle ---- */
