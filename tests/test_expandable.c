@@ -643,6 +643,26 @@ Test(expandable, pytorch_policy_grants_access_once_per_range_grown) {
   fx_free(p);
 }
 
+/* PyTorch's get_free_block counts a free block's size, for best fit, as what
+ * it can expand to: its own size plus the unmapped block after it. So an
+ * interior hole is taken before the free block at the growing end of the
+ * segment, even when the hole is larger, and the end stays free for a
+ * later growth: here a 22 MiB request then maps one more page, not two. */
+Test(expandable, pytorch_policy_takes_an_interior_hole_before_the_tail_that_can_grow) {
+  fx_open(PT, GiB);
+  char *a = fx_alloc(6 * MiB), *b = fx_alloc(10 * MiB); /* one page: a, b, a 4 MiB free tail */
+  assert_reserved(20 * MiB);
+  fx_free(a);                  /* a 6 MiB hole before b */
+  char *r = fx_alloc(4 * MiB); /* the tail fits exactly, the hole is larger */
+  cr_assert_eq(r, a, "the hole, not the tail at %p", (void *)(b + 10 * MiB));
+  char *l = fx_alloc(22 * MiB); /* starts in the free tail: one more page */
+  cr_assert_eq(l, b + 10 * MiB);
+  assert_reserved(40 * MiB);
+  fx_free(l);
+  fx_free(r);
+  fx_free(b);
+}
+
 /* pytorch/pytorch PR #193400: with max_split_size_mb:128, each cycle of
  * A = 91 MiB, B = 45.5 MiB, a 2 MiB block that stays, then A and B freed,
  * grows reserved memory, because the merged 136.5 MiB free block is oversize

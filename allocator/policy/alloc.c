@@ -25,6 +25,12 @@ static size_t stranded(const ga_allocator_t *a, const ga_block *b, size_t size) 
   return front < back ? front : back;
 }
 
+/* What a free block can grow to without moving: its size and the unmapped
+ * block after it (PyTorch's expandable_size in get_free_block). */
+static size_t expandable_size(const ga_block *b) {
+  return b->size + (b->next && b->next->state == GA_BLOCK_UNMAPPED ? b->next->size : 0);
+}
+
 /* Best fit on (stream, size, address) with the oversize rules; the block
  * found stays in its tree. */
 static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool, ga_stream_t stream,
@@ -33,7 +39,19 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool
   if (a->pol.allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
   ga_block *b = ga_free_tree_lower_bound(p, stream, size, 0);
   if (!b || b->stream != stream) return NULL;
-  if (b->seg->expandable && !a->cfg.expandable_pytorch && a->pol.large_page == a->space.gran) {
+  if (a->cfg.expandable_pytorch || a->cfg.expandable_move_when_full) {
+    /* PyTorch's get_free_block (DeviceCachingAllocator): best fit by the size
+     * a block can expand to. From the lower bound, step to the next free
+     * block of the stream while that one's expandable size is smaller; stop
+     * at a block of a native segment. So an interior hole is taken before
+     * a free block at the growing end of a segment, which stays for growth.
+     * expandable_move_pages:when_full is PyTorch's policy until the device
+     * is full, so it walks too. */
+    for (ga_block *n = ga_free_tree_lower_bound(p, stream, b->size, b->ptr + 1);
+         b->seg->expandable && n && n->stream == stream && expandable_size(n) < expandable_size(b);
+         n = ga_free_tree_lower_bound(p, stream, n->size, n->ptr + 1))
+      b = n;
+  } else if (b->seg->expandable && a->pol.large_page == a->space.gran) {
     /* With pages of one granule (each free to move alone): among the few
      * best fits, take the one that strands the least free memory in partly
      * used granules. With larger pages, plain best fit serves better. */
@@ -121,6 +139,9 @@ static int grow_expandable(ga_allocator_t *a, ga_private *priv, int pool, ga_str
   int rc = ga_move_grow_locked(a, priv, pool, stream, rounded, refused, b);
   if (rc != GA_DEV_EOOM || a->pol.capture.routing) return rc;
   if (a->cfg.expandable_pytorch) {
+    /* PyTorch's malloc: alloc_block (try_allocate_expandable_block) failed;
+     * garbage collection and release_available_cached_blocks skip expandable
+     * blocks, so the next step is release_cached_blocks and alloc_block again. */
     int r = ga_reclaim_all_locked(a);
     if (r) return r;
     a->stats.num_alloc_retries++;

@@ -232,7 +232,10 @@ int ga_move_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, ui
 
 /* The lowest-address run of FREE/UNMAPPED blocks on (pool, stream) of the
  * private pool `priv` (NULL: the general pools) that holds `size` bytes and
- * reaches unmapped space. */
+ * reaches unmapped space. For both policies this is PyTorch's
+ * find_expandable_block: each unmapped block of the stream, lowest address
+ * first, with the free block before it, walking forward over free and
+ * unmapped blocks; none: a new segment (one reservation per stream and pool). */
 static ga_block *find_run(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size) {
   for (ga_segment *s = a->space.segs; s; s = s->next) {
     if (!s->expandable || s->pool != pool || s->stream != stream || s->priv != priv) continue;
@@ -301,7 +304,11 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
   /* Growing again after memory moved out: it swings (see above). */
   int swing = run->seg->gave && !pytorch && keeps(a, 0);
   run->seg->gave = 0;
-  if (pytorch) { /* PyTorch maps whole pages, aligned in the segment, but never past the run */
+  if (pytorch) {
+    /* PyTorch's try_allocate_expandable_block and map_block: map the pages
+     * that cover the request (ExpandableSegment::map rounds to whole pages,
+     * aligned in the segment), each unmapped block of the run in turn, never
+     * past the run. */
     uintptr_t page_end = run->seg->base + round_up(hi - run->seg->base, page), end = run_end(run);
     hi = hi_g = page_end < end ? page_end : end;
   }
@@ -311,7 +318,8 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
       n += ((b->ptr + b->size < hi_g ? b->ptr + b->size : hi_g) - b->ptr) / g;
   /* Free memory outside the range may move here; `run` survives any merge
    * (the earlier block of a merge is the one kept). PyTorch's policy creates
-   * a handle per page instead. */
+   * a handle per page instead (ExpandableSegment::map: one cuMemCreate per
+   * page; when one runs out of memory, the pages made in that call go back). */
   int64_t moved = a->stats.num_granules_moved;
   int rc = pytorch ? create_until(a, n, pool, page, 0, fraction_refused)
                    : ga_move_obtain_locked(a, n, pool, page, lo, hi_g, fraction_refused);

@@ -172,7 +172,11 @@ static int releasable(const ga_segment *s, const ga_private *only) {
   return !s->priv || (s->priv->released && !s->priv->nstreams);
 }
 
-/* Unmaps the whole free granules of s; gives s back when nothing is mapped. */
+/* Unmaps the whole free granules of s; gives s back when nothing is mapped.
+ * In PyTorch's policy a mapping is one page, so this is release_cached_blocks
+ * -> release_blocks -> unmap_block: the whole pages inside each free block
+ * (ExpandableSegment::unmap, after a synchronisation of the segment's stream
+ * as in unmapHandles), then release_expandable_segment once nothing is mapped. */
 static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
   int rc = 0;
   /* Collect first: unmapping a free block never touches another FREE one. */
