@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device/sim.h"
 #include "inspect.h"
 #include "policy/policy.h"
 
@@ -164,6 +165,7 @@ ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out) {
   }
   static atomic_int noticed;
   if (notice && atomic_exchange(&noticed, 1) == 0) fprintf(stderr, "%s\n", notice);
+  if (ga_sim_is(dev)) (void)ga_sim_set_cost_table(dev, cfg.sim_cost_table); /* a name the parser took */
   st = create(conf, &cfg, dev, 1, out);
   if (st) ga_dev_destroy(dev);
   return st;

@@ -224,6 +224,18 @@ static int opt_sim_devices(ctx *x) {
   return 0;
 }
 
+static int opt_sim_cost_table(ctx *x) {
+  const tok *v = NULL;
+  char buf[64];
+  const char *allowed = "blackwell, a100";
+  if (value(x, &v, allowed)) return GA_DEV_EINVAL;
+  tok_str(v, buf);
+  if (strcmp(buf, "blackwell") && strcmp(buf, "a100"))
+    return fail(x, "unknown cost table '%s' (allowed: %s)", buf, allowed);
+  strcpy(x->c->sim_cost_table, buf);
+  return 0;
+}
+
 static int opt_max_split_size_mb(ctx *x) {
   return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->max_split_size,
                    "an integer >= large_segment_size_mb (20) and <= " MAX_MIB);
@@ -482,6 +494,7 @@ void ga_config_defaults(ga_config *c) {
   c->sim_capacity = (size_t)81920 * MiB;
   c->expandable_cache_max = 256 * MiB;
   c->sim_devices = 1;
+  strcpy(c->sim_cost_table, "blackwell");
 }
 
 int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {

@@ -53,6 +53,7 @@ typedef struct ga_config {
   char backend[8];               /* "auto", "cuda" or "sim" */
   size_t sim_capacity;           /* bytes */
   int sim_devices;               /* devices the simulated machine has */
+  char sim_cost_table[16];       /* "blackwell" or "a100" */
   size_t max_reserved;           /* bytes the allocator may reserve; 0 = no limit */
   size_t headroom;               /* bytes of the device kept for others; 0 = none */
   int deterministic;             /* placement a function of the request sequence alone */
@@ -65,6 +66,9 @@ typedef struct ga_config {
     "(PyTorch's `native` means auto)")                                                                       \
   X(sim_capacity_mb, "int MiB 2..16777216", "81920", "gardenalloc", "memory of the simulated device")        \
   X(sim_devices, "int 1..64", "1", "gardenalloc", "number of devices the simulated machine has")             \
+  X(sim_cost_table, "blackwell|a100", "blackwell", "gardenalloc",                                            \
+    "the simulated device's driver cost table: the VMM probe on an RTX PRO 6000 Blackwell, or the A100 "     \
+    "figures (docs/benchmarks.md gives each figure's source)")                                               \
   X(max_split_size_mb, "int MiB, large_segment_size_mb..2^40", "unlimited", "pytorch",                       \
     "blocks this large or larger are never split, and serve only requests within max_non_split_rounding_mb " \
     "of their size")                                                                                         \

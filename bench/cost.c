@@ -79,9 +79,10 @@ void cost_print(FILE *f) {
   if (ga_sim_open(0, (size_t)2 << 20, &d, err, sizeof err)) return;
   ga_allocator_t *a = NULL;
   if (ga_create_on_device("", d, &a) == GA_OK) cost_apply(a);
-  fprintf(
-      f, "driver time on a GPU: each call's wall time; on the simulated device, %s (us per call[+per unit]):",
-      cost_source);
+  fprintf(f,
+          "driver time on a GPU: each call's wall time; on the simulated device, %s '%s' (a configuration's "
+          "sim_cost_table chooses blackwell or a100; us per call[+per unit]):",
+          cost_source, ga_sim_cost_table(d));
   static const ga_device_call_t shown[] = {
       GA_CALL_MALLOC, GA_CALL_FREE,       GA_CALL_CREATE,       GA_CALL_RELEASE,           GA_CALL_MAP,
       GA_CALL_UNMAP,  GA_CALL_SET_ACCESS, GA_CALL_EVENT_RECORD, GA_CALL_STREAM_SYNCHRONIZE};

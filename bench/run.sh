@@ -88,8 +88,12 @@ run pytorch_expandable "$traces" "${both[@]}"
 run pytorch_expandable_lag5ms "$traces" "${both[@]}" --lag-us 5000
 run pytorch_expandable_lag5ms_x5 "$traces" "${both[@]}" --lag-us 5000 --iterations 5
 echo "== expandable segments against PyTorch's: memory, driver time, stalls over the knobs"
-python3 bench/tools/versus.py --bench build/bench/ga-bench "$traces" | tee bench/results/versus.txt
-python3 bench/tools/versus.py --bench build/bench/ga-bench "$traces" --iterations 5 | tee -a bench/results/versus.txt
+: >bench/results/versus.txt
+for table in blackwell a100; do # the two cost tables of the simulated device (docs/benchmarks.md)
+  python3 bench/tools/versus.py --bench build/bench/ga-bench "$traces" --cost-table $table | tee -a bench/results/versus.txt
+  python3 bench/tools/versus.py --bench build/bench/ga-bench "$traces" --cost-table $table --iterations 5 |
+    tee -a bench/results/versus.txt
+done
 echo
 minimalloc="$shared/traces/minimalloc"
 run minimalloc_x64_native "$minimalloc" --size-scale 64 --conf ""

@@ -86,6 +86,15 @@ Test(config, native_backend_means_auto_and_our_keys_parse) {
   cr_assert_str_eq(c.backend, "sim");
 }
 
+Test(config, the_cost_table_is_named) {
+  cr_assert_str_eq(parse_ok("").sim_cost_table, "blackwell");
+  cr_assert_str_eq(parse_ok("sim_cost_table:a100").sim_cost_table, "a100");
+  ga_config c;
+  char err[256];
+  cr_assert_eq(ga_config_parse("sim_cost_table:h100", &c, err, sizeof err), GA_DEV_EINVAL);
+  cr_assert(strstr(err, "unknown cost table 'h100' (allowed: blackwell, a100)"), "%s", err);
+}
+
 Test(config, nothing_is_half_applied) {
   ga_config c = parse_ok("max_split_size_mb:40");
   ga_config before = c;

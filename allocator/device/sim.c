@@ -121,6 +121,7 @@ typedef struct sim_device {
   uint64_t lag_ns;                   /* queued work completes at least this long after it was queued */
   uint64_t cost_call[GA_CALL_COUNT]; /* ns a call of each kind takes */
   uint64_t cost_unit[GA_CALL_COUNT]; /* and ns per unit it touches (sim_cost_units) */
+  const char *cost_table;            /* the named table they came from */
   uint64_t driver_ns;                /* time spent in calls, waits excluded */
   int ndevices;                      /* devices of the simulated machine */
   int capturing;                     /* streams capturing a graph now */
@@ -162,33 +163,40 @@ static void wait_until(sim_device *s, uint64_t t) {
 
 static size_t granules_of(size_t bytes) { return (bytes + SIM_GRAN - 1) / SIM_GRAN; }
 
-/* The default cost table, in microseconds: {per call, per unit}. The VMM
- * figures are from published driver timings (per 2 MiB piece: cuMemSetAccess
- * 21-69 us, scaling with the mappings it touches; cuMemUnmap 11-39 us;
- * cuMemCreate 8-190 us; cuMemMap about 1 us); the rest are assumed orders of
- * magnitude. ga_sim_set_cost replaces any of them (ga-bench --cost; on a GPU
- * ga-bench drivercost measures them). */
-static const double default_cost_us[GA_CALL_COUNT][2] = {
-    [GA_CALL_MALLOC] = {20, 20},
-    [GA_CALL_FREE] = {20, 5},
-    [GA_CALL_RESERVE] = {5, 0},
-    [GA_CALL_UNRESERVE] = {5, 0},
-    [GA_CALL_CREATE] = {10, 20},
-    [GA_CALL_RELEASE] = {5, 5},
-    [GA_CALL_MAP] = {1, 0},
-    [GA_CALL_UNMAP] = {2, 25},
-    [GA_CALL_SET_ACCESS] = {2, 40},
-    [GA_CALL_COPY] = {10, 200},
-    [GA_CALL_EVENT_CREATE] = {2, 0},
-    [GA_CALL_EVENT_RECORD] = {2, 0},
-    [GA_CALL_EVENT_QUERY] = {0.5, 0},
-    [GA_CALL_EVENT_SYNCHRONIZE] = {5, 0},
-    [GA_CALL_EVENT_DESTROY] = {2, 0},
-    [GA_CALL_STREAM_SYNCHRONIZE] = {5, 0},
-    [GA_CALL_SYNCHRONIZE] = {10, 0},
-    [GA_CALL_MEM_INFO] = {5, 0},
-    [GA_CALL_CAPTURE_QUERY] = {0.5, 0},
-    [GA_CALL_CAPTURE_MODE] = {0.5, 0},
+/* The cost tables, in microseconds: {per call, per unit}. A cuMemCreate or
+ * cuMemRelease makes or frees one handle, so both cost per call, whatever the
+ * handle's size; cuMemUnmap and cuMemSetAccess cost per mapping they touch
+ * (a mapping shows one handle or a piece of one); cuMemMap about 1 us.
+ * "blackwell" (the default): the VMM probe on an RTX PRO 6000 Blackwell
+ * (CUDA 13, driver 580): 10 GiB in 2 MiB handles in 76 ms, in 16 MiB in
+ * 9 ms, in 64 MiB in 2.3 ms, about 13.8 us per handle; cuMemSetAccess 69 us
+ * and cuMemUnmap 39 us per handle. "a100": the A100 benchmark of 4096 x 2 MiB
+ * handles, cuMemSetAccess 21 us and cuMemUnmap 11 us per handle; its create
+ * figure is not recorded apart from the probe's, so create keeps the
+ * earlier table's price of one 2 MiB handle (30 us). cudaMalloc/cudaFree,
+ * events and synchronisation are assumed orders of magnitude in both.
+ * docs/benchmarks.md lists each figure's source. ga_sim_set_cost replaces
+ * any figure (ga-bench --cost; on a GPU ga-bench drivercost measures them). */
+typedef struct sim_cost_table {
+  const char *name;
+  double us[GA_CALL_COUNT][2];
+} sim_cost_table;
+
+#define SIM_COST_COMMON                                                                                \
+  [GA_CALL_MALLOC] = {20, 20}, [GA_CALL_FREE] = {20, 5}, [GA_CALL_RESERVE] = {5, 0},                   \
+  [GA_CALL_UNRESERVE] = {5, 0}, [GA_CALL_MAP] = {1, 0}, [GA_CALL_COPY] = {10, 200},                    \
+  [GA_CALL_EVENT_CREATE] = {2, 0}, [GA_CALL_EVENT_RECORD] = {2, 0}, [GA_CALL_EVENT_QUERY] = {0.5, 0},  \
+  [GA_CALL_EVENT_SYNCHRONIZE] = {5, 0}, [GA_CALL_EVENT_DESTROY] = {2, 0},                              \
+  [GA_CALL_STREAM_SYNCHRONIZE] = {5, 0}, [GA_CALL_SYNCHRONIZE] = {10, 0}, [GA_CALL_MEM_INFO] = {5, 0}, \
+  [GA_CALL_CAPTURE_QUERY] = {0.5, 0}, [GA_CALL_CAPTURE_MODE] = {0.5, 0}
+
+static const sim_cost_table cost_tables[] = {
+    {"blackwell",
+     {SIM_COST_COMMON, [GA_CALL_CREATE] = {13.8, 0}, [GA_CALL_RELEASE] = {5, 0}, [GA_CALL_UNMAP] = {0, 39},
+      [GA_CALL_SET_ACCESS] = {0, 69}}},
+    {"a100",
+     {SIM_COST_COMMON, [GA_CALL_CREATE] = {30, 0}, [GA_CALL_RELEASE] = {5, 0}, [GA_CALL_UNMAP] = {0, 11},
+      [GA_CALL_SET_ACCESS] = {0, 21}}},
 };
 
 /* ---- Capture ----
@@ -1191,9 +1199,10 @@ int ga_sim_open_of(int ordinal, int ndevices, size_t capacity, ga_device **out, 
   s->ngran = ngran;
   s->ndevices = ndevices;
   for (int k = 0; k < GA_CALL_COUNT; k++) {
-    s->cost_call[k] = (uint64_t)(default_cost_us[k][0] * 1000.0);
-    s->cost_unit[k] = (uint64_t)(default_cost_us[k][1] * 1000.0);
+    s->cost_call[k] = (uint64_t)(cost_tables[0].us[k][0] * 1000.0);
+    s->cost_unit[k] = (uint64_t)(cost_tables[0].us[k][1] * 1000.0);
   }
+  s->cost_table = cost_tables[0].name;
   s->base.ops = &sim_ops;
   s->base.ordinal = ordinal;
   *out = &s->base;
@@ -1373,6 +1382,28 @@ int ga_sim_get_cost(ga_device *d, ga_device_call_t kind, double *call_us, double
   *unit_us = (double)s->cost_unit[kind] / 1000.0;
   pthread_mutex_unlock(&s->mu);
   return 0;
+}
+
+int ga_sim_set_cost_table(ga_device *d, const char *name) {
+  sim_device *s = sim_of(d);
+  if (!s || !name) return GA_DEV_EINVAL;
+  for (size_t t = 0; t < sizeof cost_tables / sizeof cost_tables[0]; t++) {
+    if (strcmp(cost_tables[t].name, name)) continue;
+    pthread_mutex_lock(&s->mu);
+    for (int k = 0; k < GA_CALL_COUNT; k++) {
+      s->cost_call[k] = (uint64_t)(cost_tables[t].us[k][0] * 1000.0);
+      s->cost_unit[k] = (uint64_t)(cost_tables[t].us[k][1] * 1000.0);
+    }
+    s->cost_table = cost_tables[t].name;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+  }
+  return GA_DEV_EINVAL;
+}
+
+const char *ga_sim_cost_table(ga_device *d) {
+  sim_device *s = sim_of(d);
+  return s ? s->cost_table : NULL;
 }
 
 const char *ga_sim_cost_unit(ga_device_call_t kind) {

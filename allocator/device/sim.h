@@ -98,5 +98,10 @@ int ga_sim_stream_passed(ga_device *d, const ga_sim_mark *m);
 int ga_sim_set_cost(ga_device *d, ga_device_call_t kind, double call_us, double unit_us);
 int ga_sim_get_cost(ga_device *d, ga_device_call_t kind, double *call_us, double *unit_us);
 const char *ga_sim_cost_unit(ga_device_call_t kind);
+/* Every figure from a named table: "blackwell" (the default) or "a100"
+ * (sim.c and docs/benchmarks.md give their sources). GA_DEV_EINVAL for
+ * another name. ga_sim_cost_table names the table last set. */
+int ga_sim_set_cost_table(ga_device *d, const char *name);
+const char *ga_sim_cost_table(ga_device *d);
 
 #endif /* GA_SIM_H */

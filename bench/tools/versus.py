@@ -4,7 +4,7 @@ trace by trace, on the three axes at once: memory, driver time, stalls (and
 memory calls after the first iteration when --iterations > 1).
 
   versus.py [--bench PATH] [--lag-us L]... [--iterations N] [--conf NAME=CONF]... [--per-trace]
-            TRACE.csv|DIR...
+            [--cost-table blackwell|a100] TRACE.csv|DIR...
 
 Every configuration is replayed with `ga-bench replay --json` beside
 `pytorch=expandable_segments:True,expandable_policy:pytorch` (PyTorch's
@@ -18,7 +18,9 @@ Without --conf: the default configuration (expandable_move_pages:settle),
 expandable_move_pages:always, always with expandable_move_hold at 1000 and
 10000 frees, and expandable_move_pages:when_full. --per-trace also
 prints, for each trace, peak reserved over peak live and driver time of every
-configuration.
+configuration. --cost-table replays every configuration, PyTorch's included,
+under that table of the simulated device's driver costs (sim_cost_table;
+default: the device's, blackwell).
 """
 import argparse
 import json
@@ -60,10 +62,16 @@ def main(argv):
     ap.add_argument("--iterations", type=int, default=1)
     ap.add_argument("--conf", action="append", help="NAME=CONF")
     ap.add_argument("--per-trace", action="store_true")
+    ap.add_argument("--cost-table", choices=("blackwell", "a100"))
     a = ap.parse_args(argv)
     confs = [tuple(c.split("=", 1)) for c in a.conf] if a.conf else DEFAULT
     if any(len(c) != 2 or not c[0] for c in confs):
         sys.exit("versus.py: --conf takes NAME=CONF")
+    pytorch = PYTORCH
+    if a.cost_table:
+        confs = [(n, (c + "," if c else "") + "sim_cost_table:" + a.cost_table) for n, c in confs]
+        pytorch += ",sim_cost_table:" + a.cost_table
+        print("driver costs: the simulated device's %s table" % a.cost_table)
     lags = a.lag_us or [0.0, 5000.0]
     print("%d iteration%s per replay; 'more' counts traces where the configuration is above PyTorch's "
           "expandable segments" % (a.iterations, "" if a.iterations == 1 else "s"))
@@ -74,9 +82,9 @@ def main(argv):
     print(head)
     tables = []
     for lag in lags:
-        rows = replay(a.bench, a.paths, confs + [("pytorch", PYTORCH)], lag, a.iterations)
+        rows = replay(a.bench, a.paths, confs + [("pytorch", pytorch)], lag, a.iterations)
         tables.append((lag, rows))
-        for name, _ in confs + [("pytorch", PYTORCH)]:
+        for name, _ in confs + [("pytorch", pytorch)]:
             rs = [(d[name], d["pytorch"]) for d in rows.values()]
             live = sum(r["peak_requested_bytes"] for r, _ in rs)
             resv = sum(r["peak_reserved_bytes"] for r, _ in rs)
