@@ -24,6 +24,7 @@ static void usage(FILE *f) {
           "  ga-bench drivercost [--backend B] [--reps N]  what each device call costs here\n"
           "  ga-bench scale [--max-n N] [--budget-s S]   CPU time per call with N blocks live\n"
           "  ga-bench ranks PATH... [--ranks N]   N ranks with different GPU timing: alike placement?\n"
+          "  ga-bench fit PATH... [--conf [NAME=]STR]...   the smallest device each replay fits on\n"
           "  ga-bench keys [--markdown|--json]   the configuration keys\n"
           "  ga-bench --version\n"
           "Every command takes --help. STR is a GARDENALLOC_CONF string: key:value,key:value.\n");
@@ -345,6 +346,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "replay")) return cmd_replay(argc - 2, argv + 2);
   if (!strcmp(argv[1], "keys")) return cmd_keys(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "fit")) return cmd_fit(argc - 2, argv + 2);
   if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(argv[1], "hotpath")) return cmd_hotpath(argc - 2, argv + 2);
   if (!strcmp(argv[1], "drivercost")) return cmd_drivercost(argc - 2, argv + 2);
