@@ -12,8 +12,9 @@ snapshot's own settings, with max_split_size_mb variants and with PyTorch's
 expandable segments (expandable_policy:pytorch, their policy exactly), and
 under gardenalloc's expandable segments. Then it says, in a few lines: the peak of live bytes (the floor no allocator goes
 below), what each setting reserves, whether the OOM goes away, how much was
-lost to fragmentation, and which configuration line to use, or that the job
-does not fit at all.
+lost to fragmentation, the smallest GPU each setting runs on (`ga-bench fit`)
+and the smallest the job needs with the best setting, and which
+configuration line to use, or that the job does not fit at all.
 
 Every replay goes through `ga-bench replay --json` (found in GARDENALLOC_BENCH,
 next to this package, in the repository's build/bench/, or on PATH), the one
@@ -59,6 +60,11 @@ class DoctorError(Exception):
 
 def gib(n):
     return "%.2f GiB" % (n / GIB) if n >= GIB else "%.1f MiB" % (n / MIB)
+
+
+def gib_fine(n):
+    """A device size to the MiB: three decimals in GiB."""
+    return "%.3f GiB" % (n / GIB) if n >= GIB else "%.1f MiB" % (n / MIB)
 
 
 def gib3(n):
@@ -151,6 +157,39 @@ def replay(bench, csv, capacity, settings, samples):
     return results
 
 
+def fit(bench, csv, settings):
+    """The smallest simulated GPU, within 2 MiB, on which each setting
+    replays the trace with no OOM (`ga-bench fit`), in bytes; None where it
+    found none (a setting that does not fit on 80 GiB)."""
+    args = [bench, "fit", csv, "--json"]
+    for s in settings:
+        args += ["--conf", "%s=%s" % (s[0], s[2])]
+    r = subprocess.run(args, capture_output=True, text=True)
+    found = {}
+    for line in r.stdout.splitlines():
+        try:
+            o = json.loads(line)
+        except ValueError:
+            continue
+        found[o["config"]] = o["fits_on_bytes"]
+    return {s[0]: found.get(s[0]) for s in settings}
+
+
+def smallest_gpu(settings, res):
+    """The line naming the smallest GPU the job needs, and with which setting."""
+    fits = [s for s in settings if res[s[0]].get("fits_on_bytes")]
+    if not fits:
+        return None
+    best = min(fits, key=lambda s: res[s[0]]["fits_on_bytes"])
+    need = res[best[0]]["fits_on_bytes"]
+    live = res[best[0]]["trace_peak_live_bytes"]
+    return ("Fits on: the job runs on a GPU of %s (%.3f x its %s peak live) with %s; the smallest with "
+            "PyTorch's own settings is %s." % (
+                gib_fine(need), need / live if live else 0.0, gib_fine(live), best[3],
+                gib_fine(min([res[s[0]]["fits_on_bytes"] for s in fits if s[0] in PYTORCH_ROWS] or [0])) if
+                any(s[0] in PYTORCH_ROWS for s in fits) else "none tried"))
+
+
 # ---- The verdict ----
 
 
@@ -158,8 +197,9 @@ def row_text(s, o):
     live = o["trace_peak_live_bytes"]
     over = (o["peak_reserved_bytes"] / live - 1) * 100 if live else 0
     first = "event %d" % o["first_oom"]["event"] if o["first_oom"] else "-"
-    return "  %-42s %14s %9s %6d   %s" % (s[1], gib(o["peak_reserved_bytes"]), "%+.1f %%" % over, o["num_ooms"],
-                                         first)
+    fits = gib_fine(o["fits_on_bytes"]) if o.get("fits_on_bytes") else "-"
+    return "  %-42s %14s %9s %6d   %-11s %11s" % (s[1], gib(o["peak_reserved_bytes"]), "%+.1f %%" % over,
+                                                  o["num_ooms"], first, fits)
 
 
 def verdict(settings, res, capacity, facts):
@@ -261,12 +301,16 @@ def report(path, facts, capacity, how, settings, res):
         lines.append("It ran with PYTORCH_CUDA_ALLOC_CONF=%s." % _own_settings(facts))
     lines.append("Replayed on a simulated GPU of %s (%s)." % (gib(capacity), how))
     lines.append("")
-    lines.append("  %-42s %14s %9s %6s   %s" % ("setting", "peak reserved", "vs live", "OOMs", "first OOM"))
+    lines.append("  %-42s %14s %9s %6s   %-11s %11s" % ("setting", "peak reserved", "vs live", "OOMs", "first OOM",
+                                                       "fits on"))
     for s in settings:
         lines.append(row_text(s, res[s[0]]))
     lines.append("  %-42s %14s" % ("peak live bytes (the floor)", gib(base["trace_peak_live_bytes"])))
     lines.append("  %-42s %14s" % ("the GPU", gib(capacity)))
     lines.append("")
+    small = smallest_gpu(settings, res)
+    if small:
+        lines.append(small)
     text, use = verdict(settings, res, capacity, facts)
     lines += text
     if use:
@@ -385,6 +429,8 @@ def main(argv=None, prog="gardenalloc doctor"):
         capacity, how = capacity_of(args, facts)
         settings = settings_for(facts)
         res = replay(bench, csv, capacity, settings, 300 if args.html or args.json else 2)
+        for name, fits_on in fit(bench, csv, settings).items():
+            res[name]["fits_on_bytes"] = fits_on
         lines, use = report(args.input, facts, capacity, how, settings, res)
         if args.json:
             for o in res.values():

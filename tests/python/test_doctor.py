@@ -105,6 +105,13 @@ class Doctor(unittest.TestCase):
         self.assertRegex(out, r"gardenalloc, expandable_segments:True +82\.0 MiB +\+28\.1 % +0   -")
         self.assertIn("gardenalloc avoids it", out)
         self.assertRegex(out, r"\n    GARDENALLOC_CONF=expandable_segments:True\S*\n")
+        # the smallest GPU each setting runs on (ga-bench fit), and the best
+        self.assertRegex(out, r"PyTorch, default settings .* event %d +98\.0 MiB\n" % self.failed_at)
+        self.assertRegex(out, r"PyTorch, expandable_segments:True .* event %d +100\.0 MiB\n" % self.failed_at)
+        self.assertRegex(out, r"gardenalloc, expandable_segments:True .* - +82\.0 MiB\n")
+        self.assertRegex(out, r"Fits on: the job runs on a GPU of 82\.0 MiB \(1\.281 x its 64\.0 MiB peak live\) "
+                              r"with GARDENALLOC_CONF=expandable_segments:True\S*; the smallest with PyTorch's own "
+                              r"settings is 98\.0 MiB\.")
         with open(page) as f:
             text = f.read()
         self.assertEqual(len(re.findall("<svg", text)), 6)
@@ -122,6 +129,9 @@ class Doctor(unittest.TestCase):
         self.assertEqual(py["first_oom"]["event"], self.failed_at)
         self.assertIn("CUDA out of memory", py["first_oom"]["report"])
         self.assertEqual(len(py["curve"]["reserved"]), len(py["curve"]["event"]))
+        self.assertEqual({s["name"]: s["replay"]["fits_on_bytes"] >> 20 for s in j["settings"]},
+                         {"pytorch": 98, "split128": 98, "split512": 98, "pt_expandable": 100, "ga_when_full": 82,
+                          "gardenalloc": 82})
 
     def test_a_real_recorded_oom_is_reproduced_and_the_verdict_follows_the_table(self):
         """ctx128 training dumped at its first failure on 6740 MiB: wherever
