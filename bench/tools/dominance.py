@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""dominance.py — does a configuration of expandable segments dominate
+PyTorch's own (expandable_policy:pytorch) on every trace, at every lag, under
+both cost tables of the simulated device?
+
+  dominance.py [--bench PATH] [--conf NAME=CONF] [--lag-us L]... [--cost-table T]...
+               [--check-fits] [--svg PATH] TRACE.csv|DIR...
+
+For each cost table (default: blackwell and a100) and lag (default: 0 and
+5000 us) it replays every trace under the configuration (default: the
+default, expandable_segments:True) and PyTorch's policy, twice in a row
+(`ga-bench replay --iterations 2`), and finds the smallest device each fits
+on (`ga-bench fit`). It prints one line per trace with the configuration's
+figures over PyTorch's: peak reserved, driver time, stalls, memory calls in
+the second pass that PyTorch's policy does not also make, and fits-on; a
+miss is marked with '!' and the totals count them. The four conditions of
+dominance: peak reserved <= PyTorch's, driver time <= PyTorch's, no stall,
+no more memory calls after the first pass; and fits-on <= PyTorch's.
+
+--check-fits exits 1 when the configuration needs a larger device than
+PyTorch's policy on any trace, at any lag and table (the fits-on property).
+--svg writes the frontier: for the policies and knobs, fits-on and peak
+reserved (summed over the traces, over summed peak live) against summed
+driver time, PyTorch native and expandable as points, per cost table.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTORCH = "expandable_segments:True,expandable_policy:pytorch"
+FRONTIER = [
+    ("PyTorch native", ""),
+    ("PyTorch expandable", PYTORCH),
+    ("default (settle)", "expandable_segments:True"),
+    ("always", "expandable_segments:True,expandable_move_pages:always"),
+    ("when_full", "expandable_segments:True,expandable_move_pages:when_full"),
+    ("hold_1000", "expandable_segments:True,expandable_move_pages:always,expandable_move_hold:1000"),
+    ("2 MiB pages", "expandable_segments:True,expandable_page_size_mb:2"),
+]
+
+
+def with_table(conf, table):
+    return (conf + "," if conf else "") + "sim_cost_table:" + table
+
+
+def lines(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    out = []
+    for line in r.stdout.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def measure(bench, paths, confs, table, lag, iterations=2):
+    """{(trace, name): replay JSON with fits_on_bytes added}."""
+    args = ["--lag-us", str(lag)]
+    for name, conf in confs:
+        args += ["--conf", "%s=%s" % (name, with_table(conf, table))]
+    res = {}
+    for o in lines([bench, "replay"] + paths + ["--json", "--iterations", str(iterations)] + args):
+        res[(os.path.basename(o["trace"]), o["config"])] = o
+    for o in lines([bench, "fit"] + paths + ["--json"] + args):
+        key = (os.path.basename(o["trace"]), o["config"])
+        if key in res:
+            res[key]["fits_on_bytes"] = o["fits_on_bytes"]
+    return res
+
+
+def svg(path, points_by_table):
+    """Two panels per table: fits-on / live and peak reserved / live against
+    driver ms (log scale); points are numbered, the legend gives each value."""
+    import math
+    w, h, pad, legend_w = 640, 320, 50, 230
+    panels = []
+    for table, points in points_by_table:
+        for key, label in (("fits", "fits on / peak live"), ("resv", "peak reserved / peak live")):
+            xs = [math.log10(p["driver"]) for p in points]
+            ys = [p[key] for p in points]
+            x0, x1 = min(xs) - 0.05, max(xs) + 0.05
+            y0, y1 = min(ys) - 0.001, max(ys) + 0.001
+            plot_w = w - legend_w - 2 * pad
+
+            def px(x):
+                return pad + (math.log10(x) - x0) / (x1 - x0) * plot_w
+
+            def py(y):
+                return h - pad - (y - y0) / (y1 - y0) * (h - 2 * pad)
+
+            g = ['<rect x="0" y="0" width="%d" height="%d" fill="#fff" stroke="#ccc"/>' % (w, h),
+                 '<text x="%d" y="18" font-size="13">%s against driver time, %s table</text>' % (pad, label, table),
+                 '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>' % (pad, h - pad, pad + plot_w, h - pad),
+                 '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>' % (pad, pad, pad, h - pad),
+                 '<text x="%d" y="%d" font-size="11">driver time, ms, log scale (%.0f to %.0f)</text>' % (
+                     pad, h - 15, 10 ** x0, 10 ** x1),
+                 '<text x="4" y="%d" font-size="11">%.4f</text>' % (pad, y1),
+                 '<text x="4" y="%d" font-size="11">%.4f</text>' % (h - pad, y0)]
+            for n, p in enumerate(points, 1):
+                colour = "#c00" if p["name"].startswith("PyTorch") else "#0072B2"
+                g.append('<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>' % (px(p["driver"]), py(p[key]), colour))
+                g.append('<text x="%.1f" y="%.1f" font-size="10" fill="%s">%d</text>' % (
+                    px(p["driver"]) + 5, py(p[key]) - 5 - 9 * (n % 2), colour, n))
+                g.append('<text x="%d" y="%d" font-size="11" fill="%s">%d %s: %.4f, %.0f ms</text>' % (
+                    w - legend_w, 40 + 16 * n, colour, n, p["name"], p[key], p["driver"]))
+            panels.append(g)
+    cols = 2
+    rows = (len(panels) + cols - 1) // cols
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif">' % (
+        cols * w, rows * h)]
+    for i, g in enumerate(panels):
+        out.append('<g transform="translate(%d,%d)">' % ((i % cols) * w, (i // cols) * h))
+        out += g
+        out.append("</g>")
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="dominance.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="+")
+    ap.add_argument("--bench", default=os.path.join(HERE, "..", "..", "build", "bench", "ga-bench"))
+    ap.add_argument("--conf", default="default=expandable_segments:True", help="NAME=CONF")
+    ap.add_argument("--lag-us", type=float, action="append")
+    ap.add_argument("--cost-table", action="append", choices=("blackwell", "a100"))
+    ap.add_argument("--check-fits", action="store_true")
+    ap.add_argument("--svg")
+    a = ap.parse_args(argv)
+    name, _, conf = a.conf.partition("=")
+    if not name or not _:
+        sys.exit("dominance.py: --conf takes NAME=CONF")
+    lags = a.lag_us or [0.0, 5000.0]
+    tables = a.cost_table or ["blackwell", "a100"]
+    fit_misses = 0
+    for table in tables:
+        for lag in lags:
+            res = measure(a.bench, a.paths, [(name, conf), ("pytorch", PYTORCH)], table, lag)
+            traces = sorted({t for t, _ in res})
+            print("\n%s against PyTorch's expandable segments: %s table, lag %g ms (ratios; ! = above)" % (
+                name, table, lag / 1000.0))
+            print("%-36s %10s %10s %7s %7s %10s" % ("trace", "reserved", "driver", "stalls", "steady", "fits on"))
+            miss = [0] * 5
+            for t in traces:
+                g, p = res.get((t, name)), res.get((t, "pytorch"))
+                if not g or not p:
+                    continue
+                r = g["peak_reserved_bytes"] / p["peak_reserved_bytes"]
+                d = g["driver_us"] / p["driver_us"] if p["driver_us"] else 1.0
+                s = g["num_stalls"]
+                st = g["steady_memory_calls"] - p["steady_memory_calls"]
+                f = (g.get("fits_on_bytes") or 0) / (p.get("fits_on_bytes") or 1)
+                flags = [r > 1, d > 1, s > 0, st > 0, f > 1]
+                miss = [m + x for m, x in zip(miss, flags)]
+                print("%-36.36s %9.4f%s %9.4f%s %6d%s %6d%s %9.4f%s" % (
+                    t, r, "!" if flags[0] else " ", d, "!" if flags[1] else " ", s, "!" if flags[2] else " ",
+                    st, "!" if flags[3] else " ", f, "!" if flags[4] else " "))
+            print("%-36s %10d %10d %7d %7d %10d" % ("misses", *miss))
+            fit_misses += miss[4]
+    if a.svg:
+        points_by_table = []
+        for table in tables:
+            res = measure(a.bench, a.paths, FRONTIER, table, lags[0], iterations=1)
+            points = []
+            for label, _ in FRONTIER:
+                rows = [o for (t, n), o in res.items() if n == label]
+                live = sum(o["trace_peak_live_bytes"] for o in rows)
+                points.append({"name": label, "driver": sum(o["driver_us"] for o in rows) / 1000.0,
+                               "resv": sum(o["peak_reserved_bytes"] for o in rows) / live,
+                               "fits": sum(o.get("fits_on_bytes") or 0 for o in rows) / live})
+            points_by_table.append((table, points))
+        svg(a.svg, points_by_table)
+        print("\nfrontier: %s" % a.svg)
+    if a.check_fits and fit_misses:
+        print("%s needs a larger device than PyTorch's policy in %d case(s)" % (name, fit_misses))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
