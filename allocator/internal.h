@@ -215,6 +215,7 @@ typedef struct ga_policy {
     size_t nsleepers, cap_sleepers;
     size_t nfree_at_wake; /* blocks with free_at_wake set */
   } sleep;
+  struct ga_ipc *ipc; /* policy/ipc.c: exports and imports (NULL until the first) */
 } ga_policy;
 
 /* What segment/ owns: where the bytes live. */

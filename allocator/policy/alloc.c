@@ -287,6 +287,8 @@ static void diagnose_bad_free(ga_allocator_t *a, const char *fn, void *ptr) {
 }
 
 ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
+  /* Exported to another process that still imports it: refused, unchanged. */
+  if (a->pol.ipc && ga_ipc_free_check_locked(a, ptr) != GA_OK) return GA_ERR_INVALID;
   ga_block *b = ga_blockmap_take(&a->pol.map, (uintptr_t)ptr);
   if (!b) {
     diagnose_bad_free(a, "ga_free", ptr);
