@@ -506,6 +506,11 @@ ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool) {
   return leave(a, ga_capture_end_locked(a, pool));
 }
 
+ga_status_t ga_capture_announce(ga_allocator_t *a, int begin) {
+  ENTER(begin ? "ga_torch_begin_allocate_to_pool" : "ga_torch_end_allocate_to_pool");
+  return leave(a, ga_capture_announce_locked(a, begin));
+}
+
 ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {
   ENTER("ga_release_pool");
   return leave(a, ga_capture_release_locked(a, pool));

@@ -298,6 +298,12 @@ static inline int ga_inherited(const ga_allocator_t *a) {
  * being refused. */
 ga_status_t ga_free_even_asleep(ga_allocator_t *a, void *ptr);
 
+/* ---- For PyTorch's capture hooks (torch_abi_throw.cpp) ----
+ * A capture began on the allocator's device (begin != 0), whose streams are
+ * routed to its pool at their first allocation, or it ended: in between a
+ * capture is underway (no call that would invalidate it is made). */
+ga_status_t ga_capture_announce(ga_allocator_t *a, int begin);
+
 /* ---- For tests: an allocator on a device the caller owns ---- */
 GA_API ga_status_t ga_create_on_device(const char *conf, ga_device *dev, ga_allocator_t **out);
 GA_API ga_device *ga_allocator_device(ga_allocator_t *a);

@@ -89,6 +89,9 @@ void ga_stream_teardown_locked(ga_allocator_t *a);
 /* ga_begin_allocate_to_pool, ga_end_allocate_to_pool, ga_release_pool. */
 ga_status_t ga_capture_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t stream);
 ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id);
+/* A capture began (begin != 0) whose streams are routed later, or it ended:
+ * until then a capture is underway as if a stream were routed. */
+ga_status_t ga_capture_announce_locked(ga_allocator_t *a, int begin);
 ga_status_t ga_capture_release_locked(ga_allocator_t *a, uint64_t id);
 /* The relaxed capture mode around device calls made while a capture is
  * underway (a no-op otherwise): relax, the calls, unrelax. Relax returns the
