@@ -10,12 +10,10 @@
 
 #include "errors.h"
 
+/* Fibonacci hashing: the top bits of the key times 2^64 / phi (block
+ * addresses are multiples of 512; the product spreads them). */
 static size_t slot_of(const ga_blockmap *m, uintptr_t key) {
-  uint64_t h = (uint64_t)key;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  return (size_t)h & (m->cap - 1);
+  return (size_t)(((uint64_t)key * 0x9e3779b97f4a7c15ULL) >> m->shift);
 }
 
 static int grow(ga_blockmap *m, size_t cap) {
@@ -26,7 +24,7 @@ static int grow(ga_blockmap *m, size_t cap) {
     free(vals);
     return GA_DEV_ENOMEM;
   }
-  ga_blockmap n = {keys, vals, cap, 0};
+  ga_blockmap n = {keys, vals, cap, 0, (unsigned)__builtin_clzll((unsigned long long)cap) + 1};
   for (size_t i = 0; i < m->cap; i++) {
     if (!m->keys[i]) continue;
     size_t s = slot_of(&n, m->keys[i]);
@@ -65,7 +63,7 @@ int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val) {
   return 0;
 }
 
-static long find(const ga_blockmap *m, uintptr_t ptr) {
+long ga_blockmap_find(const ga_blockmap *m, uintptr_t ptr) {
   if (!ptr) return -1;
   for (size_t s = slot_of(m, ptr); m->keys[s]; s = (s + 1) & (m->cap - 1))
     if (m->keys[s] == ptr) return (long)s;
@@ -73,13 +71,16 @@ static long find(const ga_blockmap *m, uintptr_t ptr) {
 }
 
 void *ga_blockmap_get(const ga_blockmap *m, uintptr_t ptr) {
-  long s = find(m, ptr);
+  long s = ga_blockmap_find(m, ptr);
   return s < 0 ? NULL : m->vals[s];
 }
 
 void *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr) {
-  long found = find(m, ptr);
-  if (found < 0) return NULL;
+  long found = ga_blockmap_find(m, ptr);
+  return found < 0 ? NULL : ga_blockmap_take_at(m, found);
+}
+
+void *ga_blockmap_take_at(ga_blockmap *m, long found) {
   size_t hole = (size_t)found, mask = m->cap - 1;
   void *b = m->vals[hole];
   /* Backward shift: move later entries of the cluster into the hole when

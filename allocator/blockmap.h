@@ -12,6 +12,7 @@ typedef struct ga_blockmap {
   uintptr_t *keys; /* 0 = empty */
   void **vals;
   size_t cap, count; /* cap is a power of two */
+  unsigned shift;    /* 64 - log2(cap) */
 } ga_blockmap;
 
 /* 0, or GA_DEV_ENOMEM (host memory) for init, put and reserve. */
@@ -22,6 +23,11 @@ int ga_blockmap_reserve(ga_blockmap *m);
 /* pre: key != 0 and not in the map. */
 int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val);
 void *ga_blockmap_get(const ga_blockmap *m, uintptr_t key);
+/* The slot of key, or -1: valid until the map next changes. */
+long ga_blockmap_find(const ga_blockmap *m, uintptr_t key);
+static inline void *ga_blockmap_at(const ga_blockmap *m, long slot) { return m->vals[slot]; }
+/* Removes the entry at a slot find gave; returns its value. */
+void *ga_blockmap_take_at(ga_blockmap *m, long slot);
 /* Removes the entry; returns its value, or NULL when there was none. */
 void *ga_blockmap_take(ga_blockmap *m, uintptr_t key);
 

@@ -87,6 +87,10 @@ enum {
   GA_HOT_SPLIT_UP_B,
   GA_HOT_SPLIT_DOWN_N,
   GA_HOT_SPLIT_DOWN_B,
+  GA_HOT_SWING_N, /* inactive_split down and straight back up: each counts as both */
+  GA_HOT_SWING_B,
+  GA_HOT_REUSE_N, /* blocks freed by the client and handed out again at once: each a free, */
+  GA_HOT_REUSE_B, /* its completion and an allocation (their requested bytes in DONE_R, ALLOC_R) */
   GA_HOT_KINDS
 };
 enum { GA_ROOM_ACTIVE, GA_ROOM_BYTES, GA_ROOM_SPLIT, GA_ROOM_SPLIT_BYTES, GA_ROOMS };
@@ -131,6 +135,22 @@ static inline void ga_hot_done(ga_hot *h, int pool, uint64_t bytes, uint64_t req
   r[GA_ROOM_BYTES] += (int64_t)requested;
   all[GA_ROOM_BYTES] += (int64_t)requested;
 }
+/* A block of `bytes` freed by the client (asked for `was` bytes), its free
+ * completed, and handed out again for `requested` bytes: as ga_hot_free,
+ * ga_hot_done and ga_hot_alloc in turn. Only the bytes' room can be spent
+ * (the active room comes back as it goes). */
+static inline void ga_hot_reuse(ga_stats_t *s, ga_hot *h, int pool, uint64_t bytes, uint64_t was,
+                                uint64_t requested) {
+  int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
+  int64_t spent = (int64_t)bytes - (int64_t)was;
+  d[GA_HOT_REUSE_N]++;
+  d[GA_HOT_REUSE_B] += (int64_t)bytes;
+  d[GA_HOT_DONE_R] += (int64_t)was;
+  d[GA_HOT_ALLOC_R] += (int64_t)requested;
+  r[GA_ROOM_BYTES] -= spent;
+  all[GA_ROOM_BYTES] -= spent;
+  if ((r[GA_ROOM_BYTES] | all[GA_ROOM_BYTES]) < 0) ga_stats_peaks(s, h);
+}
 /* inactive_split changes by n blocks and `bytes` (each a net change). */
 static inline void ga_hot_split(ga_stats_t *s, ga_hot *h, int pool, int64_t n, int64_t bytes) {
   int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
@@ -144,6 +164,29 @@ static inline void ga_hot_split(ga_stats_t *s, ga_hot *h, int pool, int64_t n, i
   all[GA_ROOM_SPLIT_BYTES] -= bytes;
   if ((r[GA_ROOM_SPLIT] | all[GA_ROOM_SPLIT] | r[GA_ROOM_SPLIT_BYTES] | all[GA_ROOM_SPLIT_BYTES]) < 0)
     ga_stats_peaks(s, h);
+}
+
+/* The two calls of ga_hot_split that ga_hot_split_swing stands for (stats_fold.c). */
+void ga_hot_split_swing_peak(ga_stats_t *s, ga_hot *h, int pool, int64_t n, int64_t bytes);
+/* inactive_split changes by n blocks and `bytes`, then straight back (a
+ * merge and the split that undoes it): as the two calls of ga_hot_split,
+ * without either when no peak can move between them. */
+__attribute__((always_inline)) static inline void ga_hot_split_swing(ga_stats_t *s, ga_hot *h, int pool,
+                                                                     int64_t n, int64_t bytes) {
+  int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
+  if (n > r[GA_ROOM_SPLIT] || n > all[GA_ROOM_SPLIT] || bytes > r[GA_ROOM_SPLIT_BYTES] ||
+      bytes > all[GA_ROOM_SPLIT_BYTES]) {
+    ga_hot_split_swing_peak(s, h, pool, n, bytes);
+    return;
+  }
+  d[GA_HOT_SWING_N] += n < 0 ? -n : n;
+  d[GA_HOT_SWING_B] += bytes < 0 ? -bytes : bytes;
+}
+/* inactive_split falls by n blocks and `bytes` and rises straight back: no
+ * peak can move. */
+static inline void ga_hot_split_dip(ga_hot *h, int pool, uint64_t n, uint64_t bytes) {
+  h->d[pool][GA_HOT_SWING_N] += (int64_t)n;
+  h->d[pool][GA_HOT_SWING_B] += (int64_t)bytes;
 }
 
 /* Writes *s as one flat JSON object with PyTorch's key names. */

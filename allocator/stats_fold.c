@@ -20,13 +20,15 @@ static void fold(ga_stats_t *s, ga_hot *h) {
     int64_t *d = h->d[p];
     for (int e = 0; e < 2; e++) { /* the pool's entry, then all */
       int i = e ? GA_POOL_ALL : GA_POOL_SMALL + p;
-      fold_one(&s->allocation[i], d[GA_HOT_ALLOC_N], d[GA_HOT_FREE_N]);
-      fold_one(&s->allocated_bytes[i], d[GA_HOT_ALLOC_B], d[GA_HOT_FREE_B]);
-      fold_one(&s->active[i], d[GA_HOT_ALLOC_N], d[GA_HOT_DONE_N]);
-      fold_one(&s->active_bytes[i], d[GA_HOT_ALLOC_B], d[GA_HOT_DONE_B]);
+      int64_t rn = d[GA_HOT_REUSE_N], rb = d[GA_HOT_REUSE_B]; /* a free, done, and an allocation */
+      fold_one(&s->allocation[i], d[GA_HOT_ALLOC_N] + rn, d[GA_HOT_FREE_N] + rn);
+      fold_one(&s->allocated_bytes[i], d[GA_HOT_ALLOC_B] + rb, d[GA_HOT_FREE_B] + rb);
+      fold_one(&s->active[i], d[GA_HOT_ALLOC_N] + rn, d[GA_HOT_DONE_N] + rn);
+      fold_one(&s->active_bytes[i], d[GA_HOT_ALLOC_B] + rb, d[GA_HOT_DONE_B] + rb);
       fold_one(&s->requested_bytes[i], d[GA_HOT_ALLOC_R], d[GA_HOT_DONE_R]);
-      fold_one(&s->inactive_split[i], d[GA_HOT_SPLIT_UP_N], d[GA_HOT_SPLIT_DOWN_N]);
-      fold_one(&s->inactive_split_bytes[i], d[GA_HOT_SPLIT_UP_B], d[GA_HOT_SPLIT_DOWN_B]);
+      int64_t sn = d[GA_HOT_SWING_N], sb = d[GA_HOT_SWING_B]; /* down and back up */
+      fold_one(&s->inactive_split[i], d[GA_HOT_SPLIT_UP_N] + sn, d[GA_HOT_SPLIT_DOWN_N] + sn);
+      fold_one(&s->inactive_split_bytes[i], d[GA_HOT_SPLIT_UP_B] + sb, d[GA_HOT_SPLIT_DOWN_B] + sb);
     }
     memset(d, 0, sizeof h->d[p]);
   }
@@ -55,4 +57,10 @@ void ga_stats_peaks(ga_stats_t *s, ga_hot *h) {
     r[GA_ROOM_SPLIT] = s->inactive_split[i].peak - s->inactive_split[i].current;
     r[GA_ROOM_SPLIT_BYTES] = s->inactive_split_bytes[i].peak - s->inactive_split_bytes[i].current;
   }
+}
+
+__attribute__((noinline)) void ga_hot_split_swing_peak(ga_stats_t *s, ga_hot *h, int pool, int64_t n,
+                                                       int64_t bytes) {
+  ga_hot_split(s, h, pool, n, bytes);
+  ga_hot_split(s, h, pool, -n, -bytes);
 }

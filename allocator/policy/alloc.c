@@ -27,9 +27,7 @@ static size_t stranded(const ga_allocator_t *a, const ga_block *b, size_t size) 
 
 /* What a free block can grow to without moving: its size and the unmapped
  * block after it (PyTorch's expandable_size in get_free_block). */
-static size_t expandable_size(const ga_block *b) {
-  return b->size + (b->next && b->next->state == GA_BLOCK_UNMAPPED ? b->next->size : 0);
-}
+static size_t expandable_size(const ga_block *b) { return ga_alloc_growable(b->size, b->next); }
 
 /* Best fit on (stream, size, address) with the oversize rules; the block
  * found stays in its tree. */
@@ -172,11 +170,21 @@ static int past_budget(ga_allocator_t *a, size_t need) {
 }
 
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {
+  /* The free kept back (block.c), when this allocation would take it again. */
+  if (a->pol.kept && size <= GA_MAX_REQUEST) {
+    ga_block *b = ga_block_keep_reuse_locked(a, size, stream);
+    if (b) {
+      *out = (void *)b->ptr;
+      return GA_OK;
+    }
+  }
   return ga_alloc_flags_locked(a, size, stream, 0, out);
 }
 
-ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, unsigned flags,
-                                  void **out) {
+/* Out of line: ga_alloc_locked's path through the free kept back stays short. */
+__attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, size_t size,
+                                                            ga_stream_t stream, unsigned flags, void **out) {
+  ga_block_keep_flush_locked(a);
   /* One physical allocation: in expandable mode a native segment. */
   int contiguous = (flags & GA_ALLOC_CONTIGUOUS_HANDLE) && a->cfg.expandable_segments;
   if (size > GA_MAX_REQUEST) {
@@ -286,27 +294,23 @@ static void diagnose_bad_free(ga_allocator_t *a, const char *fn, void *ptr) {
   ga_error_set("%s: %p was not allocated by this allocator", fn, ptr);
 }
 
-ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
-  /* Exported to another process that still imports it: refused, unchanged. */
-  if (a->pol.ipc && ga_ipc_free_check_locked(a, ptr) != GA_OK) return GA_ERR_INVALID;
-  ga_block *b = ga_blockmap_take(&a->pol.map, (uintptr_t)ptr);
-  if (!b) {
-    diagnose_bad_free(a, "ga_free", ptr);
-    return GA_ERR_BAD_POINTER;
+/* ga_free of b (at `slot` in the map) when it is asleep, has stream uses or
+ * waits for events: out of line, so that the common free stays short. */
+__attribute__((noinline)) static ga_status_t free_slow(ga_allocator_t *a, ga_block *b, long slot) {
+  void *ptr = (void *)b->ptr;
+  if (b->asleep) {
+    ga_error_set("ga_free: %p is asleep (ga_sleep); call ga_wake before freeing it", ptr);
+    return GA_ERR_INVALID;
   }
-  if (b->asleep || ga_stream_free_room_locked(a, b)) {
-    (void)ga_blockmap_put(&a->pol.map, b->ptr, b); /* cannot grow: it was just taken out */
-    if (b->asleep) {
-      ga_error_set("ga_free: %p is asleep (ga_sleep); call ga_wake before freeing it", ptr);
-      return GA_ERR_INVALID;
-    }
+  if (ga_stream_free_room_locked(a, b)) {
     ga_error_set("ga_free: host out of memory for the stream events of %p; it is still allocated", ptr);
     return GA_ERR_HOST_MEMORY;
   }
   size_t size = b->size;
   ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
-  ga_hot_free(&a->hot, b->pool, b->size);
   if (b->size >= a->cfg.max_split_size) ga_stat_dec(&a->stats.oversize_allocations, 1);
+  (void)ga_blockmap_take_at(&a->pol.map, slot);
+  ga_hot_free(&a->hot, b->pool, b->size);
   if (ga_stream_free_locked(a, b)) {
     /* As close(2): the pointer is freed all the same. */
     ga_error_set(
@@ -314,6 +318,31 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
         "(%s): its %zu bytes stay out of use until one can (quarantined_bytes)",
         ptr, a->dev->error, size);
     return GA_ERR_DEVICE;
+  }
+  return GA_OK;
+}
+
+__attribute__((noinline)) static ga_status_t bad_free(ga_allocator_t *a, void *ptr) {
+  diagnose_bad_free(a, "ga_free", ptr);
+  return GA_ERR_BAD_POINTER;
+}
+
+ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
+  ga_block_keep_flush_locked(a);
+  long slot = ga_blockmap_find(&a->pol.map, (uintptr_t)ptr);
+  if (slot < 0) return bad_free(a, ptr);
+  ga_block *b = ga_blockmap_at(&a->pol.map, slot);
+  if (b->asleep || b->nuses || b->event_count) return free_slow(a, b, slot);
+  /* No stream to wait for (ga_stream_free_locked's case of none): freed
+   * now, or kept back for the next allocation (its entry in the map and the
+   * counters of its free wait until then). */
+  ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
+  if (b->size >= a->cfg.max_split_size) ga_stat_dec(&a->stats.oversize_allocations, 1);
+  b->state = GA_BLOCK_PENDING;
+  if (!ga_block_free_keep_locked(a, b)) {
+    (void)ga_blockmap_take_at(&a->pol.map, slot);
+    ga_hot_free(&a->hot, b->pool, b->size);
+    ga_block_free_locked(a, b);
   }
   return GA_OK;
 }

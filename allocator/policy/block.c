@@ -31,7 +31,7 @@ static size_t next_division(size_t size, size_t div) {
   return down == size ? size : down + step;
 }
 
-size_t ga_round_size(const ga_config *c, size_t size) {
+size_t ga_round_size_divided(const ga_config *c, size_t size) {
   if (size < GA_MIN_BLOCK) return GA_MIN_BLOCK;
   size_t div = c->any_roundup ? divisions_for(c, size) : 0;
   /* size > GA_MIN_BLOCK * div, without the product (which could wrap). */
@@ -45,10 +45,15 @@ size_t ga_allocation_size_for(const ga_config *c, size_t rounded) {
   return (rounded + GA_ROUND_LARGE - 1) / GA_ROUND_LARGE * GA_ROUND_LARGE;
 }
 
-static int should_split(const ga_allocator_t *a, const ga_block *b, size_t size) {
-  size_t remaining = b->size - size;
+/* Would a block of `bsize` bytes of b's pool and segment be split for `size`? */
+static int split_at(const ga_allocator_t *a, const ga_block *b, size_t bsize, size_t size) {
+  size_t remaining = bsize - size;
   if (b->pool == GA_P_SMALL || b->seg->expandable) return remaining >= GA_MIN_BLOCK;
   return size < a->cfg.max_split_size && remaining > GA_SMALL_SIZE;
+}
+
+static int should_split(const ga_allocator_t *a, const ga_block *b, size_t size) {
+  return split_at(a, b, b->size, size);
 }
 
 /* ---- Free trees with the inactive_split bookkeeping ---- */
@@ -111,6 +116,18 @@ static int take_back(const ga_allocator_t *a, const ga_block *b, size_t rounded)
   return whole_granules(lo, hi - rounded, a->space.gran) > whole_granules(lo + rounded, hi, a->space.gran);
 }
 
+/* b, out of every tree, is allocated for `size` bytes asked (room in the map reserved). */
+static ga_block *handed(ga_allocator_t *a, ga_block *b, size_t size) {
+  b->state = GA_BLOCK_ALLOCATED;
+  b->requested = size;
+  b->tag = 0;                                    /* the struct may have served a tagged allocation before */
+  (void)ga_blockmap_put(&a->pol.map, b->ptr, b); /* cannot fail: room reserved by the caller */
+  ga_hot_alloc(&a->stats, &a->hot, b->pool, b->size, size);
+  if (b->size >= a->cfg.max_split_size) ga_stat_inc(&a->stats.oversize_allocations, 1);
+  ga_history_add_locked(a, GA_H_ALLOC, b->ptr, size, b->stream);
+  return b;
+}
+
 ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded, int in_tree) {
   if (ga_blockmap_reserve(&a->pol.map)) return NULL;
   if (should_split(a, b, rounded)) {
@@ -131,14 +148,7 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   } else if (in_tree) {
     ga_block_from_free_tree_locked(a, b);
   }
-  b->state = GA_BLOCK_ALLOCATED;
-  b->requested = size;
-  b->tag = 0;                                    /* the struct may have served a tagged allocation before */
-  (void)ga_blockmap_put(&a->pol.map, b->ptr, b); /* cannot fail: room reserved above */
-  ga_hot_alloc(&a->stats, &a->hot, b->pool, b->size, size);
-  if (b->size >= a->cfg.max_split_size) ga_stat_inc(&a->stats.oversize_allocations, 1);
-  ga_history_add_locked(a, GA_H_ALLOC, b->ptr, size, b->stream);
-  return b;
+  return handed(a, b, size);
 }
 
 /* Merges a FREE-to-be block with its FREE neighbours and inserts it (no stats). */
@@ -181,4 +191,108 @@ void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
   ga_history_add_locked(a, GA_H_FREE_COMPLETED, b->ptr, requested, b->stream);
   merge_insert(a, b); /* b may be merged into its predecessor */
   ga_hot_done(&a->hot, pool, size, requested);
+}
+
+/* ---- The free kept back ----
+ * A client's free of block b is kept back when b would merge with nothing
+ * or with its next neighbour n alone, in a segment where best fit is plain
+ * (ga_alloc_fit_is_plain) and the front of a split is handed out: b stays
+ * PENDING, out of the trees, with its entry in the map, and the counters of
+ * its free wait.
+ * The free as it would have been leaves one free block M in the tree: b
+ * itself, or b and n merged at b's address (n's node re-keyed). The next
+ * allocation of b's rounded size on b's stream, from the general trees,
+ * would be served by M when best fit answers M, and would be cut from M's
+ * front, giving back exactly b, and n as it was. So when
+ * ga_free_tree_first_is says best fit would answer M (with n's node
+ * standing for M's), b is handed out again with the bookkeeping both steps
+ * would have made (the free, its completion and the allocation counted at
+ * once by ga_hot_reuse, inactive_split up and back, n's GC age and free
+ * sequence number), and neither the merge nor the split is made. Anything else
+ * completes the free first (ga_block_keep_flush_locked), as it would have
+ * been made: no other event of the allocator came between, and every
+ * entry point but ga_malloc and ga_free completes it before it looks. The
+ * placement test replays every trace event by event against the digests
+ * made before this existed. */
+
+int ga_block_free_keep_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT(!a->pol.kept && b->state == GA_BLOCK_PENDING);
+  ga_block *p = b->prev;
+  /* Not when the next allocation would first do something else: retire
+   * events, grant peers access, serve a capture (none of which can start
+   * before the free kept back is completed or reused). */
+  if ((p && p->state == GA_BLOCK_FREE) || b->seg->priv || a->pol.streams.npending || a->space.regrant ||
+      a->pol.capture.routing || !ga_alloc_fit_is_plain(a, b->seg))
+    return 0;
+  size_t requested = b->requested;
+  b->free_seq = ++a->pol.streams.free_clock;
+  ga_history_add_locked(a, GA_H_FREE_COMPLETED, b->ptr, requested, b->stream);
+  a->pol.kept = b;
+  return 1;
+}
+
+__attribute__((noinline)) void ga_block_keep_flush_slow_locked(ga_allocator_t *a) {
+  ga_block *b = a->pol.kept;
+  size_t size = b->size, requested = b->requested;
+  int pool = b->pool;
+  a->pol.kept = NULL;
+  (void)ga_blockmap_take(&a->pol.map, b->ptr);
+  ga_hot_free(&a->hot, pool, size);
+  merge_insert(a, b);
+  ga_hot_done(&a->hot, pool, size, requested);
+}
+
+ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t stream) {
+  ga_block *b = a->pol.kept, *n = b->next;
+  size_t rounded = ga_round_size(&a->cfg, size);
+  if (rounded != b->size || stream != b->stream) return NULL;
+  if (n && n->state != GA_BLOCK_FREE) n = NULL;
+  ga_free_tree *p = &a->pol.trees[b->pool];
+  size_t msize = n ? rounded + n->size : rounded, max_split = a->cfg.max_split_size;
+  /* get_free_block's answer (its walk past M when it walks) and its
+   * oversize rules, then hand_out's split. */
+  ga_block *after;
+  if (!ga_free_tree_first_is(p, stream, rounded, msize, b->ptr, n, &after)) return NULL;
+  if (after && after->stream == stream && ga_alloc_fit_walks(a, b->seg) &&
+      ga_alloc_growable(after->size, after->next) < ga_alloc_growable(msize, n ? n->next : b->next))
+    return NULL;
+  if (rounded < max_split && msize >= max_split) return NULL;
+  if (rounded >= max_split && msize - rounded >= a->cfg.max_non_split_rounding) return NULL;
+  if (n && !split_at(a, b, msize, rounded)) return NULL;
+  a->pol.kept = NULL;
+  if (a->pol.allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
+  int native = !b->seg->expandable;
+  if (n) {
+    /* The merge: n's inactive_split count goes and M's comes (M counts when
+     * it has a neighbour); the split takes M's and gives n's back. */
+    int was = n->counted_split, m = native && (b->prev || n->next);
+    if (was == native) {
+      /* n counted (native) or not (expandable), as the split leaves it. */
+      if (native && m)
+        ga_hot_split_swing(&a->stats, &a->hot, b->pool, 0, (int64_t)rounded);
+      else if (native)
+        ga_hot_split_dip(&a->hot, b->pool, 1, n->size);
+    } else {
+      int64_t n1 = m - was, b1 = (m ? (int64_t)msize : 0) - (was ? (int64_t)n->size : 0);
+      int64_t n2 = native - m, b2 = (native ? (int64_t)n->size : 0) - (m ? (int64_t)msize : 0);
+      if (n1 | b1) ga_hot_split(&a->stats, &a->hot, b->pool, n1, b1);
+      if (n2 | b2) ga_hot_split(&a->stats, &a->hot, b->pool, n2, b2);
+      n->counted_split = (uint8_t)native;
+    }
+    n->gc_base = p->gc_calls;
+    n->tag = 0; /* the split would have made a new record */
+    n->requested = 0;
+    n->free_seq = b->free_seq; /* M's: b's free is the later */
+  } else if (native && ga_tiles_is_split(b)) {
+    /* Into the tree counted, out of it uncounted. */
+    ga_hot_split_swing(&a->stats, &a->hot, b->pool, 1, (int64_t)rounded);
+  }
+  b->counted_split = 0; /* (its gc_base is read only while it is free) */
+  b->state = GA_BLOCK_ALLOCATED;
+  b->tag = 0;
+  ga_hot_reuse(&a->stats, &a->hot, b->pool, rounded, b->requested, size);
+  b->requested = size;
+  if (rounded >= max_split) ga_stat_inc(&a->stats.oversize_allocations, 1);
+  ga_history_add_locked(a, GA_H_ALLOC, b->ptr, size, stream);
+  return b; /* its entry in the map stayed */
 }

@@ -146,6 +146,38 @@ ga_block *ga_free_tree_lower_bound(const ga_free_tree *p, ga_stream_t stream, si
   return best;
 }
 
+/* As lower_bound, and *succ the next block in tree order after the one
+ * returned (NULL when none, or when nothing is returned): the last node the
+ * descent turned left at before the answer, or the leftmost of its right
+ * subtree. */
+static ga_block *lower_bound_next(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr,
+                                  ga_block **succ) {
+  ga_block *best = NULL, *above = NULL;
+  for (ga_block *t = p->root; t;) {
+    if (cmp(t, stream, size, ptr) >= 0) {
+      above = best;
+      best = t;
+      t = t->left;
+    } else {
+      t = t->right;
+    }
+  }
+  if (best && best->right) {
+    for (above = best->right; above->left;) above = above->left;
+  }
+  *succ = best ? above : NULL;
+  return best;
+}
+
+int ga_free_tree_first_is(const ga_free_tree *p, ga_stream_t stream, size_t size, size_t ksize,
+                          uintptr_t kptr, const ga_block *instead, ga_block **after) {
+  GA_ASSERT(ksize >= size);
+  ga_block *succ, *first = lower_bound_next(p, stream, size, 0, &succ);
+  if (first && first == instead) first = succ;
+  *after = first; /* when the key is first, no block of the tree lies between the two */
+  return !first || cmp(first, stream, ksize, kptr) > 0;
+}
+
 ga_block *ga_free_tree_before(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr) {
   ga_block *best = NULL;
   for (ga_block *t = p->root; t;) {

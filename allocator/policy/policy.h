@@ -28,6 +28,12 @@ void ga_free_tree_remove(ga_free_tree *t, ga_block *b);
 void ga_free_tree_rekey(ga_free_tree *t, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y);
 /* Smallest block >= (stream, size, ptr) in tree order, or NULL. */
 ga_block *ga_free_tree_lower_bound(const ga_free_tree *t, ga_stream_t stream, size_t size, uintptr_t ptr);
+/* Would lower_bound(stream, size, 0) give a block keyed (stream, ksize,
+ * kptr) (ksize >= size), were it in the tree, with `instead` (a block of the
+ * tree, or NULL) taken out? One descent; *after is then the block that
+ * would follow it in tree order (NULL when none). */
+int ga_free_tree_first_is(const ga_free_tree *t, ga_stream_t stream, size_t size, size_t ksize,
+                          uintptr_t kptr, const ga_block *instead, ga_block **after);
 /* Largest block < (stream, size, ptr), or NULL. */
 ga_block *ga_free_tree_before(const ga_free_tree *t, ga_stream_t stream, size_t size, uintptr_t ptr);
 /* Calls fn on every block in order; stops early when fn returns non-zero.
@@ -42,7 +48,12 @@ static inline ga_free_tree *ga_trees_of(ga_allocator_t *a, const ga_block *b) {
 }
 
 /* ---- Blocks (block.c) ---- */
-size_t ga_round_size(const ga_config *c, size_t size);
+size_t ga_round_size_divided(const ga_config *c, size_t size);
+/* PyTorch's rounding of a request (roundup_power2_divisions included). */
+static inline size_t ga_round_size(const ga_config *c, size_t size) {
+  if (c->any_roundup) return ga_round_size_divided(c, size);
+  return size < GA_MIN_BLOCK ? GA_MIN_BLOCK : (size + GA_MIN_BLOCK - 1) / GA_MIN_BLOCK * GA_MIN_BLOCK;
+}
 size_t ga_allocation_size_for(const ga_config *c, size_t rounded);
 /* Puts a FREE-to-be block into its pool's free tree, counting inactive_split. */
 void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b);
@@ -55,6 +66,22 @@ void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b);
 ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded, int in_tree);
 /* Makes an ALLOCATED/PENDING block FREE: merge with free neighbours, insert. */
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b);
+
+/* The client's free of b (PENDING, no stream uses, still in the map): kept
+ * back for the next allocation when block.c's conditions hold (1: its map
+ * entry stays until then), else 0 and nothing done. At most one free is
+ * kept back (a->pol.kept). */
+int ga_block_free_keep_locked(ga_allocator_t *a, ga_block *b);
+/* The allocation of `size` bytes (<= GA_MAX_REQUEST) on `stream` from the general
+ * trees, served by the free kept back when the allocation as made would
+ * give exactly that block; NULL (nothing changed) otherwise. */
+ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t stream);
+void ga_block_keep_flush_slow_locked(ga_allocator_t *a);
+/* Completes the free kept back, if any: before anything else looks at the
+ * blocks, the trees or the statistics. */
+static inline void ga_block_keep_flush_locked(ga_allocator_t *a) {
+  if (a->pol.kept) ga_block_keep_flush_slow_locked(a);
+}
 
 /* ---- Streams (stream.c) ---- */
 int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s);
@@ -89,9 +116,6 @@ void ga_stream_teardown_locked(ga_allocator_t *a);
 /* ga_begin_allocate_to_pool, ga_end_allocate_to_pool, ga_release_pool. */
 ga_status_t ga_capture_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t stream);
 ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id);
-/* A capture began (begin != 0) whose streams are routed later, or it ended:
- * until then a capture is underway as if a stream were routed. */
-ga_status_t ga_capture_announce_locked(ga_allocator_t *a, int begin);
 ga_status_t ga_capture_release_locked(ga_allocator_t *a, uint64_t id);
 /* The relaxed capture mode around device calls made while a capture is
  * underway (a no-op otherwise): relax, the calls, unrelax. Relax returns the
@@ -179,21 +203,6 @@ void ga_sleep_teardown_locked(ga_allocator_t *a);
 /* ga_enable_peer_access. */
 ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer);
 
-/* ---- Sharing with other processes (ipc.c) ---- */
-/* ga_ipc_export, ga_ipc_import, ga_ipc_close. */
-ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *desc);
-ga_status_t ga_ipc_import_locked(ga_allocator_t *a, const ga_ipc_desc_t *desc, void **ptr);
-ga_status_t ga_ipc_close_locked(ga_allocator_t *a, void *ptr);
-/* Before ga_free of ptr: GA_OK, or the refusal while another process holds
- * an import of it (the error text set). */
-ga_status_t ga_ipc_free_check_locked(ga_allocator_t *a, void *ptr);
-/* Is the allocation at p exported? */
-int ga_ipc_exported_locked(ga_allocator_t *a, uintptr_t p);
-/* Device objects the imports hold (ga_check's cross-check). */
-void ga_ipc_usage_locked(ga_allocator_t *a, size_t *handles, size_t *mappings, size_t *reservations);
-/* Closes every import and export (ga_destroy). */
-void ga_ipc_teardown_locked(ga_allocator_t *a);
-
 /* ---- Would these fit? (fit.c) ---- */
 /* ga_would_fit and ga_largest_free: a model of the state, nothing changes
  * (one mem_info call). */
@@ -202,6 +211,27 @@ ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size
 ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t *cached, size_t *with_call);
 
 /* ---- Allocation (alloc.c) ---- */
+/* What get_free_block and hand_out choose, for the free kept back
+ * (block.c), which relies on these: whatever changes their choice must
+ * change these too.
+ * Plain: best fit on (stream, size, address), and a split hands out the
+ * front. Not so in expandable segments with pages of one granule under
+ * gardenalloc's own policy, which weighs the few best fits and may take
+ * the back. */
+static inline int ga_alloc_fit_is_plain(const ga_allocator_t *a, const ga_segment *s) {
+  return !(s->expandable && !a->cfg.expandable_pytorch && a->pol.large_page == a->space.gran);
+}
+/* PyTorch's walk (expandable_policy:pytorch, expandable_move_pages:when_full):
+ * from the best fit in an expandable segment, on to the next free block of
+ * the stream while its expandable size (ga_alloc_growable) is smaller. */
+static inline int ga_alloc_fit_walks(const ga_allocator_t *a, const ga_segment *s) {
+  return s->expandable && (a->cfg.expandable_pytorch || a->cfg.expandable_move_when_full);
+}
+/* What a free block of `size` bytes followed by `next` can grow to without
+ * moving: its size and the unmapped block after it (PyTorch's expandable_size). */
+static inline size_t ga_alloc_growable(size_t size, const ga_block *next) {
+  return size + (next && next->state == GA_BLOCK_UNMAPPED ? next->size : 0);
+}
 /* ga_malloc and ga_free (size > 0, ptr != NULL). */
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out);
 ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr);
