@@ -3,11 +3,13 @@
  * allocator's lock, dispatch to the policy, and turn internal codes into a
  * ga_status_t with the error text set. No policy lives here.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "device/sim.h"
@@ -240,6 +242,104 @@ ga_status_t ga_mem_ranges(ga_allocator_t *a, void *ptr, ga_mem_range_t *out, siz
   return leave(a, ga_layout_ranges_locked(a, ptr, out, cap, n));
 }
 
+ga_status_t ga_ipc_export(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *desc) {
+  ENTER("ga_ipc_export");
+  if (!desc) return leave(a, invalid("ga_ipc_export", "desc is NULL"));
+  if (!ptr) return leave(a, invalid("ga_ipc_export", "ptr is NULL"));
+  return leave(a, ga_ipc_export_locked(a, ptr, desc));
+}
+
+ga_status_t ga_ipc_import(ga_allocator_t *a, const ga_ipc_desc_t *desc, void **ptr) {
+  if (ptr) *ptr = NULL;
+  ENTER("ga_ipc_import");
+  if (!desc || !ptr) return leave(a, invalid("ga_ipc_import", desc ? "ptr is NULL" : "desc is NULL"));
+  return leave(a, ga_ipc_import_locked(a, desc, ptr));
+}
+
+ga_status_t ga_ipc_close(ga_allocator_t *a, void *ptr) {
+  ENTER("ga_ipc_close");
+  return leave(a, ga_ipc_close_locked(a, ptr));
+}
+
+void ga_ipc_desc_close(ga_ipc_desc_t *desc) {
+  if (!desc) return;
+  for (uint32_t i = 0; i < desc->npieces && i < GA_IPC_MAX_PIECES; i++)
+    if (desc->pieces[i].fd >= 0) close(desc->pieces[i].fd), desc->pieces[i].fd = -1;
+  if (desc->lease_fd >= 0) close(desc->lease_fd);
+  desc->lease_fd = -1;
+}
+
+/* The descriptor's bytes with its fds (pieces, then the lease) as SCM_RIGHTS. */
+ga_status_t ga_ipc_send(int sock, const ga_ipc_desc_t *desc) {
+  if (!desc || desc->npieces > GA_IPC_MAX_PIECES) {
+    ga_error_set("ga_ipc_send: %s", desc ? "more pieces than GA_IPC_MAX_PIECES" : "desc is NULL");
+    return GA_ERR_INVALID;
+  }
+  int fds[GA_IPC_MAX_PIECES + 1], n = 0;
+  for (uint32_t i = 0; i < desc->npieces; i++) fds[n++] = desc->pieces[i].fd;
+  fds[n++] = desc->lease_fd;
+  union {
+    char buf[CMSG_SPACE(sizeof fds)];
+    struct cmsghdr align;
+  } u;
+  memset(&u, 0, sizeof u);
+  struct iovec io = {(void *)desc, sizeof *desc};
+  struct msghdr m = {
+      .msg_iov = &io, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = CMSG_SPACE(n * sizeof(int))};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(n * sizeof(int));
+  memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+  ssize_t k;
+  do k = sendmsg(sock, &m, MSG_NOSIGNAL);
+  while (k < 0 && errno == EINTR);
+  if (k != (ssize_t)sizeof *desc) {
+    ga_error_set("ga_ipc_send: sendmsg on fd %d: %s", sock, k < 0 ? strerror(errno) : "cut short");
+    return GA_ERR_INVALID;
+  }
+  return GA_OK;
+}
+
+ga_status_t ga_ipc_recv(int sock, ga_ipc_desc_t *desc) {
+  if (!desc) {
+    ga_error_set("ga_ipc_recv: desc is NULL");
+    return GA_ERR_INVALID;
+  }
+  union {
+    char buf[CMSG_SPACE((GA_IPC_MAX_PIECES + 1) * sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct iovec io = {desc, sizeof *desc};
+  struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+  ssize_t k;
+  do k = recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  while (k < 0 && errno == EINTR);
+  int fds[GA_IPC_MAX_PIECES + 1], n = 0;
+  for (struct cmsghdr *c = k > 0 ? CMSG_FIRSTHDR(&m) : NULL; c; c = CMSG_NXTHDR(&m, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      int got = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int i = 0; i < got; i++) {
+        int fd;
+        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        if (n < GA_IPC_MAX_PIECES + 1)
+          fds[n++] = fd;
+        else
+          close(fd);
+      }
+    }
+  if (k != (ssize_t)sizeof *desc || (m.msg_flags & MSG_CTRUNC) || desc->npieces > GA_IPC_MAX_PIECES ||
+      (int)desc->npieces + 1 != n) {
+    for (int i = 0; i < n; i++) close(fds[i]);
+    ga_error_set("ga_ipc_recv: recvmsg on fd %d: %s", sock,
+                 k < 0 ? strerror(errno) : "not one descriptor with its file descriptors");
+    return GA_ERR_INVALID;
+  }
+  for (uint32_t i = 0; i < desc->npieces; i++) desc->pieces[i].fd = fds[i];
+  desc->lease_fd = fds[n - 1];
+  return GA_OK;
+}
+
 ga_status_t ga_free(ga_allocator_t *a, void *ptr) {
   ENTER_HOT("ga_free");
   return leave(a, ptr ? ga_free_locked(a, ptr) : GA_OK);
@@ -420,6 +520,11 @@ ga_status_t ga_begin_allocate_to_pool(ga_allocator_t *a, uint64_t pool, ga_strea
 ga_status_t ga_end_allocate_to_pool(ga_allocator_t *a, uint64_t pool) {
   ENTER("ga_end_allocate_to_pool");
   return leave(a, ga_capture_end_locked(a, pool));
+}
+
+ga_status_t ga_capture_announce(ga_allocator_t *a, int begin) {
+  ENTER(begin ? "ga_torch_begin_allocate_to_pool" : "ga_torch_end_allocate_to_pool");
+  return leave(a, ga_capture_announce_locked(a, begin));
 }
 
 ga_status_t ga_release_pool(ga_allocator_t *a, uint64_t pool) {

@@ -374,6 +374,19 @@ static int opt_headroom_mb(ctx *x) {
   return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->headroom, "an integer >= 0 and <= " MAX_MIB);
 }
 
+static int opt_shareable_handles(ctx *x) {
+  const tok *v = NULL;
+  char buf[64];
+  if (value(x, &v, "none or posix_fd")) return GA_DEV_EINVAL;
+  if (tok_is(v, "none"))
+    x->c->shareable_handles = 0;
+  else if (tok_is(v, "posix_fd"))
+    x->c->shareable_handles = 1;
+  else
+    return fail(x, "'%s' is not a handle type (allowed: none or posix_fd)", tok_str(v, buf));
+  return 0;
+}
+
 static int opt_deterministic(ctx *x) { return value_bool(x, &x->c->deterministic); }
 
 static int opt_release_lock_on_cudamalloc(ctx *x) { return value_bool(x, &x->c->release_lock_on_cudamalloc); }

@@ -57,6 +57,7 @@ typedef struct ga_config {
   size_t max_reserved;           /* bytes the allocator may reserve; 0 = no limit */
   size_t headroom;               /* bytes of the device kept for others; 0 = none */
   int deterministic;             /* placement a function of the request sequence alone */
+  int shareable_handles;         /* shareable_handles:posix_fd: handles other processes can import */
 } ga_config;
 
 /* X(key, type, default, origin, doc). `origin` is "pytorch" or "gardenalloc". */
@@ -89,6 +90,9 @@ typedef struct ga_config {
   X(headroom_mb, "int MiB 0..2^40", "0", "gardenalloc",                                                      \
     "keep this much of the device's memory for what is not ours (NCCL, the CUDA context, other "             \
     "processes): reserve at most the device's memory less this; past it, GA_ERR_OOM before any device call") \
+  X(shareable_handles, "none|posix_fd", "none", "gardenalloc",                                               \
+    "expandable segments: create physical memory that another process can map (a POSIX file descriptor "     \
+    "per handle; ga_ipc_export, ga_ipc_import)")                                                             \
   X(deterministic, "True|False", "False", "gardenalloc",                                                     \
     "the same placement on every rank: offsets depend on the request sequence alone, never on the GPU's "    \
     "timing (a free waiting on another stream is reused from the next cache miss on, waiting for it there; " \

@@ -216,6 +216,7 @@ typedef struct ga_policy {
     size_t nsleepers, cap_sleepers;
     size_t nfree_at_wake; /* blocks with free_at_wake set */
   } sleep;
+  struct ga_ipc *ipc; /* policy/ipc.c: exports and imports (NULL until the first) */
 } ga_policy;
 
 /* What segment/ owns: where the bytes live. */
@@ -297,6 +298,12 @@ static inline int ga_inherited(const ga_allocator_t *a) {
  * maps it again (PyTorch frees in a destructor and cannot wait), instead of
  * being refused. */
 ga_status_t ga_free_even_asleep(ga_allocator_t *a, void *ptr);
+
+/* ---- For PyTorch's capture hooks (torch_abi_throw.cpp) ----
+ * A capture began on the allocator's device (begin != 0), whose streams are
+ * routed to its pool at their first allocation, or it ended: in between a
+ * capture is underway (no call that would invalidate it is made). */
+ga_status_t ga_capture_announce(ga_allocator_t *a, int begin);
 
 /* ---- For tests: an allocator on a device the caller owns ---- */
 GA_API ga_status_t ga_create_on_device(const char *conf, ga_device *dev, ga_allocator_t **out);

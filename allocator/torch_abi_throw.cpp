@@ -39,6 +39,10 @@ std::mutex mu;
 std::vector<capture> captures; // begun and not ended
 std::atomic<int> ncaptures{0}; // captures.size(), read without the lock on every alloc
 
+// api.c (internal.h): a capture is underway on the allocator from its begin
+// hook, before its streams are routed at their first allocation.
+extern "C" ga_status_t ga_capture_announce(ga_allocator_t *a, int begin);
+
 uint64_t pool_of(ga_mempool_id id) { return (id.first << 32) ^ id.second ^ (id.first >> 32); }
 
 // Routes `stream` to the pool whose filter accepts it (once per stream).
@@ -71,6 +75,10 @@ extern "C" GA_API void *ga_torch_alloc(ssize_t size, int device, void *stream) {
 extern "C" GA_API void ga_torch_begin_allocate_to_pool(int device, ga_mempool_id id,
                                                        std::function<bool(cudaStream_t)> filter) {
   std::lock_guard<std::mutex> lock(mu);
+  ga_allocator_t *a = ga_torch_allocator(device);
+  // Underway from now: an allocation on another stream before the first on
+  // a captured one must not make a call that would invalidate the capture.
+  if (a) (void)ga_capture_announce(a, 1);
   captures.push_back(capture{device, pool_of(id), std::move(filter), {}});
   ncaptures.store(static_cast<int>(captures.size()), std::memory_order_release);
 }
@@ -78,14 +86,17 @@ extern "C" GA_API void ga_torch_begin_allocate_to_pool(int device, ga_mempool_id
 extern "C" GA_API void ga_torch_end_allocate_to_pool(int device, ga_mempool_id id) {
   std::lock_guard<std::mutex> lock(mu);
   uint64_t pool = pool_of(id);
+  bool begun = false;
   for (size_t i = 0; i < captures.size(); i++)
     if (captures[i].device == device && captures[i].pool == pool) {
       captures.erase(captures.begin() + static_cast<long>(i));
       ncaptures.store(static_cast<int>(captures.size()), std::memory_order_release);
+      begun = true;
       break;
     }
   ga_allocator_t *a = ga_torch_allocator(device);
   if (a) (void)ga_end_allocate_to_pool(a, pool); // a pool never used is fine
+  if (a && begun) (void)ga_capture_announce(a, 0);
 }
 
 extern "C" GA_API void ga_torch_release_pool(int device, ga_mempool_id id) {

@@ -116,5 +116,6 @@ int cmd_hotpath(int argc, char **argv);
 int cmd_drivercost(int argc, char **argv);
 int cmd_scale(int argc, char **argv);
 int cmd_fit(int argc, char **argv);
+int cmd_sleep(int argc, char **argv);
 
 #endif

@@ -59,8 +59,9 @@ static int fit_one(const trace *t, const char *conf, fit_result *f, char *err, s
              (unsigned long long)r.num_ooms);
     return -1;
   }
-  /* Capacities are whole granules of 2 MiB: lo fails (or is below live), hi fits. */
-  uint64_t lo = f->live / (2 * MIB) * 2, hi = (f->reserved_80g + 2 * MIB - 1) / (2 * MIB) * 2;
+  /* Capacities are whole granules of 2 MiB: lo is below live (it fails), hi fits. */
+  uint64_t lo = f->live ? (f->live - 1) / (2 * MIB) * 2 : 0,
+           hi = (f->reserved_80g + 2 * MIB - 1) / (2 * MIB) * 2;
   if (hi < 2) hi = 2;
   if (lo >= hi) lo = hi - 2;
   while (hi - lo > 2) {

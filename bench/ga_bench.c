@@ -25,6 +25,7 @@ static void usage(FILE *f) {
           "  ga-bench scale [--max-n N] [--budget-s S]   CPU time per call with N blocks live\n"
           "  ga-bench ranks PATH... [--ranks N]   N ranks with different GPU timing: alike placement?\n"
           "  ga-bench fit PATH... [--conf [NAME=]STR]...   the smallest device each replay fits on\n"
+          "  ga-bench sleep [--mib N]   ga_sleep/ga_wake time per restore mode, against copy bandwidth\n"
           "  ga-bench keys [--markdown|--json]   the configuration keys\n"
           "  ga-bench --version\n"
           "Every command takes --help. STR is a GARDENALLOC_CONF string: key:value,key:value.\n");
@@ -352,6 +353,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "drivercost")) return cmd_drivercost(argc - 2, argv + 2);
   if (!strcmp(argv[1], "scale")) return cmd_scale(argc - 2, argv + 2);
   if (!strcmp(argv[1], "ranks")) return cmd_ranks(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "sleep")) return cmd_sleep(argc - 2, argv + 2);
   fprintf(stderr, "ga-bench: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

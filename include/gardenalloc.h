@@ -232,6 +232,79 @@ typedef struct ga_mem_range {
  *  while the allocation is asleep (no memory behind it). */
 GA_API ga_status_t ga_mem_ranges(ga_allocator_t *a, void *ptr, ga_mem_range_t *out, size_t cap, size_t *n);
 
+/* ---- Sharing an allocation with another process (IPC) ------------------- */
+/* With expandable_segments:True and shareable_handles:posix_fd, every
+ * physical allocation is made exportable (cuMemCreate with
+ * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), and ga_ipc_export describes an
+ * allocation as file descriptors another process maps with ga_ipc_import
+ * (cuMemImportFromShareableHandle, cuMemMap): both see the same bytes.
+ * Native memory (cudaMalloc'd: native mode, or GA_ALLOC_CONTIGUOUS_HANDLE)
+ * is not exported (GA_ERR_UNSUPPORTED): cudaIpcGetMemHandle works on the
+ * cudaMalloc'd range ga_mem_ranges names. Fabric handles are not offered. */
+
+#define GA_IPC_VERSION    1
+#define GA_IPC_MAX_PIECES 64
+
+/** One piece of an exported allocation: bytes [offset, offset+size) of the
+ *  memory that file descriptor fd names. */
+typedef struct ga_ipc_piece {
+  int fd;
+  uint64_t offset;
+  uint64_t size;
+} ga_ipc_piece_t;
+
+/** An exported allocation. Its file descriptors are the exporting
+ *  process's: send the whole struct with ga_ipc_send (SCM_RIGHTS over a
+ *  Unix socket), or give them by other means (inheritance, pidfd_getfd) and
+ *  put their numbers there. */
+typedef struct ga_ipc_desc {
+  uint32_t version; /**< GA_IPC_VERSION */
+  uint32_t npieces; /**< pieces used, in address order */
+  uint64_t size;    /**< bytes of the allocation (its block) */
+  uint64_t start;   /**< where it starts in the pieces laid end to end (they cover whole 2 MiB granules) */
+  int lease_fd;     /**< the exporter's lease: held by every import, so that the exporter cannot free it */
+  int pid;          /**< the exporting process */
+  ga_ipc_piece_t pieces[GA_IPC_MAX_PIECES];
+} ga_ipc_desc_t;
+
+/** Describes the live allocation at `ptr` (the pointer ga_malloc returned)
+ *  for another process. The granules it lies in are shared whole, so the
+ *  importer can also reach the bytes of neighbouring allocations in them.
+ *  While any process holds an import, ga_free(ptr) is refused
+ *  (GA_ERR_INVALID, nothing changes) and the memory stays exactly where it
+ *  is; an import ends with ga_ipc_close or with the importing process (exit
+ *  or crash alike). After the free a descriptor of it is refused. An
+ *  exported allocation cannot sleep: a tagged one is refused, and ga_tag
+ *  refuses an exported one. desc's descriptors are new and the caller's:
+ *  close them with ga_ipc_desc_close once sent. GA_ERR_UNSUPPORTED for
+ *  native memory or without shareable_handles:posix_fd; GA_ERR_INVALID past
+ *  GA_IPC_MAX_PIECES pieces (one per run of a physical allocation). */
+GA_API ga_status_t ga_ipc_export(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *desc);
+
+/** Maps an allocation another process exported into this allocator's
+ *  device: *ptr reads and writes the exporter's bytes. The descriptor's fds
+ *  must be open in this process (ga_ipc_recv); they stay the caller's. The
+ *  mapping is not an allocation of this allocator (ga_free refuses it;
+ *  statistics do not count it): it lasts until ga_ipc_close or ga_destroy.
+ *  GA_ERR_INVALID for a descriptor ga_ipc_export did not write or whose
+ *  allocation was freed; a device failure leaves nothing mapped. */
+GA_API ga_status_t ga_ipc_import(ga_allocator_t *a, const ga_ipc_desc_t *desc, void **ptr);
+
+/** Unmaps an import (the pointer ga_ipc_import gave) and lets the exporter
+ *  free it. GA_ERR_BAD_POINTER for anything else. */
+GA_API ga_status_t ga_ipc_close(ga_allocator_t *a, void *ptr);
+
+/** Closes the file descriptors of a descriptor (after ga_ipc_send, or when
+ *  an import is done with them). NULL is a no-op. */
+GA_API void ga_ipc_desc_close(ga_ipc_desc_t *desc);
+
+/** Sends a descriptor over a connected Unix socket, its file descriptors
+ *  as SCM_RIGHTS; ga_ipc_recv receives it with this process's numbers (close
+ *  them with ga_ipc_desc_close). GA_ERR_INVALID when the socket fails or
+ *  what arrives is not one descriptor with its file descriptors. */
+GA_API ga_status_t ga_ipc_send(int sock, const ga_ipc_desc_t *desc);
+GA_API ga_status_t ga_ipc_recv(int sock, ga_ipc_desc_t *desc);
+
 /** Frees a pointer returned by ga_malloc. NULL is a no-op. If the block was
  *  used on other streams (ga_record_stream), it becomes reusable only once
  *  events recorded on those streams now have completed. A pointer that is not
@@ -240,7 +313,8 @@ GA_API ga_status_t ga_mem_ranges(ga_allocator_t *a, void *ptr, ga_mem_range_t *o
  *  GA_ERR_DEVICE when such a stream could be neither given an event nor
  *  waited for (a sticky driver error): as with close(2), the pointer is freed
  *  all the same, and its memory stays out of use (quarantined_bytes) until a
- *  later event or wait on that stream succeeds. */
+ *  later event or wait on that stream succeeds. GA_ERR_INVALID, changing
+ *  nothing, while another process holds an import of it (ga_ipc_export). */
 GA_API ga_status_t ga_free(ga_allocator_t *a, void *ptr);
 
 /** Marks the allocation at `ptr` as used on `stream` (torch's record_stream):

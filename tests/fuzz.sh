@@ -2,7 +2,7 @@
 # Runs the libFuzzer harnesses of tests/fuzz (clang, -fsanitize=fuzzer,address,undefined):
 #   tests/fuzz.sh                    each harness for 60 seconds (what CI runs)
 #   tests/fuzz.sh --minutes N        each for N minutes
-#   tests/fuzz.sh --seconds N [config|ops|trace ...]
+#   tests/fuzz.sh --seconds N [config|ops|trace|streams|torch ...]
 #   tests/fuzz.sh --coverage ...     then the line coverage of what the corpus reaches (llvm-cov)
 # Builds into build-fuzz/ (installing clang and libFuzzer with apt-get when
 # missing, as root; GA_WERROR=1 makes warnings errors). Each harness starts from its seed corpus and the inputs
@@ -12,7 +12,7 @@
 # replays it, and makes the script fail; once fixed, the input belongs in
 # tests/fuzz/crashes/<name>/, where every test run replays it.
 # FUZZ_OPS_TRACE=1 build-fuzz/tests/fuzz/fuzz_ops FILE prints what an input of
-# fuzz_ops does, call by call.
+# fuzz_ops does, call by call (FUZZ_STREAMS_TRACE, FUZZ_TORCH_TRACE likewise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,12 +24,12 @@ while [ $# -gt 0 ]; do
     --minutes) seconds=${2:-}; [[ "$seconds" =~ ^[0-9]+$ ]] && seconds=$((10#$seconds * 60)); shift $(($# > 1 ? 2 : 1)) ;;
     --seconds) seconds=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
     --coverage) coverage=1; shift ;;
-    config|ops|trace) harnesses+=("$1"); shift ;;
+    config|ops|trace|streams|torch) harnesses+=("$1"); shift ;;
     -h|--help) sed -n '2,/^set /p' "$0" | sed '$d'; exit 0 ;;
     *) echo "tests/fuzz.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(config ops trace)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(config ops trace streams torch)
 case "$seconds" in
   '' | *[!0-9]* | 0) echo "tests/fuzz.sh: --seconds and --minutes take a whole number above 0" >&2; exit 2 ;;
 esac
@@ -45,7 +45,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo 
   -DGA_WERROR="$([ "${GA_WERROR:-0}" = 1 ] && echo ON || echo OFF)" >/dev/null
 cmake --build build-fuzz -j"$jobs" --target $(printf 'fuzz_%s ' "${harnesses[@]}") >/dev/null
 
-declare -A max_len=([config]=512 [ops]=4096 [trace]=8192)
+declare -A max_len=([config]=512 [ops]=4096 [trace]=8192 [streams]=4096 [torch]=4096)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 failed=0
 summary=()

@@ -17,41 +17,43 @@
 
 #include "cudadouble/cudadouble.h"
 
-#define CU_FUNCS(X)                \
-  X(cuInit)                        \
-  X(cuGetErrorName)                \
-  X(cuGetErrorString)              \
-  X(cuDeviceGetCount)              \
-  X(cuDevicePrimaryCtxRetain)      \
-  X(cuDevicePrimaryCtxRelease)     \
-  X(cuCtxGetCurrent)               \
-  X(cuCtxSetCurrent)               \
-  X(cuMemGetInfo)                  \
-  X(cuMemAlloc)                    \
-  X(cuMemFree)                     \
-  X(cuMemAddressReserve)           \
-  X(cuMemAddressFree)              \
-  X(cuMemCreate)                   \
-  X(cuMemRelease)                  \
-  X(cuMemMap)                      \
-  X(cuMemUnmap)                    \
-  X(cuMemSetAccess)                \
-  X(cuMemGetAccess)                \
-  X(cuMemGetAllocationGranularity) \
-  X(cuMemcpyDtoH)                  \
-  X(cuMemcpyHtoD)                  \
-  X(cuEventCreate)                 \
-  X(cuEventRecord)                 \
-  X(cuEventQuery)                  \
-  X(cuEventSynchronize)            \
-  X(cuEventDestroy)                \
-  X(cuStreamCreate)                \
-  X(cuStreamDestroy)               \
-  X(cuStreamSynchronize)           \
-  X(cuStreamIsCapturing)           \
-  X(cuStreamBeginCapture)          \
-  X(cuStreamEndCapture)            \
-  X(cuGraphDestroy)                \
+#define CU_FUNCS(X)                 \
+  X(cuInit)                         \
+  X(cuGetErrorName)                 \
+  X(cuGetErrorString)               \
+  X(cuDeviceGetCount)               \
+  X(cuDevicePrimaryCtxRetain)       \
+  X(cuDevicePrimaryCtxRelease)      \
+  X(cuCtxGetCurrent)                \
+  X(cuCtxSetCurrent)                \
+  X(cuMemGetInfo)                   \
+  X(cuMemAlloc)                     \
+  X(cuMemFree)                      \
+  X(cuMemAddressReserve)            \
+  X(cuMemAddressFree)               \
+  X(cuMemCreate)                    \
+  X(cuMemRelease)                   \
+  X(cuMemMap)                       \
+  X(cuMemUnmap)                     \
+  X(cuMemSetAccess)                 \
+  X(cuMemGetAccess)                 \
+  X(cuMemGetAllocationGranularity)  \
+  X(cuMemExportToShareableHandle)   \
+  X(cuMemImportFromShareableHandle) \
+  X(cuMemcpyDtoH)                   \
+  X(cuMemcpyHtoD)                   \
+  X(cuEventCreate)                  \
+  X(cuEventRecord)                  \
+  X(cuEventQuery)                   \
+  X(cuEventSynchronize)             \
+  X(cuEventDestroy)                 \
+  X(cuStreamCreate)                 \
+  X(cuStreamDestroy)                \
+  X(cuStreamSynchronize)            \
+  X(cuStreamIsCapturing)            \
+  X(cuStreamBeginCapture)           \
+  X(cuStreamEndCapture)             \
+  X(cuGraphDestroy)                 \
   X(cuThreadExchangeStreamCaptureMode)
 #define CTL_FUNCS(X)         \
   X(cudadouble_configure)    \
@@ -147,6 +149,44 @@ static void grant(CUdeviceptr va, size_t size) {
 }
 
 /* ---- driver_rules ---- */
+
+Test(driver_rules, a_posix_fd_handle_is_exported_and_imported) {
+  setup();
+  CUmemAllocationProp p = device_prop(0);
+  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle h, g, plain;
+  OK(cu.cuMemCreate(&h, 2 * cu.gran, &p, 0));
+  int fd = -1, fd2 = -1;
+  OK(cu.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  cr_assert_geq(fd, 0);
+  OK(cu.cuMemImportFromShareableHandle(&g, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  CUdeviceptr va, vb;
+  OK(cu.cuMemAddressReserve(&va, 2 * cu.gran, 0, 0, 0));
+  OK(cu.cuMemAddressReserve(&vb, cu.gran, 0, 0, 0));
+  OK(cu.cuMemMap(va, 2 * cu.gran, 0, h, 0));
+  OK(cu.cuMemMap(vb, cu.gran, cu.gran, g, 0)); /* the import's second granule */
+  grant(va, 2 * cu.gran);
+  grant(vb, cu.gran);
+  unsigned char in[256], out[256];
+  for (int i = 0; i < 256; i++) in[i] = (unsigned char)(i * 13 + 1);
+  OK(cu.cuMemcpyHtoD(va + cu.gran + 4096, in, sizeof in));
+  OK(cu.cuMemcpyDtoH(out, vb + 4096, sizeof out));
+  cr_assert_arr_eq(in, out, sizeof in, "the import reads the exporter's bytes");
+  /* A handle made without the type cannot be exported. */
+  p = device_prop(0);
+  OK(cu.cuMemCreate(&plain, cu.gran, &p, 0));
+  cr_assert_neq(cu.cuMemExportToShareableHandle(&fd2, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                CUDA_SUCCESS);
+  OK(cu.cuMemUnmap(vb, cu.gran));
+  OK(cu.cuMemUnmap(va, 2 * cu.gran));
+  OK(cu.cuMemRelease(g));
+  OK(cu.cuMemRelease(h));
+  OK(cu.cuMemRelease(plain));
+  OK(cu.cuMemAddressFree(va, 2 * cu.gran));
+  OK(cu.cuMemAddressFree(vb, cu.gran));
+  close(fd);
+  done();
+}
 
 Test(driver_rules, allocation_properties_are_checked) {
   setup();
@@ -581,7 +621,7 @@ Test(double, unmodelled_properties_end_the_process, .signal = SIGABRT) {
   need_double();
   setup();
   CUmemAllocationProp p = device_prop(0);
-  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
   CUmemGenericAllocationHandle h;
   cu.cuMemCreate(&h, cu.gran, &p, 0);
 }

@@ -34,38 +34,40 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
  * Each under the name cuda.h maps it to (cuMemAlloc -> cuMemAlloc_v2, ...)
  * and with cuda.h's prototype, so neither can drift from the header. */
 
-#define GA_CU_FUNCS(X)             \
-  X(cuInit)                        \
-  X(cuGetErrorName)                \
-  X(cuGetErrorString)              \
-  X(cuDeviceGetCount)              \
-  X(cuDeviceGet)                   \
-  X(cuDeviceGetAttribute)          \
-  X(cuDevicePrimaryCtxRetain)      \
-  X(cuDevicePrimaryCtxRelease)     \
-  X(cuCtxGetCurrent)               \
-  X(cuCtxSetCurrent)               \
-  X(cuCtxSynchronize)              \
-  X(cuMemGetInfo)                  \
-  X(cuMemAlloc)                    \
-  X(cuMemFree)                     \
-  X(cuMemAddressReserve)           \
-  X(cuMemAddressFree)              \
-  X(cuMemCreate)                   \
-  X(cuMemRelease)                  \
-  X(cuMemMap)                      \
-  X(cuMemUnmap)                    \
-  X(cuMemSetAccess)                \
-  X(cuMemGetAllocationGranularity) \
-  X(cuEventCreate)                 \
-  X(cuEventRecord)                 \
-  X(cuEventQuery)                  \
-  X(cuEventSynchronize)            \
-  X(cuEventDestroy)                \
-  X(cuStreamSynchronize)           \
-  X(cuMemcpyDtoH)                  \
-  X(cuMemcpyHtoD)                  \
-  X(cuStreamIsCapturing)           \
+#define GA_CU_FUNCS(X)              \
+  X(cuInit)                         \
+  X(cuGetErrorName)                 \
+  X(cuGetErrorString)               \
+  X(cuDeviceGetCount)               \
+  X(cuDeviceGet)                    \
+  X(cuDeviceGetAttribute)           \
+  X(cuDevicePrimaryCtxRetain)       \
+  X(cuDevicePrimaryCtxRelease)      \
+  X(cuCtxGetCurrent)                \
+  X(cuCtxSetCurrent)                \
+  X(cuCtxSynchronize)               \
+  X(cuMemGetInfo)                   \
+  X(cuMemAlloc)                     \
+  X(cuMemFree)                      \
+  X(cuMemAddressReserve)            \
+  X(cuMemAddressFree)               \
+  X(cuMemCreate)                    \
+  X(cuMemRelease)                   \
+  X(cuMemMap)                       \
+  X(cuMemUnmap)                     \
+  X(cuMemSetAccess)                 \
+  X(cuMemGetAllocationGranularity)  \
+  X(cuMemExportToShareableHandle)   \
+  X(cuMemImportFromShareableHandle) \
+  X(cuEventCreate)                  \
+  X(cuEventRecord)                  \
+  X(cuEventQuery)                   \
+  X(cuEventSynchronize)             \
+  X(cuEventDestroy)                 \
+  X(cuStreamSynchronize)            \
+  X(cuMemcpyDtoH)                   \
+  X(cuMemcpyHtoD)                   \
+  X(cuStreamIsCapturing)            \
   X(cuThreadExchangeStreamCaptureMode)
 
 #define GA_CU_NAME_(f) #f
@@ -207,7 +209,9 @@ static int cuda_unreserve(ga_device *d, void *va, size_t size) {
 }
 static int cuda_create(ga_device *d, size_t size, ga_mem_handle *h) {
   CUmemGenericAllocationHandle x = 0;
-  int rc = CALL(d, cu.cuMemCreate(&x, size, &cd(d)->prop, 0), "cuMemCreate");
+  CUmemAllocationProp prop = cd(d)->prop;
+  if (d->shareable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  int rc = CALL(d, cu.cuMemCreate(&x, size, &prop, 0), "cuMemCreate");
   if (!rc) *h = (ga_mem_handle)x;
   return rc;
 }
@@ -233,6 +237,33 @@ static int cuda_copy(ga_device *d, void *host, void *dev, size_t size, int to_ho
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)dev;
   return to_host ? CALL(d, cu.cuMemcpyDtoH(host, p, size), "cuMemcpyDtoH")
                  : CALL(d, cu.cuMemcpyHtoD(p, host, size), "cuMemcpyHtoD");
+}
+/* One piece: the handle's own file descriptor, at `offset` in it. */
+static int cuda_share(ga_device *d, ga_mem_handle h, size_t offset, size_t size, ga_dev_piece *out,
+                      size_t cap, size_t *n) {
+  *n = 0;
+  if (cap < 1) {
+    ga_dev_set_error(d, "cuMemExportToShareableHandle: more than %zu pieces", cap);
+    return GA_DEV_EINVAL;
+  }
+  int fd = -1;
+  int rc = CALL(d,
+                cu.cuMemExportToShareableHandle(&fd, (CUmemGenericAllocationHandle)h,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                "cuMemExportToShareableHandle");
+  if (rc) return rc;
+  out[0] = (ga_dev_piece){fd, offset, size};
+  *n = 1;
+  return 0;
+}
+static int cuda_import(ga_device *d, int fd, ga_mem_handle *h) {
+  CUmemGenericAllocationHandle x = 0;
+  int rc = CALL(
+      d,
+      cu.cuMemImportFromShareableHandle(&x, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+      "cuMemImportFromShareableHandle");
+  if (!rc) *h = (ga_mem_handle)x;
+  return rc;
 }
 static int cuda_unmap(ga_device *d, void *va, size_t size) {
   return CALL(d, cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, size), "cuMemUnmap");
@@ -309,6 +340,8 @@ static const ga_device_ops cuda_ops = {
     .stream_capturing = cuda_stream_capturing,
     .capture_mode = cuda_capture_mode,
     .device_count = cuda_device_count,
+    .share = cuda_share,
+    .import = cuda_import,
     .destroy = cuda_destroy,
 };
 

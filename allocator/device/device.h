@@ -37,6 +37,13 @@ typedef struct ga_device_usage {
   size_t live_events;       /* events not yet destroyed */
 } ga_device_usage;
 
+/* A piece of shareable memory (share, import): bytes [offset, offset+size)
+ * of the memory the file descriptor fd names. */
+typedef struct ga_dev_piece {
+  int fd;
+  uint64_t offset, size;
+} ga_dev_piece;
+
 typedef struct ga_device_ops {
   const char *name; /* "cuda" or "sim" */
 
@@ -117,6 +124,21 @@ typedef struct ga_device_ops {
    * post: *count >= 1. */
   int (*device_count)(ga_device *d, int *count);
 
+  /* Optional (NULL: not supported): shareable memory, for another process.
+   * share: the bytes [offset, offset+size) of handle h (created while
+   * ga_device.shareable was set) as pieces, each with a new file descriptor
+   * the caller owns (the CUDA driver: cuMemExportToShareableHandle, one piece
+   * whose offset is `offset` in the handle's fd; the simulated device: its
+   * memfd, one piece per run of consecutive granules). At most cap pieces
+   * into out, their number into *n; EINVAL past cap (nothing is left open).
+   * pre: offset and size are multiples of the granularity.
+   * import: a handle for the memory that a piece's fd names (the fd stays
+   * the caller's); map it with map() at the piece's offset, give it back
+   * with release(). */
+  int (*share)(ga_device *d, ga_mem_handle h, size_t offset, size_t size, ga_dev_piece *out, size_t cap,
+               size_t *n);
+  int (*import)(ga_device *d, int fd, ga_mem_handle *h);
+
   /* Optional: the clock calls are timed with, in nanoseconds (the simulated
    * device's virtual clock). NULL: the host's monotonic clock. A backend with
    * a clock of its own counts its stalls itself (ga_device.stalls). */
@@ -141,6 +163,7 @@ struct ga_device {
   uint64_t stall_ns;                /* and how long they waited */
   char error[512];                  /* text of the last failure */
   int vmm_unsupported;              /* no reserve/create/map (the driver's VMM attribute is 0) */
+  int shareable;                    /* create() makes handles share() can export (POSIX fd) */
 };
 
 /* Opens a backend. `backend` is "auto", "cuda" or "sim". For "auto" a missing
@@ -264,6 +287,18 @@ static inline int ga_dev_capture_mode(ga_device *d, int relaxed, int *previous) 
 /* Not counted (introspection). GA_DEV_ENOTSUP when the backend has no answer. */
 static inline int ga_dev_usage(ga_device *d, ga_device_usage *u) {
   return d->ops->usage ? d->ops->usage(d, u) : GA_DEV_ENOTSUP;
+}
+/* Not counted (rare; not in the cost table). GA_DEV_ENOTSUP without. */
+static inline int ga_dev_share(ga_device *d, ga_mem_handle h, size_t off, size_t size, ga_dev_piece *out,
+                               size_t cap, size_t *n) {
+  if (d->ops->share) return d->ops->share(d, h, off, size, out, cap, n);
+  ga_dev_set_error(d, "share: the %s backend cannot share memory with another process", d->ops->name);
+  return GA_DEV_ENOTSUP;
+}
+static inline int ga_dev_import(ga_device *d, int fd, ga_mem_handle *h) {
+  if (d->ops->import) return d->ops->import(d, fd, h);
+  ga_dev_set_error(d, "import: the %s backend cannot import memory of another process", d->ops->name);
+  return GA_DEV_ENOTSUP;
 }
 static inline void ga_dev_destroy(ga_device *d) {
   if (d) d->ops->destroy(d);

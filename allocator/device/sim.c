@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../debug.h"
@@ -61,6 +62,8 @@ typedef struct sim_handle {
   size_t maps;      /* mappings that use it */
   int released;     /* release() called; freed when maps reaches 0 */
   size_t next_free; /* free slots: the next free slot + 1, or 0 */
+  int ext;          /* imported (import): the memory of ext_fd, not of this device; gran, shown NULL */
+  int ext_fd;
 } sim_handle;
 
 typedef struct sim_range {
@@ -436,8 +439,12 @@ static int handle_new(sim_device *s, size_t ngran, int bind, ga_mem_handle *out)
 /* Frees the handle's granules once it is released and unmapped. */
 static void handle_maybe_free(sim_device *s, sim_handle *x) {
   if (!x->released || x->maps) return;
-  gran_unbind(s, x->gran, x->ngran);
-  s->used -= x->ngran;
+  if (x->ext)
+    close(x->ext_fd);
+  else {
+    gran_unbind(s, x->gran, x->ngran);
+    s->used -= x->ngran;
+  }
   free(x->gran);
   *x = (sim_handle){.next_free = s->free_slots};
   s->free_slots = (size_t)(x - s->handles) + 1;
@@ -455,13 +462,13 @@ static int gran_contiguous(const sim_handle *x, size_t first, size_t n) {
  * precede by n the one that starts at va + n granules; UNBOUND if neither. */
 static uint32_t neighbour_target(sim_device *s, uintptr_t va, size_t n) {
   ga_rnode *below = va ? ga_rtree_floor(&s->maps, va - 1) : NULL;
-  if (below && below->va + below->size == va) {
+  if (below && below->va + below->size == va && !s->handles[range_of(below)->h - 1].ext) {
     sim_range *m = range_of(below);
     uint32_t g = s->handles[m->h - 1].gran[(m->offset + m->node.size) / SIM_GRAN - 1];
     if (g + 1 < s->ngran) return g + 1;
   }
   ga_rnode *above = ga_rtree_lower(&s->maps, va + n * SIM_GRAN);
-  if (above && above->va == va + n * SIM_GRAN) {
+  if (above && above->va == va + n * SIM_GRAN && !s->handles[range_of(above)->h - 1].ext) {
     sim_range *m = range_of(above);
     uint32_t g = s->handles[m->h - 1].gran[m->offset / SIM_GRAN];
     if (g >= n) return g - (uint32_t)n;
@@ -579,7 +586,17 @@ static int do_map(sim_device *s, const char *call, uintptr_t va, size_t size, ga
   sim_handle *x = &s->handles[h - 1];
   size_t first = offset / SIM_GRAN, n = size / SIM_GRAN;
   int mirrored = in_mirror(s, va);
-  if (!mirrored) bind_for_map(s, x, first, n, va);
+  if (x->ext) { /* another process's memory: its fd at offset */
+    void *p = host_mmap(s, (void *)va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, x->ext_fd,
+                        (off_t)offset);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      protnone(va, size);
+      return host_failed(s, call, "mapping imported memory", size, err);
+    }
+    mirrored = 1; /* nothing more to map */
+  } else if (!mirrored)
+    bind_for_map(s, x, first, n, va);
   for (size_t i = 0; i < n && !mirrored;) {
     size_t run = 1;
     while (i + run < n && x->gran[first + i + run] == x->gran[first + i] + run) run++;
@@ -594,18 +611,18 @@ static int do_map(sim_device *s, const char *call, uintptr_t va, size_t size, ga
   }
   if (!range_add(&s->maps,
                  (sim_range){.node = {.va = va, .size = size}, .h = h, .offset = offset, .access = access})) {
-    if (!mirrored) protnone(va, size);
+    if (!mirrored || x->ext) protnone(va, size);
     return host_no_memory(s, call);
   }
   x->maps++;
-  for (size_t i = 0; i < n; i++) x->shown[first + i]++;
+  for (size_t i = 0; i < n && !x->ext; i++) x->shown[first + i]++;
   return 0;
 }
 
 static void do_unmap_one(sim_device *s, sim_range *m) {
   if (!in_mirror(s, m->node.va)) protnone(m->node.va, m->node.size);
   sim_handle *x = &s->handles[m->h - 1];
-  for (size_t i = 0; i < m->node.size / SIM_GRAN; i++) x->shown[m->offset / SIM_GRAN + i]--;
+  for (size_t i = 0; i < m->node.size / SIM_GRAN && !x->ext; i++) x->shown[m->offset / SIM_GRAN + i]--;
   range_drop(&s->maps, m);
   x->maps--;
   handle_maybe_free(s, x);
@@ -1102,7 +1119,10 @@ static void sim_destroy(ga_device *d) {
       range_drop(trees[t], r);
     }
   if (s->mirror) munmap((void *)s->mirror, s->ngran * SIM_GRAN);
-  for (size_t i = 0; i < s->nhandles; i++) free(s->handles[i].gran);
+  for (size_t i = 0; i < s->nhandles; i++) {
+    free(s->handles[i].gran);
+    if (s->handles[i].ngran && s->handles[i].ext) close(s->handles[i].ext_fd);
+  }
   for (size_t i = 0; i < s->nevents; i++) free(s->events[i]);
   free(s->handles);
   free(s->events);
@@ -1111,6 +1131,95 @@ static void sim_destroy(ga_device *d) {
   close(s->fd);
   pthread_mutex_destroy(&s->mu);
   free(s);
+}
+
+/* ---- Sharing memory with another process ----
+ * share() hands out the device's memfd (a new descriptor of it per piece)
+ * at the granules behind the range; import() makes a handle of another
+ * device's memfd, mapped from the file at the offset map() is given. */
+
+static int sim_share(ga_device *d, ga_mem_handle h, size_t offset, size_t size, ga_dev_piece *out, size_t cap,
+                     size_t *n) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  sim_handle *x = handle_get(s, h);
+  int rc = 0;
+  size_t k = 0, first = offset / SIM_GRAN, ng = size / SIM_GRAN;
+  if (!x || x->ext || !d->shareable || size == 0 || offset % SIM_GRAN || size % SIM_GRAN ||
+      offset > x->ngran * SIM_GRAN || size > x->ngran * SIM_GRAN - offset) {
+    ga_dev_set_error(d, "share: CUDA_ERROR_INVALID_VALUE (handle %llu, %zu+%zu: %s)", (unsigned long long)h,
+                     offset, size,
+                     !x              ? "not a live handle"
+                     : x->ext        ? "an imported handle"
+                     : !d->shareable ? "created without a shareable handle type"
+                                     : "not granule-aligned inside the handle");
+    rc = GA_DEV_EINVAL;
+  }
+  for (size_t i = 0; !rc && i < ng && x->gran[first + i] == UNBOUND; i++) {
+    ga_dev_set_error(d, "share: CUDA_ERROR_INVALID_VALUE (granule %zu of handle %llu was never mapped)",
+                     first + i, (unsigned long long)h);
+    rc = GA_DEV_EINVAL;
+  }
+  for (size_t i = 0; !rc && i < ng;) {
+    size_t run = 1;
+    while (i + run < ng && x->gran[first + i + run] == x->gran[first + i] + run) run++;
+    int fd = k < cap ? fcntl(s->fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (fd < 0) {
+      if (k < cap)
+        ga_dev_set_error(d, "share: host: cannot open the memory (%s)", strerror(errno));
+      else
+        ga_dev_set_error(d, "share: more than %zu pieces", cap);
+      rc = k < cap ? GA_DEV_ENOMEM : GA_DEV_EINVAL;
+      break;
+    }
+    out[k++] = (ga_dev_piece){fd, (uint64_t)x->gran[first + i] * SIM_GRAN, run * SIM_GRAN};
+    i += run;
+  }
+  if (rc)
+    while (k) close(out[--k].fd);
+  *n = k;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_import(ga_device *d, int fd, ga_mem_handle *h) {
+  sim_device *s = sim_of(d);
+  struct stat st;
+  off_t end = fstat(fd, &st) == 0 ? st.st_size : 0;
+  if (end <= 0 || end % (off_t)SIM_GRAN) {
+    ga_dev_set_error(d, "import: CUDA_ERROR_INVALID_VALUE (fd %d names no device memory)", fd);
+    return GA_DEV_EINVAL;
+  }
+  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) {
+    ga_dev_set_error(d, "import: host: cannot open fd %d (%s)", fd, strerror(errno));
+    return GA_DEV_ENOMEM;
+  }
+  pthread_mutex_lock(&s->mu);
+  int rc = 0;
+  if (!s->free_slots && s->nhandles == s->cap_handles) {
+    size_t cap = s->cap_handles ? s->cap_handles * 2 : 64;
+    sim_handle *v = realloc(s->handles, cap * sizeof *v);
+    if (!v)
+      rc = host_no_memory(s, "import");
+    else
+      s->handles = v, s->cap_handles = cap;
+  }
+  if (!rc) {
+    size_t slot;
+    if (s->free_slots) {
+      slot = s->free_slots - 1;
+      s->free_slots = s->handles[slot].next_free;
+    } else {
+      slot = s->nhandles++;
+    }
+    s->handles[slot] = (sim_handle){.ngran = (size_t)end / SIM_GRAN, .ext = 1, .ext_fd = own};
+    s->live_handles++;
+    *h = slot + 1;
+  } else
+    close(own);
+  pthread_mutex_unlock(&s->mu);
+  return rc;
 }
 
 /* The CPU's virtual clock; locked, as test controls may move it from another thread. */
@@ -1153,6 +1262,8 @@ static const ga_device_ops sim_ops = {
     .event_query = sim_event_query,
     .event_synchronize = sim_event_synchronize,
     .usage = sim_usage,
+    .share = sim_share,
+    .import = sim_import,
     .clock_ns = sim_clock_ns,
     .event_destroy = sim_event_destroy,
     .stream_synchronize = sim_stream_synchronize,

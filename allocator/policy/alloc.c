@@ -329,6 +329,8 @@ __attribute__((noinline)) static ga_status_t bad_free(ga_allocator_t *a, void *p
 
 ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
   ga_block_keep_flush_locked(a);
+  /* Exported to another process that still imports it: refused, unchanged. */
+  if (a->pol.ipc && ga_ipc_free_check_locked(a, ptr) != GA_OK) return GA_ERR_INVALID;
   long slot = ga_blockmap_find(&a->pol.map, (uintptr_t)ptr);
   if (slot < 0) return bad_free(a, ptr);
   ga_block *b = ga_blockmap_at(&a->pol.map, slot);

@@ -38,16 +38,34 @@ ga_status_t ga_capture_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t 
   return GA_OK;
 }
 
-/* The pool serves no stream any more; a capture that ended releases the
- * frees it deferred, then finishes a flush left for its end. */
-static int stop_routing(ga_allocator_t *a, ga_private *v) {
-  a->pol.capture.routing -= v->nstreams;
-  v->nstreams = 0;
+/* When the last capture has ended: the frees it deferred, then a flush left
+ * for its end. */
+static int captures_ended(ga_allocator_t *a) {
   if (a->pol.capture.routing) return 0;
   ga_stream_capture_ended_locked(a);
   if (!a->pol.capture.flush_deferred) return 0;
   a->pol.capture.flush_deferred = 0;
   return ga_reclaim_all_locked(a);
+}
+
+/* The pool serves no stream any more. */
+static int stop_routing(ga_allocator_t *a, ga_private *v) {
+  a->pol.capture.routing -= v->nstreams;
+  v->nstreams = 0;
+  return captures_ended(a);
+}
+
+static ga_status_t flush_failed(ga_allocator_t *a, const char *fn, int rc);
+
+ga_status_t ga_capture_announce_locked(ga_allocator_t *a, int begin) {
+  if (begin) {
+    a->pol.capture.routing++;
+    return GA_OK;
+  }
+  if (!a->pol.capture.routing) return GA_OK;
+  a->pol.capture.routing--;
+  int rc = captures_ended(a);
+  return rc ? flush_failed(a, "ga_end_allocate_to_pool", rc) : GA_OK;
 }
 
 /* Pool `id`, which stops serving its streams; NULL (the error text naming

@@ -8,6 +8,7 @@
 int ga_policy_init_locked(ga_allocator_t *a, size_t total) {
   ga_policy *p = &a->pol;
   const ga_config *c = &a->cfg;
+  a->dev->shareable = c->shareable_handles; /* handles created from now on can be exported */
   size_t page = c->expandable_page_size ? c->expandable_page_size : c->large_segment_size;
   /* No handle can be larger than the device: a larger page is the device's
    * memory (rounded up to granules below), so that every allocation can be
@@ -39,6 +40,7 @@ void ga_policy_set_fraction_locked(ga_allocator_t *a, double fraction) {
 
 void ga_policy_teardown_locked(ga_allocator_t *a) {
   (void)ga_stream_sync_all_locked(a);
+  ga_ipc_teardown_locked(a);
   ga_stream_teardown_locked(a);
   ga_sleep_teardown_locked(a);
   ga_private_teardown_locked(a);

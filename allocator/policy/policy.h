@@ -116,6 +116,9 @@ void ga_stream_teardown_locked(ga_allocator_t *a);
 /* ga_begin_allocate_to_pool, ga_end_allocate_to_pool, ga_release_pool. */
 ga_status_t ga_capture_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t stream);
 ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id);
+/* A capture began (begin != 0) whose streams are routed later, or it ended:
+ * until then a capture is underway as if a stream were routed. */
+ga_status_t ga_capture_announce_locked(ga_allocator_t *a, int begin);
 ga_status_t ga_capture_release_locked(ga_allocator_t *a, uint64_t id);
 /* The relaxed capture mode around device calls made while a capture is
  * underway (a no-op otherwise): relax, the calls, unrelax. Relax returns the
@@ -202,6 +205,21 @@ void ga_sleep_teardown_locked(ga_allocator_t *a);
 /* ---- Peer devices (peers.c) ---- */
 /* ga_enable_peer_access. */
 ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer);
+
+/* ---- Sharing with other processes (ipc.c) ---- */
+/* ga_ipc_export, ga_ipc_import, ga_ipc_close. */
+ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *desc);
+ga_status_t ga_ipc_import_locked(ga_allocator_t *a, const ga_ipc_desc_t *desc, void **ptr);
+ga_status_t ga_ipc_close_locked(ga_allocator_t *a, void *ptr);
+/* Before ga_free of ptr: GA_OK, or the refusal while another process holds
+ * an import of it (the error text set). */
+ga_status_t ga_ipc_free_check_locked(ga_allocator_t *a, void *ptr);
+/* Is the allocation at p exported? */
+int ga_ipc_exported_locked(ga_allocator_t *a, uintptr_t p);
+/* Device objects the imports hold (ga_check's cross-check). */
+void ga_ipc_usage_locked(ga_allocator_t *a, size_t *handles, size_t *mappings, size_t *reservations);
+/* Closes every import and export (ga_destroy). */
+void ga_ipc_teardown_locked(ga_allocator_t *a);
 
 /* ---- Would these fit? (fit.c) ---- */
 /* ga_would_fit and ga_largest_free: a model of the state, nothing changes

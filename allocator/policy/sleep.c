@@ -37,6 +37,9 @@ ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag) {
     ga_error_set("ga_tag: '%s' is refused (tags have at most 31 characters, and 32 distinct tags at most)",
                  tag);
     st = GA_ERR_INVALID;
+  } else if (idx >= 0 && a->pol.ipc && ga_ipc_exported_locked(a, b->ptr)) {
+    ga_error_set("ga_tag: %p is exported (ga_ipc_export): an exported allocation must not sleep", ptr);
+    st = GA_ERR_INVALID;
   } else {
     b->tag = (uint8_t)(idx + 1);
   }

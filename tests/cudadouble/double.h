@@ -45,6 +45,8 @@
   X(MEM_SET_ACCESS, "cuMemSetAccess")                           \
   X(MEM_GET_ACCESS, "cuMemGetAccess")                           \
   X(GRANULARITY, "cuMemGetAllocationGranularity")               \
+  X(MEM_EXPORT, "cuMemExportToShareableHandle")                 \
+  X(MEM_IMPORT, "cuMemImportFromShareableHandle")               \
   X(MEMCPY_DTOH, "cuMemcpyDtoH")                                \
   X(MEMCPY_HTOD, "cuMemcpyHtoD")                                \
   X(EVENT_CREATE, "cuEventCreate")                              \
@@ -89,6 +91,9 @@ typedef struct cd_phys {
   uint32_t *gran; /* granule indices in the device's memory file */
   size_t maps;    /* mappings that use it */
   int released;   /* cuMemRelease called: freed with its last mapping */
+  int fd;         /* -1: its granules are in the device's memory file; else a file of its own (a
+                     POSIX-fd shareable handle, or one imported: gran NULL, no device granules) */
+  int imported;   /* cuMemImportFromShareableHandle: another process's memory */
 } cd_phys;
 
 /* A range of addresses: a reservation, a mapping or a cuMemAlloc. */

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "double.h"
@@ -77,6 +78,7 @@ static cd_phys *phys_new(int ordinal, size_t size) {
   cd_phys *ph = calloc(1, sizeof *ph);
   if (!ph) return NULL;
   ph->ordinal = ordinal;
+  ph->fd = -1;
   ph->ngran = size / CD_GRAN;
   ph->gran = granules_take(&cd.dev[ordinal], ph->ngran);
   if (!ph->gran) {
@@ -87,7 +89,8 @@ static cd_phys *phys_new(int ordinal, size_t size) {
 }
 
 static void phys_free(cd_phys *ph) {
-  granules_give_back(&cd.dev[ph->ordinal], ph->gran, ph->ngran);
+  if (ph->fd >= 0) close(ph->fd);
+  if (!ph->imported) granules_give_back(&cd.dev[ph->ordinal], ph->gran, ph->ngran);
   free(ph->gran);
   free(ph);
 }
@@ -134,6 +137,11 @@ static void protnone(uintptr_t va, size_t size) {
 static int map_granules(uintptr_t va, size_t size, cd_phys *ph, size_t offset, int prot) {
   size_t first = offset / CD_GRAN, n = size / CD_GRAN;
   int fd = cd.dev[ph->ordinal].fd;
+  if (ph->fd >= 0) { /* a file of its own: its bytes at offset */
+    if (mmap((void *)va, size, prot, MAP_SHARED | MAP_FIXED, ph->fd, (off_t)offset) != MAP_FAILED) return 0;
+    protnone(va, size);
+    return -1;
+  }
   for (size_t i = 0; i < n;) {
     size_t run = 1;
     while (i + run < n && ph->gran[first + i + run] == ph->gran[first + i] + run) run++;
@@ -181,8 +189,10 @@ static CUresult prop_check(cd_entry e, const CUmemAllocationProp *prop) {
                   CU_MEM_HANDLE_TYPE_WIN32_KMT | CU_MEM_HANDLE_TYPE_FABRIC))
     return cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "prop->requestedHandleTypes 0x%x",
                      (unsigned)prop->requestedHandleTypes);
-  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
-    cd_die(e, "shareable handle types (0x%x) are not modelled", (unsigned)prop->requestedHandleTypes);
+  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+      prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    cd_die(e, "shareable handle types other than a POSIX fd (0x%x) are not modelled",
+           (unsigned)prop->requestedHandleTypes);
   if (prop->win32HandleMetaData)
     return cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "prop->win32HandleMetaData must be NULL on Linux");
   if (prop->allocFlags.compressionType || prop->allocFlags.gpuDirectRDMACapable || prop->allocFlags.usage)
@@ -333,7 +343,74 @@ CD_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, siz
     if (ph) phys_free(ph);
     return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
   }
+  if (prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    /* Exportable: its memory is a file of its own, which the fd names. */
+    ph->fd = memfd_create("cuda-double-shareable", MFD_CLOEXEC);
+    if (ph->fd < 0 || ftruncate(ph->fd, (off_t)size) != 0) {
+      cd_ptrs_remove(&cd.handles, ph);
+      phys_free(ph);
+      return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+  }
   ph->id = cd.next_handle;
+  cd.next_handle += 0x10;
+  *handle = ph->id;
+  return cd_leave(r);
+}
+
+CD_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
+                                                        CUmemGenericAllocationHandle handle,
+                                                        CUmemAllocationHandleType handleType,
+                                                        unsigned long long flags) {
+  const cd_entry e = CD_MEM_EXPORT;
+  CUresult r = cd_enter(e);
+  if (r) return cd_leave(r);
+  if (!shareableHandle) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "shareableHandle is NULL"));
+  if (flags) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "flags 0x%llx (must be 0)", flags));
+  cd_phys *ph = handle_find(handle);
+  if (!ph) cd_die(e, "handle 0x%llx was never created or is gone", (unsigned long long)handle);
+  if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    return cd_leave(cd_refuse(e, CUDA_ERROR_NOT_SUPPORTED, "handle type 0x%x is not modelled (POSIX fd only)",
+                              (unsigned)handleType));
+  if (ph->fd < 0 || ph->imported)
+    return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE,
+                              "handle 0x%llx was not created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
+                              (unsigned long long)handle));
+  if ((r = cd_fault_hit(e))) return cd_leave(r);
+  int fd = dup(ph->fd);
+  if (fd < 0) return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
+  *(int *)shareableHandle = fd;
+  return cd_leave(r);
+}
+
+CD_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                          void *osHandle,
+                                                          CUmemAllocationHandleType shHandleType) {
+  const cd_entry e = CD_MEM_IMPORT;
+  CUresult r = cd_enter(e);
+  struct CUctx_st *ctx = NULL;
+  if (r || (r = cd_need_context(e, &ctx))) return cd_leave(r);
+  if (!handle) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "handle is NULL"));
+  if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    return cd_leave(cd_refuse(e, CUDA_ERROR_NOT_SUPPORTED, "handle type 0x%x is not modelled (POSIX fd only)",
+                              (unsigned)shHandleType));
+  int fd = (int)(intptr_t)osHandle;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size % (off_t)CD_GRAN)
+    return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "fd %d names no exported allocation", fd));
+  if ((r = cd_fault_hit(e))) return cd_leave(r);
+  cd_phys *ph = calloc(1, sizeof *ph);
+  if (!ph) return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
+  *ph = (cd_phys){.ordinal = ctx->ordinal,
+                  .ngran = (size_t)st.st_size / CD_GRAN,
+                  .imported = 1,
+                  .fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)};
+  ph->id = cd.next_handle;
+  if (ph->fd < 0 || cd_ptrs_add(&cd.handles, ph)) {
+    if (ph->fd >= 0) close(ph->fd);
+    free(ph);
+    return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
+  }
   cd.next_handle += 0x10;
   *handle = ph->id;
   return cd_leave(r);

@@ -188,3 +188,130 @@ write("crashes/trace", "id_2_64_twice", "1,0,allocate,0xffffffffffffffff,100,0\n
 write("crashes/trace", "id_2_64_free", "1,0,allocate,0xffffffffffffffff,100,0\n"
       "1,0,free,0xffffffffffffffff,100,0\n1,0,free,0xffffffffffffffff,100,0\n")
 write("crashes/trace", "nul_byte", b"1,0,allocate,0x1,100,0\n1,0,allo\0cate,0x2,100,0\n")
+
+# ---- fuzz_streams: stream-ordered programs (the byte format of fuzz_streams.c) ----
+# byte 0: configuration (c % 6) and lag in ms ((c / 6) % 8); then per operation
+# a byte (op % 16) and its arguments. In the native configurations (0, 1)
+# malloc reads no tag byte.
+ST_NATIVE, ST_GC, ST_EXP, ST_EXP2, ST_MOVE, ST_PYTORCH = range(6)
+EVENT_RECORD, STREAM_SYNC, SYNC, EVENT_QUERY, CREATE, MAP = 9, 13, 14, 10, 4, 6
+
+
+def st_conf(c, lag_ms=2):
+    return [c + 6 * lag_ms]
+
+
+def st_malloc(stream, cls, hi, lo, seed=9, tag=None):
+    return [0, stream, cls, hi, lo, seed] + ([] if tag is None else [tag])
+
+
+def st_free(i):
+    return [4, i]
+
+
+def st_kernel(i, stream, us=50):
+    return [7, i, stream, us]
+
+
+def st_hold(k):
+    return [9, k]
+
+
+def st_cpu(b):
+    return [10, b]
+
+
+def st_lag(b):
+    return [11, b]
+
+
+ST_EMPTY = [12]
+ST_WAKE = [13, 1]
+
+
+def st_sleep(offload):
+    return [13, 2 if offload else 0]
+
+
+def st_fault(kind, nth, sticky, oom=False):
+    return [14, kind, (nth - 1) % 8 | (8 if sticky else 0) | (16 if oom else 0)]
+
+
+ST_CLEAR = [15, 1]
+
+for c, name in ((ST_NATIVE, "native"), (ST_GC, "gc"), (ST_EXP, "expandable"), (ST_EXP2, "expandable_2m"),
+                (ST_MOVE, "move_always"), (ST_PYTORCH, "exp_pytorch")):
+    t = None if c in (ST_NATIVE, ST_GC) else 1
+    m = lambda s, cls, hi, lo, seed=9: st_malloc(s, cls, hi, lo, seed, t)  # noqa: E731
+    # Allocations on four streams, kernels of one on the others, a busy stream
+    # held, frees, allocations that must not land on what the busy streams use.
+    write("corpus/streams", name + "_lag", seq(
+        st_conf(c, 3), m(0, 2, 100, 1), m(1, 3, 20, 0), m(2, 1, 255, 9), m(3, 0, 1, 200),
+        st_kernel(0, 1), st_kernel(1, 2, 200), st_hold(2), st_kernel(2, 3), st_free(0), st_free(0),
+        m(1, 2, 100, 1), m(2, 3, 20, 0), st_cpu(30), st_free(1), ST_EMPTY, m(0, 3, 40, 0), st_hold(2),
+        st_cpu(200), m(3, 2, 50, 50), st_free(0), st_free(0), st_free(0), ST_EMPTY))
+    # The same under sticky faults of the calls a free waits with.
+    write("corpus/streams", name + "_sticky", seq(
+        st_conf(c, 1), m(0, 2, 100, 1), m(1, 2, 60, 3), st_kernel(0, 1), st_hold(1), st_kernel(0, 1),
+        st_fault(EVENT_RECORD, 1, True), st_fault(STREAM_SYNC, 1, True), st_fault(SYNC, 1, True), st_free(0),
+        m(0, 2, 100, 1), m(2, 2, 100, 1), ST_EMPTY, ST_CLEAR, m(0, 2, 100, 1), st_hold(1), ST_EMPTY,
+        m(1, 3, 10, 10)))
+    # Sleep and wake while streams lag, with one-shot faults.
+    write("corpus/streams", name + "_sleep", seq(
+        st_conf(c, 5), m(0, 3, 80, 0), m(1, 2, 30, 30), m(0, 1, 9, 9), st_kernel(1, 2), st_sleep(True),
+        m(2, 3, 10, 10), st_free(1), ST_WAKE, st_sleep(False), st_fault(CREATE, 1, False, True), ST_WAKE,
+        ST_WAKE, st_fault(EVENT_QUERY, 2, False), st_kernel(0, 3), st_free(0), st_lag(0), m(3, 2, 1, 1),
+        ST_EMPTY))
+
+# ---- fuzz_torch: PyTorch's entry points (the byte format of fuzz_torch.cpp) ----
+# per operation a byte (op % 14) and its arguments.
+
+
+def tc_alloc(kind, device, stream, cls=2, hi=10, lo=10, seed=5):  # kind % 8: 6 size 0, 7 negative
+    return [0, kind, device, stream] + ([9] if kind % 8 == 7 else [] if kind % 8 == 6 else [cls, hi, lo]) + \
+        ([seed] if kind % 8 < 6 else [])
+
+
+def tc_free(how, i=0):  # how % 8: 0-3 right, 4 wrong size, 5 wrong device, 6 wrong stream, 7 foreign
+    return [4, how] + ([] if how % 8 == 7 else [i])
+
+
+def tc_record(stream, i=0):
+    return [7, stream, i]
+
+
+def tc_base(b, i=0):
+    return [8, b] + ([] if b & 7 == 7 else [i])
+
+
+TC_RESET = [9]
+
+
+def tc_fraction(b, device):
+    return [10, b, device]
+
+
+def tc_capture(b):
+    return [11, b]
+
+
+def tc_hold(device, stream):
+    return [12, device | stream << 1]
+
+
+TC_INIT = [13]
+
+write("corpus/torch", "right_and_wrong", seq(
+    tc_alloc(0, 0, 0), tc_alloc(1, 1, 1, 3, 4, 4), tc_alloc(2, 0, 2, 0, 0, 99), tc_alloc(6, 0, 0),
+    tc_alloc(7, 1, 0), tc_alloc(0, 0x1f, 0), tc_alloc(0, 0x3f, 1), tc_base(3, 0), tc_base(200, 1), tc_base(7),
+    tc_free(4, 0), tc_free(5, 0), tc_free(6, 0), tc_free(7), tc_free(15), tc_free(32 + 1, 0), TC_INIT,
+    TC_RESET))
+write("corpus/torch", "record_stream_held", seq(
+    tc_alloc(0, 0, 0, 2, 50, 0), tc_hold(0, 1), tc_record(1, 0), tc_free(0, 0), tc_alloc(0, 0, 0, 2, 50, 0),
+    tc_alloc(1, 0, 1, 2, 50, 0), tc_hold(0, 1), tc_alloc(0, 0, 0, 2, 50, 0), tc_record(0x30), TC_RESET,
+    tc_free(0, 0), tc_free(0, 0), tc_free(0, 0)))
+write("corpus/torch", "fraction_and_captures", seq(
+    tc_fraction(30, 0), tc_alloc(0, 0, 0, 3, 200, 0), tc_alloc(0, 0, 0, 3, 255, 255), tc_fraction(250, 0),
+    tc_fraction(245, 1), tc_fraction(200, 0), tc_capture(2), tc_alloc(0, 0, 1, 2, 10, 10),
+    tc_alloc(0, 0, 0, 1, 10, 10), tc_capture(1), tc_capture(4), tc_alloc(0, 1, 2, 2, 5, 5), tc_capture(0),
+    tc_capture(3), tc_free(0, 0), TC_RESET, tc_free(0, 0)))

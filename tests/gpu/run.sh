@@ -9,8 +9,9 @@
 #      PyTorch traces replayed on the CUDA backend, the hot path there, and
 #      how allocate+free pairs scale over 1 to 16 threads (this machine's
 #      cores) against the C library and mimalloc;
-#   4. the CUDA engine example (a real kernel), and tests/gpu/engines_check.c
-#      (docs/engines.md's calls on the real driver);
+#   4. the CUDA engine example (a real kernel), tests/gpu/engines_check.c
+#      (docs/engines.md's calls on the real driver) and tests/gpu/ipc_check.c
+#      (IPC between two processes, deterministic placement under GPU timing);
 #   5. the PyTorch scenarios, each in a fresh process (replace mode, MemPool
 #      mode, PyTorch's own allocator as the baseline, gardenalloc run).
 # Everything goes under ${OUT:-tests/gpu/results}: gpu_results.txt (the
@@ -133,6 +134,14 @@ if cc -O2 -Iinclude tests/gpu/engines_check.c -o "$out/engines_check" -Lbuild -l
     "$out/engines_check"
 else
   say "FAIL engines check build ($out/engines_check_build.txt)"
+  fail=$((fail + 1))
+fi
+if cc -O2 -Iinclude tests/gpu/ipc_check.c -o "$out/ipc_check" -Lbuild -lgardenalloc -ldl \
+  -Wl,-rpath,"$PWD/build" >"$out/ipc_check_build.txt" 2>&1; then
+  step "engines: IPC across two processes (POSIX fd handles), deterministic placement under GPU timing" \
+    ipc_check.txt 120 "$out/ipc_check"
+else
+  say "FAIL ipc check build ($out/ipc_check_build.txt)"
   fail=$((fail + 1))
 fi
 

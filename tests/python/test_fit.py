@@ -74,6 +74,15 @@ class Fit(unittest.TestCase):
             self.assertEqual(ooms(path, CONFS[name], mib), 0, name)
             self.assertGreater(ooms(path, CONFS[name], mib - 2), 0, name)
 
+    def test_a_device_of_exactly_peak_live_can_be_the_answer(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "one.csv")
+            with open(path, "w") as f:
+                f.write("Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1,%d,0\n" % (4 * MIB))
+            got = fit([path], CONFS)
+            self.assertEqual(got[("one.csv", "default")]["fits_on_bytes"], 4 * MIB, "four granules, mapped")
+            self.assertEqual(got[("one.csv", "native")]["fits_on_bytes"], 20 * MIB, "a 20 MiB segment")
+
     def test_bad_input_is_named(self):
         r = subprocess.run([BENCH, "fit"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
