@@ -84,13 +84,8 @@ static ga_status_t invalid(const char *fn, const char *what) {
 }
 
 /* An internal code (errors.h) as a status, with the device's error text. */
-static ga_status_t failed(ga_allocator_t *a, const char *fn, int rc) {
-  if (rc == GA_DEV_ENOMEM) {
-    ga_error_set("%s: host out of memory", fn);
-    return GA_ERR_HOST_MEMORY;
-  }
-  ga_error_set("%s: %s", fn, a->dev->error);
-  return GA_ERR_DEVICE;
+static ga_status_t failed(ga_allocator_t *a, const char *fn, ga_err rc) {
+  return ga_fail(rc, fn, a->dev->error, NULL);
 }
 
 /* ---- Lifetime ---- */
@@ -98,12 +93,9 @@ static ga_status_t failed(ga_allocator_t *a, const char *fn, int rc) {
 static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev, int owns,
                           ga_allocator_t **out) {
   /* Aligned as its lock's line is (sizeof is a multiple of the alignment). */
-  ga_allocator_t *a = aligned_alloc(_Alignof(ga_allocator_t), sizeof *a);
+  ga_allocator_t *a = ga_host_aligned_alloc(_Alignof(ga_allocator_t), sizeof *a);
   size_t free_b = 0, total = 0;
-  if (!a) {
-    ga_error_set("ga_create: host out of memory");
-    return GA_ERR_HOST_MEMORY;
-  }
+  if (!a) return ga_fail(GA_DEV_ENOMEM, "ga_create", NULL, NULL);
   if (cfg->expandable_segments && dev->vmm_unsupported) {
     ga_error_set(
         "ga_create: expandable_segments:True needs the CUDA virtual memory management API, which device %d "
@@ -139,9 +131,8 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
     return GA_ERR_CONFIG;
   }
   if (rc) {
-    ga_error_set("ga_create: host out of memory");
     free(a);
-    return GA_ERR_HOST_MEMORY;
+    return ga_fail(rc, "ga_create", dev->error, NULL);
   }
   *out = a;
   return GA_OK;
@@ -176,10 +167,11 @@ ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out) {
   const char *notice = NULL;
   int rc =
       ga_device_open(cfg.backend, device, cfg.sim_capacity, cfg.sim_devices, &dev, err, sizeof err, &notice);
-  if (rc) {
+  if (rc == GA_DEV_ENODEV) {
     ga_error_set("ga_create: %s", err);
-    return rc == GA_DEV_ENODEV ? GA_ERR_NO_BACKEND : GA_ERR_DEVICE;
+    return GA_ERR_NO_BACKEND;
   }
+  if (rc) return ga_fail(rc, "ga_create", err, NULL);
   static atomic_int noticed;
   if (notice && atomic_exchange(&noticed, 1) == 0) fprintf(stderr, "%s\n", notice);
   if (ga_sim_is(dev)) (void)ga_sim_set_cost_table(dev, cfg.sim_cost_table); /* a name the parser took */
@@ -231,7 +223,9 @@ ga_status_t ga_malloc_flags(ga_allocator_t *a, size_t size, ga_stream_t stream, 
     return leave(a, GA_ERR_INVALID);
   }
   if (size == 0) return leave(a, GA_OK);
-  return leave(a, ga_alloc_flags_locked(a, size, stream, flags, out));
+  ga_status_t st = ga_alloc_flags_locked(a, size, stream, flags, out);
+  if (st) ga_error_rename("ga_malloc", "ga_malloc_flags");
+  return leave(a, st);
 }
 
 ga_status_t ga_mem_ranges(ga_allocator_t *a, void *ptr, ga_mem_range_t *out, size_t cap, size_t *n) {
@@ -361,7 +355,7 @@ ga_status_t ga_record_stream(ga_allocator_t *a, void *ptr, ga_stream_t stream) {
   ENTER("ga_record_stream");
   ga_block *b = live(a, "ga_record_stream", ptr);
   if (!b) return leave(a, GA_ERR_BAD_POINTER);
-  int rc = ga_stream_record_locked(a, b, stream);
+  ga_err rc = ga_stream_record_locked(a, b, stream);
   return leave(a, rc ? failed(a, "ga_record_stream", rc) : GA_OK);
 }
 
@@ -586,8 +580,7 @@ ga_status_t ga_record_history_stacks(ga_allocator_t *a, int enabled, size_t max_
     return GA_ERR_INVALID;
   }
   if (rc) {
-    ga_error_set("ga_record_history: host out of memory for %zu entries", max_entries);
-    return GA_ERR_HOST_MEMORY;
+    return ga_fail(GA_DEV_ENOMEM, "ga_record_history", NULL, "for %zu entries", max_entries);
   }
   ENTER("ga_record_history");
   old = a->history;

@@ -9,6 +9,7 @@
 #include "blockmap.h"
 
 #include "errors.h"
+#include "host.h"
 
 /* Fibonacci hashing: the top bits of the key times 2^64 / phi (block
  * addresses are multiples of 512; the product spreads them). */
@@ -17,8 +18,8 @@ static size_t slot_of(const ga_blockmap *m, uintptr_t key) {
 }
 
 static int grow(ga_blockmap *m, size_t cap) {
-  uintptr_t *keys = calloc(cap, sizeof *keys);
-  void **vals = calloc(cap, sizeof *vals);
+  uintptr_t *keys = ga_host_calloc(cap, sizeof *keys);
+  void **vals = ga_host_calloc(cap, sizeof *vals);
   if (!keys || !vals) {
     free(keys);
     free(vals);

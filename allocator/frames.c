@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "host.h"
 
 /* ---- The interpreter's API ---- */
 
@@ -85,7 +86,7 @@ static size_t slot_of(void *code) {
 static char *attr_text(void *obj, const char *attr) {
   void *v = py.getattr(obj, attr);
   const char *s = v ? py.utf8(v) : NULL;
-  char *copy = strdup(s ? s : "??");
+  char *copy = ga_host_strdup(s ? s : "??");
   if (v) py.decref(v);
   if (!s) py.err_clear();
   return copy;
@@ -96,7 +97,7 @@ static char *attr_text(void *obj, const char *attr) {
 static size_t intern(void *code) {
   if (ncodes * 2 >= nslots) {
     size_t n = nslots ? nslots * 2 : 1024;
-    size_t *s = calloc(n, sizeof *s);
+    size_t *s = ga_host_calloc(n, sizeof *s);
     if (!s) return 0;
     free(slots);
     slots = s;
@@ -112,7 +113,7 @@ static size_t intern(void *code) {
     if (codes[slots[j] - 1].code == code) return slots[j];
   if (ncodes == capcodes) {
     size_t c = capcodes ? capcodes * 2 : 256;
-    code_entry *v = realloc(codes, c * sizeof *v);
+    code_entry *v = ga_host_realloc(codes, c * sizeof *v);
     if (!v) return 0;
     codes = v;
     capcodes = c;

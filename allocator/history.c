@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "errors.h"
+#include "host.h"
 
 static const char *const action_names[GA_H_COUNT] = {
     [GA_H_ALLOC] = "alloc",
@@ -33,8 +34,8 @@ int ga_history_init(ga_history *h, int enabled, size_t max_entries, int stacks) 
   if (!enabled) return 0;
   if ((stacks & GA_HISTORY_STACKS_PYTHON) && ga_frames_python_init()) return GA_DEV_ENOTSUP;
   if (max_entries == 0) max_entries = 100000;
-  if (!(h->v = calloc(max_entries, sizeof *h->v))) return GA_DEV_ENOMEM;
-  if (stacks && !(h->frames = calloc(max_entries, GA_FRAMES_MAX * sizeof *h->frames))) {
+  if (!(h->v = ga_host_calloc(max_entries, sizeof *h->v))) return GA_DEV_ENOMEM;
+  if (stacks && !(h->frames = ga_host_calloc(max_entries, GA_FRAMES_MAX * sizeof *h->frames))) {
     free(h->v);
     h->v = NULL;
     return GA_DEV_ENOMEM;

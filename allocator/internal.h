@@ -38,6 +38,7 @@
 #include "errors.h"
 #include "gardenalloc.h"
 #include "history.h"
+#include "host.h"
 #include "lock.h"
 #include "report.h"
 #include "stats.h"
@@ -263,7 +264,7 @@ struct ga_allocator {
 static inline void *ga_vec_grow(void *v, size_t *cap, size_t n, size_t elem) {
   size_t c = *cap ? *cap : 16;
   while (c < n) c *= 2;
-  void *nv = realloc(v, c * elem);
+  void *nv = ga_host_realloc(v, c * elem);
   if (nv) *cap = c;
   return nv;
 }

@@ -28,8 +28,8 @@ static void index_allocs(const ga_history *h, alloc_index *x) {
   if (!h->stacks || !h->n) return;
   size_t cap = 64;
   while (cap < h->n * 2) cap *= 2;
-  x->addr = calloc(cap, sizeof *x->addr);
-  x->entry = calloc(cap, sizeof *x->entry);
+  x->addr = ga_host_calloc(cap, sizeof *x->addr);
+  x->entry = ga_host_calloc(cap, sizeof *x->entry);
   if (!x->addr || !x->entry) {
     free(x->addr);
     free(x->entry);
@@ -106,7 +106,7 @@ static int by_address(const void *x, const void *y) {
 }
 
 void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
-  ga_segment **segs = malloc((a->space.nsegs + 1) * sizeof *segs);
+  ga_segment **segs = ga_host_malloc((a->space.nsegs + 1) * sizeof *segs);
   size_t n = 0;
   for (ga_segment *s = a->space.segs; s && segs; s = s->next) segs[n++] = s;
   if (segs) qsort(segs, n, sizeof *segs, by_address);

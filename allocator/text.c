@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "debug.h"
 
@@ -19,6 +20,47 @@ void ga_error_set(const char *fmt, ...) {
 }
 
 const char *ga_error_text(void) { return tls_error; }
+
+void ga_error_rename(const char *from, const char *to) {
+  size_t n = strlen(from);
+  if (strncmp(tls_error, from, n) != 0 || tls_error[n] != ':') return;
+  char rest[sizeof tls_error];
+  snprintf(rest, sizeof rest, "%s", tls_error + n);
+  ga_error_set("%s%s", to, rest);
+}
+
+ga_status_t ga_err_status(ga_err rc) {
+  switch (rc) {
+    case GA_DEV_OK: return GA_OK;
+    case GA_DEV_ENOMEM: return GA_ERR_HOST_MEMORY;
+    case GA_DEV_ENOTSUP: return GA_ERR_UNSUPPORTED;
+    default: return GA_ERR_DEVICE;
+  }
+}
+
+const char *ga_err_words(ga_err rc, const char *devtext) {
+  if (rc == GA_DEV_ENOMEM) return "out of host memory";
+  return devtext && devtext[0] ? devtext : "device call failed";
+}
+
+ga_status_t ga_fail(ga_err rc, const char *fn, const char *devtext, const char *context, ...) {
+  if (rc == GA_DEV_OK) return GA_OK;
+  char what[sizeof tls_error];
+  what[0] = 0;
+  if (context) {
+    va_list ap;
+    va_start(ap, context);
+    vsnprintf(what, sizeof what, context, ap);
+    va_end(ap);
+  }
+  if (rc == GA_DEV_ENOMEM)
+    ga_error_set("%s: %s%s%s", fn, ga_err_words(rc, devtext), what[0] ? " " : "", what);
+  else if (what[0])
+    ga_error_set("%s: device call failed %s: %s", fn, what, ga_err_words(rc, devtext));
+  else
+    ga_error_set("%s: %s", fn, ga_err_words(rc, devtext));
+  return ga_err_status(rc);
+}
 
 void ga_text_put(ga_text *t, const char *fmt, ...) {
   va_list ap;

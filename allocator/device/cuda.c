@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../host.h"
 #include "device.h"
 
 #ifndef GA_HAVE_CUDA
@@ -361,10 +362,10 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
     snprintf(err, errlen, "backend:cuda: device %d does not exist (%d CUDA devices)", ordinal, count);
     return GA_DEV_ENODEV;
   }
-  cuda_device *c = calloc(1, sizeof *c);
+  cuda_device *c = ga_host_calloc(1, sizeof *c);
   if (!c) {
-    snprintf(err, errlen, "backend:cuda: host out of memory");
-    return GA_DEV_EDRIVER;
+    snprintf(err, errlen, "backend:cuda: out of host memory");
+    return GA_DEV_ENOMEM;
   }
   c->base.ops = &cuda_ops;
   c->base.ordinal = ordinal;

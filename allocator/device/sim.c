@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "../debug.h"
+#include "../host.h"
 #include "rtree.h"
 
 #define SIM_GRAN  ((size_t)2 << 20)
@@ -252,7 +253,7 @@ static sim_range *range_find(const ga_rtree *t, uintptr_t addr) { return range_o
 
 /* A new range in t, or NULL when the host has no memory for it. */
 static sim_range *range_add(ga_rtree *t, sim_range x) {
-  sim_range *r = malloc(sizeof *r);
+  sim_range *r = ga_host_malloc(sizeof *r);
   if (!r) return NULL;
   *r = x;
   ga_rtree_insert(t, &r->node);
@@ -408,12 +409,12 @@ static sim_handle *handle_get(sim_device *s, ga_mem_handle h) {
 static int handle_new(sim_device *s, size_t ngran, int bind, ga_mem_handle *out) {
   if (!s->free_slots && s->nhandles == s->cap_handles) {
     size_t cap = s->cap_handles ? s->cap_handles * 2 : 64;
-    sim_handle *v = realloc(s->handles, cap * sizeof *v);
+    sim_handle *v = ga_host_realloc(s->handles, cap * sizeof *v);
     if (!v) return GA_DEV_ENOMEM;
     s->handles = v;
     s->cap_handles = cap;
   }
-  uint32_t *g = malloc(2 * ngran * sizeof *g);
+  uint32_t *g = ga_host_malloc(2 * ngran * sizeof *g);
   if (!g) return GA_DEV_ENOMEM;
   size_t slot;
   if (s->free_slots) {
@@ -921,7 +922,7 @@ static sim_stream *stream_get(sim_device *s, ga_stream_t st, int create) {
   for (size_t i = 0; i < s->nstreams; i++)
     if (s->streams[i].s == st) return &s->streams[i];
   if (!create) return NULL;
-  sim_stream *v = realloc(s->streams, (s->nstreams + 1) * sizeof *v);
+  sim_stream *v = ga_host_realloc(s->streams, (s->nstreams + 1) * sizeof *v);
   if (!v) return NULL;
   s->streams = v;
   v[s->nstreams] = (sim_stream){.s = st};
@@ -949,20 +950,20 @@ static int sim_event_create(ga_device *d, ga_event *e) {
   if (rc) goto out;
   if (s->nevents == s->cap_events) {
     size_t cap = s->cap_events ? s->cap_events * 2 : 16;
-    sim_event **v = realloc(s->events, cap * sizeof *v);
+    sim_event **v = ga_host_realloc(s->events, cap * sizeof *v);
     if (!v) goto oom;
     s->events = v;
     s->cap_events = cap;
   }
-  sim_event *ev = calloc(1, sizeof *ev);
+  sim_event *ev = ga_host_calloc(1, sizeof *ev);
   if (!ev) goto oom;
   ev->magic = SIM_MAGIC;
   s->events[s->nevents++] = ev;
   *e = ev;
   goto out;
 oom:
-  ga_dev_set_error(d, "event_create: host out of memory");
-  rc = GA_DEV_EDRIVER;
+  ga_dev_set_error(d, "event_create: out of host memory");
+  rc = GA_DEV_ENOMEM;
 out:
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -1199,7 +1200,7 @@ static int sim_import(ga_device *d, int fd, ga_mem_handle *h) {
   int rc = 0;
   if (!s->free_slots && s->nhandles == s->cap_handles) {
     size_t cap = s->cap_handles ? s->cap_handles * 2 : 64;
-    sim_handle *v = realloc(s->handles, cap * sizeof *v);
+    sim_handle *v = ga_host_realloc(s->handles, cap * sizeof *v);
     if (!v)
       rc = host_no_memory(s, "import");
     else
@@ -1291,9 +1292,9 @@ int ga_sim_open_of(int ordinal, int ndevices, size_t capacity, ga_device **out, 
     snprintf(err, errlen, "sim: capacity %zu bytes must be at least one 2 MiB granule", capacity);
     return GA_DEV_EINVAL;
   }
-  sim_device *s = calloc(1, sizeof *s);
+  sim_device *s = ga_host_calloc(1, sizeof *s);
   if (!s) goto oom;
-  s->bitmap = calloc((ngran + 63) / 64, sizeof *s->bitmap);
+  s->bitmap = ga_host_calloc((ngran + 63) / 64, sizeof *s->bitmap);
   if (!s->bitmap) goto oom;
   /* Granules past the end of the last word are marked used so scans stop. */
   for (size_t g = ngran; g < ((ngran + 63) / 64) * 64; g++) s->bitmap[g / 64] |= (uint64_t)1 << (g % 64);
@@ -1321,8 +1322,8 @@ int ga_sim_open_of(int ordinal, int ndevices, size_t capacity, ga_device **out, 
 oom:
   if (s) free(s->bitmap);
   free(s);
-  snprintf(err, errlen, "sim: host out of memory");
-  return GA_DEV_EDRIVER;
+  snprintf(err, errlen, "sim: out of host memory");
+  return GA_DEV_ENOMEM;
 }
 
 /* ---- Test controls ---- */

@@ -99,13 +99,8 @@ static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream
   return ga_native_new_locked(a, alloc_size, pool, stream, out);
 }
 
-static ga_status_t device_error(ga_allocator_t *a, const char *what, int rc) {
-  if (rc == GA_DEV_ENOMEM) {
-    ga_error_set("ga_malloc: host out of memory while %s", what);
-    return GA_ERR_HOST_MEMORY;
-  }
-  ga_error_set("ga_malloc: device call failed while %s: %s", what, a->dev->error);
-  return GA_ERR_DEVICE;
+static ga_status_t device_error(ga_allocator_t *a, const char *what, ga_err rc) {
+  return ga_fail(rc, "ga_malloc", a->dev->error, "while %s", what);
 }
 
 /* Native mode's ladder: GC, a new segment, free oversize blocks and retry,
@@ -261,8 +256,7 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
       (void)ga_reclaim_native_locked(a, b);
     else if (!in_tree)
       ga_block_to_free_tree_locked(a, b);
-    ga_error_set("ga_malloc: host out of memory for bookkeeping (%zu bytes asked)", size);
-    return GA_ERR_HOST_MEMORY;
+    return ga_fail(GA_DEV_ENOMEM, "ga_malloc", NULL, "for bookkeeping (%zu bytes asked)", size);
   }
   *out = (void *)got->ptr;
   return GA_OK;
@@ -303,8 +297,7 @@ __attribute__((noinline)) static ga_status_t free_slow(ga_allocator_t *a, ga_blo
     return GA_ERR_INVALID;
   }
   if (ga_stream_free_room_locked(a, b)) {
-    ga_error_set("ga_free: host out of memory for the stream events of %p; it is still allocated", ptr);
-    return GA_ERR_HOST_MEMORY;
+    return ga_fail(GA_DEV_ENOMEM, "ga_free", NULL, "for the stream events of %p; it is still allocated", ptr);
   }
   size_t size = b->size;
   ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);

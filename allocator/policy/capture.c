@@ -30,8 +30,7 @@ ga_status_t ga_capture_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t 
     return GA_ERR_INVALID;
   }
   if (!v && ga_private_new_locked(a, id, &v)) {
-    ga_error_set("ga_begin_allocate_to_pool: host out of memory");
-    return GA_ERR_HOST_MEMORY;
+    return ga_fail(GA_DEV_ENOMEM, "ga_begin_allocate_to_pool", NULL, NULL);
   }
   v->streams[v->nstreams++] = stream;
   a->pol.capture.routing++;
@@ -55,7 +54,7 @@ static int stop_routing(ga_allocator_t *a, ga_private *v) {
   return captures_ended(a);
 }
 
-static ga_status_t flush_failed(ga_allocator_t *a, const char *fn, int rc);
+static ga_status_t flush_failed(ga_allocator_t *a, const char *fn, ga_err rc);
 
 ga_status_t ga_capture_announce_locked(ga_allocator_t *a, int begin) {
   if (begin) {
@@ -80,12 +79,12 @@ static ga_private *stop(ga_allocator_t *a, uint64_t id, const char *fn, int *rc)
   return v;
 }
 
-static ga_status_t flush_failed(ga_allocator_t *a, const char *fn, int rc) {
+static ga_status_t flush_failed(ga_allocator_t *a, const char *fn, ga_err rc) {
   ga_error_set(
       "%s: the pool serves no stream now, but finishing the ga_empty_cache left for the end of the "
       "capture failed: %s",
-      fn, rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
-  return rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
+      fn, ga_err_words(rc, a->dev->error));
+  return ga_err_status(rc);
 }
 
 ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id) {
@@ -117,8 +116,8 @@ ga_status_t ga_capture_release_locked(ga_allocator_t *a, uint64_t id) {
   }
   if (rc) {
     ga_error_set("ga_release_pool: %s; what is left goes back at the next ga_empty_cache",
-                 rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
-    return rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
+                 ga_err_words(rc, a->dev->error));
+    return ga_err_status(rc);
   }
   return flush_rc ? flush_failed(a, "ga_release_pool", flush_rc) : GA_OK;
 }

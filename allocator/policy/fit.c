@@ -325,8 +325,7 @@ ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size
   while (!rc && k < n && one(&m, sizes[k], stream) && !m.oom) k++;
   free(m.v);
   if (rc || m.oom) {
-    ga_error_set("ga_would_fit: host out of memory for the model of %zu free blocks", m.n);
-    return GA_ERR_HOST_MEMORY;
+    return ga_fail(GA_DEV_ENOMEM, "ga_would_fit", NULL, "for the model of %zu free blocks", m.n);
   }
   *fit = k;
   return GA_OK;
@@ -360,8 +359,7 @@ ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t 
   fmodel m;
   if (model_init(a, stream, dev_free, &m)) {
     free(m.v);
-    ga_error_set("ga_largest_free: host out of memory");
-    return GA_ERR_HOST_MEMORY;
+    return ga_fail(GA_DEV_ENOMEM, "ga_largest_free", NULL, NULL);
   }
   size_t here = largest_block(&m, stream);
   if (cached) *cached = here;

@@ -50,7 +50,7 @@ struct ga_ipc {
 };
 
 static struct ga_ipc *ipc_of(ga_allocator_t *a) {
-  if (!a->pol.ipc) a->pol.ipc = calloc(1, sizeof *a->pol.ipc);
+  if (!a->pol.ipc) a->pol.ipc = ga_host_calloc(1, sizeof *a->pol.ipc);
   return a->pol.ipc;
 }
 
@@ -101,8 +101,7 @@ ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *de
   }
   struct ga_ipc *x = ipc_of(a);
   if (!x) {
-    ga_error_set("ga_ipc_export: host out of memory");
-    return GA_ERR_HOST_MEMORY;
+    return ga_fail(GA_DEV_ENOMEM, "ga_ipc_export", NULL, NULL);
   }
   memset(desc, 0, sizeof *desc);
   desc->version = GA_IPC_VERSION;
@@ -210,8 +209,7 @@ ga_status_t ga_ipc_import_locked(ga_allocator_t *a, const ga_ipc_desc_t *d, void
   }
   struct ga_ipc *x = ipc_of(a);
   if (!x || GA_VEC_ROOM(x->im, x->capim, x->nim + 1)) {
-    ga_error_set("ga_ipc_import: host out of memory");
-    return GA_ERR_HOST_MEMORY;
+    return ga_fail(GA_DEV_ENOMEM, "ga_ipc_import", NULL, NULL);
   }
   ipc_import m = {.size = total, .lease = -1};
   /* The lease, through a file description of our own, held shared: the
@@ -230,11 +228,10 @@ ga_status_t ga_ipc_import_locked(ga_allocator_t *a, const ga_ipc_desc_t *d, void
     ga_error_set("ga_ipc_import: the exporter has freed this allocation");
     return GA_ERR_INVALID;
   }
-  m.h = calloc(d->npieces, sizeof *m.h);
+  m.h = ga_host_calloc(d->npieces, sizeof *m.h);
   if (!m.h) {
     close(m.lease);
-    ga_error_set("ga_ipc_import: host out of memory");
-    return GA_ERR_HOST_MEMORY;
+    return ga_fail(GA_DEV_ENOMEM, "ga_ipc_import", NULL, NULL);
   }
   void *va = NULL;
   int rc = ga_dev_reserve(a->dev, total, 0, &va);

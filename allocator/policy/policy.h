@@ -84,7 +84,8 @@ static inline void ga_block_keep_flush_locked(ga_allocator_t *a) {
 }
 
 /* ---- Streams (stream.c) ---- */
-int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s);
+/* Adds s to the streams that use b (record_stream): 0, or GA_DEV_ENOMEM. */
+ga_err ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s);
 /* Room for the pending entries the free of b may need (0 or GA_DEV_ENOMEM):
  * called before anything changes, so that the free itself cannot fail. */
 int ga_stream_free_room_locked(ga_allocator_t *a, const ga_block *b);

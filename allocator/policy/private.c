@@ -13,7 +13,7 @@ ga_private *ga_private_find_locked(ga_allocator_t *a, uint64_t id) {
 }
 
 int ga_private_new_locked(ga_allocator_t *a, uint64_t id, ga_private **out) {
-  ga_private *v = calloc(1, sizeof *v);
+  ga_private *v = ga_host_calloc(1, sizeof *v);
   if (!v) return GA_DEV_ENOMEM;
   v->id = id;
   v->next = a->pol.capture.privates;

@@ -100,11 +100,11 @@ static int granules_sleep(ga_allocator_t *a, uint32_t mask, ga_block *b, size_t 
  * recorded for the wake. */
 static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, int mode) {
   int offload = mode == GA_RESTORE_HOST;
-  void **hosts = calloc(n, sizeof *hosts);
+  void **hosts = ga_host_calloc(n, sizeof *hosts);
   int rc = hosts ? 0 : GA_DEV_ENOMEM;
   if (!rc) rc = GA_VEC_ROOM(a->pol.sleep.sleepers, a->pol.sleep.cap_sleepers, a->pol.sleep.nsleepers + n);
   for (size_t j = 0; !rc && offload && j < n; j++)
-    if (!(hosts[j] = malloc(a->space.gran))) rc = GA_DEV_ENOMEM;
+    if (!(hosts[j] = ga_host_malloc(a->space.gran))) rc = GA_DEV_ENOMEM;
   if (!rc) rc = ga_expandable_sleep_locked(a, s, i, hosts);
   /* Contents discarded under a graph pool's addresses: its graphs must know. */
   if (!rc && mode != GA_RESTORE_HOST && s->priv) s->priv->generation++;
@@ -191,7 +191,7 @@ static int restore_pending(ga_allocator_t *a) {
       i++;
       continue;
     }
-    void *zbuf = z->zero ? calloc(1, a->space.gran) : NULL;
+    void *zbuf = z->zero ? ga_host_calloc(1, a->space.gran) : NULL;
     if (z->zero && !zbuf) return GA_DEV_ENOMEM;
     int rc = ga_expandable_fill_locked(a, z->seg, z->granule, z->zero ? zbuf : z->host);
     free(zbuf);
@@ -271,15 +271,14 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
     ga_error_set("ga_sleep: a previous ga_wake left contents to restore, and that failed: %s", a->dev->error);
     st = GA_ERR_DEVICE;
   } else if ((!a->pol.capture.routing && (rc = wait_sleepers(a, mask))) || (rc = ga_reclaim_all_locked(a))) {
-    ga_error_set("ga_sleep: %s", rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
-    st = rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
+    st = ga_fail(rc, "ga_sleep", a->dev->error, NULL);
   } else if (mask) {
     for (ga_segment *s = a->space.segs; s && !rc; s = s->next)
       if (s->expandable) rc = sleep_segment(a, s, mask, flags & GA_SLEEP_OFFLOAD);
     if (rc) {
-      ga_error_set("ga_sleep: %s; %zu pages sleep, the rest stays mapped",
-                   rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error, a->pol.sleep.nsleepers);
-      st = rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
+      ga_error_set("ga_sleep: %s; %zu pages sleep, the rest stays mapped", ga_err_words(rc, a->dev->error),
+                   a->pol.sleep.nsleepers);
+      st = ga_err_status(rc);
     }
     (void)ga_pages_trim_locked(a, 0); /* pages with nothing mapped go back */
   }
@@ -303,7 +302,7 @@ static int wake_all(ga_allocator_t *a) {
   void *zbuf = NULL; /* a granule of zeros, for GA_RESTORE_ZERO */
   while (k > 0 && !rc) {
     ga_sleeper *z = &a->pol.sleep.sleepers[k - 1];
-    if (z->zero && !zbuf) zbuf = calloc(1, a->space.gran);
+    if (z->zero && !zbuf) zbuf = ga_host_calloc(1, a->space.gran);
     const void *src = z->zero ? zbuf : z->host;
     int stuck = 0;
     if (z->zero && !src) {
@@ -381,9 +380,8 @@ static ga_status_t wake_locked(ga_allocator_t *a) {
       ga_error_set("ga_wake: nothing woke, %s still asleep. %s", left, report);
       st = GA_ERR_OOM;
     } else {
-      ga_error_set("ga_wake: nothing woke, %s still asleep: %s", left,
-                   rc == GA_DEV_ENOMEM ? "host out of memory" : a->dev->error);
-      st = rc == GA_DEV_ENOMEM ? GA_ERR_HOST_MEMORY : GA_ERR_DEVICE;
+      ga_error_set("ga_wake: nothing woke, %s still asleep: %s", left, ga_err_words(rc, a->dev->error));
+      st = ga_err_status(rc);
     }
   } else {
     all_awake(a);

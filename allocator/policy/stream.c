@@ -17,15 +17,15 @@
 
 #include "policy.h"
 
-int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
+ga_err ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
   (void)a;
   if (s == b->stream) return 0;
   for (uint32_t i = 0; i < b->nuses; i++)
     if (b->uses[i] == s) return 0;
   if (b->nuses == b->capuses) {
     uint32_t cap = b->capuses ? b->capuses * 2 : 2;
-    ga_stream_t *u = realloc(b->uses, cap * sizeof *u);
-    if (!u) return -1;
+    ga_stream_t *u = ga_host_realloc(b->uses, cap * sizeof *u);
+    if (!u) return GA_DEV_ENOMEM;
     b->uses = u;
     b->capuses = cap;
   }
@@ -33,7 +33,7 @@ int ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
   return 0;
 }
 
-static int event_get(ga_allocator_t *a, ga_event *ev) {
+static ga_err event_get(ga_allocator_t *a, ga_event *ev) {
   if (a->pol.streams.nevent_cache) {
     *ev = a->pol.streams.event_cache[--a->pol.streams.nevent_cache];
     return 0;
@@ -59,13 +59,14 @@ static void quarantine_drop(ga_allocator_t *a, ga_block *b) {
   if (--b->nquarantined == 0) ga_stat_dec(&a->stats.quarantined_bytes, b->size);
 }
 
-/* An event recorded on s now, or -1. */
-static int event_on(ga_allocator_t *a, ga_stream_t s, ga_event *ev) {
-  if (event_get(a, ev)) return -1;
-  if (ga_dev_event_record(a->dev, *ev, s) == 0) return 0;
+/* An event recorded on s now: 0, or the code of the call that failed. */
+static ga_err event_on(ga_allocator_t *a, ga_stream_t s, ga_event *ev) {
+  ga_err rc = event_get(a, ev);
+  if (rc) return rc;
+  if ((rc = ga_dev_event_record(a->dev, *ev, s)) == 0) return 0;
   event_put(a, *ev);
   *ev = NULL;
-  return -1;
+  return rc;
 }
 
 /* Defers the reuse of `b` until work now queued on `s` is done; 1 when that
@@ -177,15 +178,17 @@ static struct ga_fence *fence_of(ga_allocator_t *a, ga_stream_t s, int create) {
 }
 
 /* Records f's event on its stream now: everything freed until now is idle
- * once it completes. 0, or -1 when no event could be had or recorded. */
-static int fence_record(ga_allocator_t *a, struct ga_fence *f) {
-  if (!f->ev && event_get(a, &f->ev)) return -1;
-  if (ga_dev_event_record(a->dev, f->ev, f->stream) == 0) {
+ * once it completes. 0, or the code of the call that failed (no event could
+ * be had or recorded). */
+static ga_err fence_record(ga_allocator_t *a, struct ga_fence *f) {
+  ga_err rc = f->ev ? GA_DEV_OK : event_get(a, &f->ev);
+  if (rc) return rc;
+  if ((rc = ga_dev_event_record(a->dev, f->ev, f->stream)) == 0) {
     f->ev_seq = a->pol.streams.free_clock;
     return 0;
   }
   f->ev_seq = 0;
-  return -1;
+  return rc;
 }
 
 int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int wait, int *idle,

@@ -55,7 +55,7 @@ static int granules_room(ga_segment *s, size_t n) {
   if (n <= s->ngranules) return 0;
   size_t cap = s->ngranules ? s->ngranules : 64;
   while (cap < n) cap *= 2;
-  ga_granule *v = realloc(s->granules, cap * sizeof *v);
+  ga_granule *v = ga_host_realloc(s->granules, cap * sizeof *v);
   if (!v) return GA_DEV_ENOMEM;
   for (size_t i = s->ngranules; i < cap; i++) v[i] = (ga_granule){0};
   s->granules = v;

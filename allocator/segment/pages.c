@@ -90,7 +90,7 @@ int ga_pages_trim_locked(ga_allocator_t *a, size_t keep) {
 int ga_pages_create_locked(ga_allocator_t *a, size_t size, int pool) {
   ga_space *sp = &a->space;
   GA_ASSERT(size > 0 && size % sp->gran == 0);
-  ga_handle *h = calloc(1, sizeof *h);
+  ga_handle *h = ga_host_calloc(1, sizeof *h);
   if (!h || ga_pages_room_locked(a, size / sp->gran)) {
     free(h);
     return GA_DEV_ENOMEM;

@@ -15,7 +15,7 @@ ga_block *ga_tiles_new_locked(ga_allocator_t *a) {
   ga_block *b = a->space.block_cache;
   if (b)
     a->space.block_cache = b->next;
-  else if (!(b = malloc(sizeof *b)))
+  else if (!(b = ga_host_malloc(sizeof *b)))
     return NULL;
   *b = (ga_block){0};
   return b;

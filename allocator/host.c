@@ -1,0 +1,39 @@
+/* host.c — the host allocation wrappers and their fault hook (host.h). A leaf. */
+#include "host.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_uint_fast64_t made;    /* allocations asked of the wrappers */
+static atomic_uint_fast64_t fail_at; /* the count at which one fails; 0: none armed */
+static atomic_int fail_sticky;       /* every allocation from fail_at on fails */
+static atomic_uint_fast64_t fired;   /* allocations made to fail since the arming */
+
+/* Counts one allocation; 1 when the armed fault makes it fail. */
+static int refused(void) {
+  uint_fast64_t n = atomic_fetch_add_explicit(&made, 1, memory_order_relaxed) + 1;
+  uint_fast64_t at = atomic_load_explicit(&fail_at, memory_order_relaxed);
+  if (!at || n < at || (n > at && !atomic_load_explicit(&fail_sticky, memory_order_relaxed))) return 0;
+  atomic_fetch_add_explicit(&fired, 1, memory_order_relaxed);
+  return 1;
+}
+
+void *ga_host_malloc(size_t size) { return refused() ? NULL : malloc(size); }
+void *ga_host_calloc(size_t n, size_t size) { return refused() ? NULL : calloc(n, size); }
+void *ga_host_realloc(void *p, size_t size) { return refused() ? NULL : realloc(p, size); }
+void *ga_host_aligned_alloc(size_t align, size_t size) {
+  return refused() ? NULL : aligned_alloc(align, size);
+}
+char *ga_host_strdup(const char *s) { return refused() ? NULL : strdup(s); }
+
+void ga_host_fault(uint64_t nth, int sticky) {
+  atomic_store_explicit(&fail_at, 0, memory_order_relaxed);
+  atomic_store_explicit(&fired, 0, memory_order_relaxed);
+  atomic_store_explicit(&fail_sticky, sticky, memory_order_relaxed);
+  if (nth)
+    atomic_store_explicit(&fail_at, atomic_load_explicit(&made, memory_order_relaxed) + nth,
+                          memory_order_relaxed);
+}
+uint64_t ga_host_faults_fired(void) { return atomic_load_explicit(&fired, memory_order_relaxed); }
+uint64_t ga_host_allocations(void) { return atomic_load_explicit(&made, memory_order_relaxed); }

@@ -1,0 +1,28 @@
+/* host.h — every host allocation of the allocator (its records, trees,
+ * arrays, history, the simulated device's bookkeeping) goes through these
+ * wrappers, so that a test can make the Nth one fail and check that each
+ * public call answers GA_ERR_HOST_MEMORY, stays consistent and leaks nothing
+ * (tests/test_hostoom.c). Memory from them is released with free(). A leaf.
+ */
+#ifndef GA_HOST_H
+#define GA_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void *ga_host_malloc(size_t size);
+void *ga_host_calloc(size_t n, size_t size);
+void *ga_host_realloc(void *p, size_t size);
+void *ga_host_aligned_alloc(size_t align, size_t size);
+char *ga_host_strdup(const char *s);
+
+/* ---- For tests ----
+ * The nth host allocation from now (1 = the next one) fails, and with sticky
+ * every one after it too; nth 0 disarms. Returns nothing; ga_host_faults_fired
+ * counts the allocations made to fail since the last arming. */
+void ga_host_fault(uint64_t nth, int sticky);
+uint64_t ga_host_faults_fired(void);
+/* Host allocations made through the wrappers since the process started. */
+uint64_t ga_host_allocations(void);
+
+#endif /* GA_HOST_H */

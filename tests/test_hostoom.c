@@ -1,0 +1,180 @@
+/* test_hostoom.c — the host running out of memory at any allocation of a
+ * public call: the call answers GA_ERR_HOST_MEMORY with a message that names
+ * it and says host memory, the allocator stays consistent (ga_check) and
+ * usable, and nothing leaks (the sanitizer build checks host memory, the
+ * fixture device memory). Every host allocation of allocator/ goes through
+ * host.h's wrappers, whose hook fails the Nth one. */
+#include "fixture.h"
+#include "host.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HO_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HO_LSAN 1
+#endif
+#endif
+#ifdef HO_LSAN
+#include <sanitizer/lsan_interface.h>
+/* Host memory still allocated and unreachable now (LeakSanitizer): a leak
+ * fails the test here, not only in a report at exit. */
+static int host_leaks(void) { return __lsan_do_recoverable_leak_check(); }
+#else
+static int host_leaks(void) { return 0; }
+#endif
+
+TestSuite(hostoom, .fini = fx_close);
+
+static int failures;
+
+/* A call's status: GA_OK, or GA_ERR_HOST_MEMORY named for `fn`; the
+ * allocator consistent either way. */
+static ga_status_t checked(const char *fn, ga_status_t st) {
+  if (st != GA_OK) {
+    failures++;
+    const char *e = ga_last_error();
+    size_t n = strlen(fn);
+    cr_assert_eq(st, GA_ERR_HOST_MEMORY, "%s: %s: %s", fn, ga_status_str(st), e);
+    cr_assert(strncmp(e, fn, n) == 0 && e[n] == ':', "the message does not name %s: \"%s\"", fn, e);
+    cr_assert(strstr(e, "host memory"), "the message of %s does not say host memory: \"%s\"", fn, e);
+  }
+  cr_assert_eq(ga_check(fx_a), 0, "after %s (%s)", fn, ga_status_str(st));
+  return st;
+}
+#define CALL(fn, ...) checked(#fn, fn(__VA_ARGS__))
+
+/* Every public call that may take host memory, on both pools, several
+ * streams, history, a private pool, tags, sleep and wake (expandable), the
+ * fit model, with what it allocates freed again at the end. Returns the
+ * number of calls that failed. */
+static int scenario_with(int expandable) {
+  failures = 0;
+  enum { N = 8 };
+  void *p[N] = {0};
+  size_t sizes[N] = {MiB / 2, 3 * MiB, 30 * MiB, 100, 12 * MiB, 60 * MiB, 5 * MiB, 2 * MiB};
+  CALL(ga_record_history, fx_a, 1, 64);
+  for (int i = 0; i < N; i++) {
+    if (CALL(ga_malloc, fx_a, sizes[i], i % 2 ? S1 : S2, &p[i]) != GA_OK)
+      cr_assert_null(p[i]);
+    else
+      fx_fill(p[i], sizes[i] < 4096 ? sizes[i] : 4096, (unsigned)i);
+  }
+  for (int i = 0; i < N; i += 2)
+    if (p[i]) CALL(ga_record_stream, fx_a, p[i], S3);
+  if (p[2]) CALL(ga_record_stream, fx_a, p[2], S1);
+  char *buf = malloc(1 << 20);
+  cr_assert(ga_snapshot_json(fx_a, buf, 1 << 20) > 0);
+  cr_assert(ga_stats_json(fx_a, buf, 1 << 20) > 0);
+  free(buf);
+  size_t want[3] = {MiB, 40 * MiB, 700}, cached = 0, device = 0;
+  size_t fits = 0;
+  CALL(ga_would_fit, fx_a, want, 3, S1, &fits);
+  CALL(ga_largest_free, fx_a, S1, &cached, &device);
+  if (p[1]) CALL(ga_free, fx_a, p[1]), p[1] = NULL;
+  if (p[2]) CALL(ga_free, fx_a, p[2]), p[2] = NULL; /* events on S1 and S3 */
+  /* A private pool. */
+  void *q = NULL;
+  if (CALL(ga_begin_allocate_to_pool, fx_a, 7, S3) == GA_OK) {
+    CALL(ga_malloc, fx_a, 4 * MiB, S3, &q);
+    CALL(ga_end_allocate_to_pool, fx_a, 7);
+    if (q) CALL(ga_free, fx_a, q);
+    CALL(ga_release_pool, fx_a, 7);
+  }
+  if (expandable) {
+    void *c = NULL;
+    if (CALL(ga_malloc_flags, fx_a, 9 * MiB, S1, GA_ALLOC_CONTIGUOUS_HANDLE, &c) == GA_OK)
+      CALL(ga_free, fx_a, c);
+    if (p[5]) CALL(ga_tag, fx_a, p[5], "weights");
+    if (p[4]) CALL(ga_tag, fx_a, p[4], "kv");
+    CALL(ga_sleep_mode, fx_a, "kv", GA_RESTORE_ZERO);
+    if (CALL(ga_sleep, fx_a, "weights,kv", GA_SLEEP_OFFLOAD) != GA_OK) {
+      /* What slept stays asleep: wake it. */
+    }
+    while (CALL(ga_wake, fx_a) != GA_OK) {}
+    if (p[4]) {
+      fx_fill(p[4], 4096, 4u); /* zeroed by the wake when it slept */
+      CALL(ga_tag, fx_a, p[4], NULL);
+    }
+  }
+  void *huge = NULL; /* the whole ladder, and the out-of-memory report */
+  ga_status_t st = ga_malloc(fx_a, 2 * GiB, S1, &huge);
+  cr_assert(st == GA_ERR_OOM || st == GA_ERR_HOST_MEMORY, "%s: %s", ga_status_str(st), ga_last_error());
+  if (st == GA_ERR_HOST_MEMORY) checked("ga_malloc", st);
+  cr_assert_eq(ga_check(fx_a), 0);
+  for (int i = 0; i < N; i++) {
+    if (!p[i]) continue;
+    cr_assert(fx_verify(p[i], sizes[i] < 4096 ? sizes[i] : 4096, (unsigned)i), "contents of block %d", i);
+    while (CALL(ga_free, fx_a, p[i]) != GA_OK) {}
+  }
+  CALL(ga_record_history, fx_a, 0, 0);
+  CALL(ga_empty_cache, fx_a);
+  CALL(ga_reset_peak_stats, fx_a);
+  return failures;
+}
+static int scenario_native(void) { return scenario_with(0); }
+static int scenario_expandable(void) { return scenario_with(1); }
+
+/* The Nth host allocation of the scenario fails, for every N it makes. */
+static unsigned host_sweep(const char *conf, int (*scenario)(void)) {
+  fx_open(conf, 256 * MiB);
+  uint64_t before = ga_host_allocations();
+  cr_assert_eq(scenario(), 0, "the scenario fails without a fault: %s", ga_last_error());
+  unsigned calls = (unsigned)(ga_host_allocations() - before), failed = 0;
+  fx_close();
+  cr_assert_gt(calls, 0);
+  for (unsigned nth = 1; nth <= calls; nth++) {
+    fx_open(conf, 256 * MiB);
+    ga_host_fault(nth, 0);
+    failed += scenario() > 0;
+    uint64_t fired = ga_host_faults_fired();
+    ga_host_fault(0, 0);
+    cr_assert_eq(fired, 1, "the host allocation %u did not fail", nth);
+    cr_assert_eq(scenario(), 0, "host allocation %u failing left the allocator unusable: %s", nth,
+                 ga_last_error());
+    fx_close();
+  }
+  cr_assert_eq(host_leaks(), 0, "host memory leaked (see the report above)");
+  cr_log_info("%s: %u host allocations, %u of them failing a call", conf ? conf : "native", calls, failed);
+  return calls;
+}
+
+Test(hostoom, every_host_allocation_of_native_mode) { host_sweep(NULL, scenario_native); }
+Test(hostoom, every_host_allocation_of_expandable_segments) {
+  host_sweep("expandable_segments:True", scenario_expandable);
+}
+
+/* ga_create: the allocator's record, the device's, the block map... */
+Test(hostoom, every_host_allocation_of_ga_create) {
+  const char *conf = "backend:sim,sim_capacity_mb:256";
+  uint64_t before = ga_host_allocations();
+  ga_allocator_t *a = NULL;
+  cr_assert_eq(ga_create(conf, 0, &a), GA_OK, "%s", ga_last_error());
+  unsigned calls = (unsigned)(ga_host_allocations() - before);
+  ga_destroy(a);
+  cr_assert_gt(calls, 0);
+  for (unsigned nth = 1; nth <= calls; nth++) {
+    a = NULL;
+    ga_host_fault(nth, 0);
+    ga_status_t st = ga_create(conf, 0, &a);
+    ga_host_fault(0, 0);
+    cr_assert_eq(st, GA_ERR_HOST_MEMORY, "host allocation %u of ga_create: %s: %s", nth, ga_status_str(st),
+                 ga_last_error());
+    cr_assert_null(a);
+    cr_assert(strncmp(ga_last_error(), "ga_create:", 10) == 0 && strstr(ga_last_error(), "host memory"), "%s",
+              ga_last_error());
+  }
+  cr_assert_eq(host_leaks(), 0, "host memory leaked (see the report above)");
+}
+
+/* The case the issue found: record_stream's list of streams cannot grow. */
+Test(hostoom, record_stream_without_host_memory_says_so) {
+  fx_open(NULL, 256 * MiB);
+  void *p = fx_alloc(MiB);
+  ga_host_fault(1, 1);
+  ga_status_t st = ga_record_stream(fx_a, p, S2);
+  ga_host_fault(0, 0);
+  cr_assert_eq(st, GA_ERR_HOST_MEMORY, "%s: %s", ga_status_str(st), ga_last_error());
+  cr_assert_str_eq(ga_last_error(), "ga_record_stream: out of host memory");
+  cr_assert_eq(ga_record_stream(fx_a, p, S2), GA_OK);
+  fx_free(p);
+}
