@@ -107,6 +107,17 @@ int config_add(bench_config **v, size_t *n, const char *arg, const char *who);
 /* Prefixes every configuration with sim_capacity_mb:N (NULL: nothing). */
 int config_set_capacity(bench_config *v, size_t n, const char *capacity_mb, const char *who);
 int parse_scale(const char *v, uint64_t *out, const char *who);
+/* What the replaying commands (run, replay, fit) share on their command line:
+ * the time options, --cost, --json, --conf/--config and --size-scale. */
+typedef struct replay_args {
+  bench_config *configs;
+  size_t nconfigs;
+  uint64_t size_scale; /* 1 unless --size-scale is given */
+  int json;
+} replay_args;
+/* Consumes argv[*i] (and its value) when it is one of the shared options.
+ * 1 consumed, 0 not one of them, -1 bad value (message naming `who` printed). */
+int replay_option(int argc, char **argv, int *i, const char *who, replay_args *r);
 /* Multiplies every size of the trace. */
 void trace_scale(trace *t, uint64_t scale);
 

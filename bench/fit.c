@@ -79,31 +79,15 @@ static int fit_one(const trace *t, const char *conf, fit_result *f, char *err, s
 }
 
 int cmd_fit(int argc, char **argv) {
-  uint64_t scale = 1;
-  int json = 0;
+  replay_args r = {.size_scale = 1};
   paths p = {0};
-  bench_config *configs = NULL;
-  size_t nconfigs = 0;
   for (int i = 0; i < argc; i++) {
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    int t = time_option(argc, argv, &i, "fit");
+    int t = replay_option(argc, argv, &i, "fit", &r);
     if (t < 0) return 2;
     if (t) continue;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fit_usage(stdout);
       return 0;
-    } else if (!strcmp(argv[i], "--cost") && v) {
-      char err[600];
-      if (cost_parse(argv[++i], err, sizeof err)) {
-        fprintf(stderr, "ga-bench fit: %s\n", err);
-        return 2;
-      }
-    } else if (!strcmp(argv[i], "--json"))
-      json = 1;
-    else if (!strcmp(argv[i], "--conf") && v) {
-      if (config_add(&configs, &nconfigs, argv[++i], "fit")) return 2;
-    } else if (!strcmp(argv[i], "--size-scale") && v) {
-      if (parse_scale(argv[++i], &scale, "fit")) return 2;
     } else if (argv[i][0] == '-') {
       fprintf(stderr, "ga-bench fit: unknown or incomplete option '%s'\n", argv[i]);
       fit_usage(stderr);
@@ -116,12 +100,12 @@ int cmd_fit(int argc, char **argv) {
     fit_usage(stderr);
     return 2;
   }
-  if (!nconfigs) {
+  if (!r.nconfigs) {
     const char *env = getenv("GARDENALLOC_CONF");
-    if (config_add(&configs, &nconfigs, env ? env : "", "fit")) return 2;
+    if (config_add(&r.configs, &r.nconfigs, env ? env : "", "fit")) return 2;
   }
   int failed = 0;
-  if (!json) {
+  if (!r.json) {
     printf("the smallest simulated device (within 2 MiB) on which each replay has no out-of-memory\n");
     printf("%-36s %-20s %12s %12s %9s %12s %8s\n", "trace", "config", "peak live", "fits on", "fits/live",
            "resv 80 GiB", "replays");
@@ -135,29 +119,29 @@ int cmd_fit(int argc, char **argv) {
       failed = 1;
       continue;
     }
-    trace_scale(&t, scale);
-    for (size_t c = 0; c < nconfigs; c++) {
+    trace_scale(&t, r.size_scale);
+    for (size_t c = 0; c < r.nconfigs; c++) {
       fit_result f;
-      if (fit_one(&t, configs[c].conf, &f, err, sizeof err)) {
-        fprintf(stderr, "ga-bench fit: %s under %s: %s\n", file_name(p.v[i]), configs[c].name, err);
+      if (fit_one(&t, r.configs[c].conf, &f, err, sizeof err)) {
+        fprintf(stderr, "ga-bench fit: %s under %s: %s\n", file_name(p.v[i]), r.configs[c].name, err);
         failed = 1;
         continue;
       }
       double ratio = f.live ? (double)(f.fits_mib * MIB) / (double)f.live : 0.0;
-      if (json) {
+      if (r.json) {
         printf("{\"trace\":");
         json_string(stdout, p.v[i]);
         printf(",\"config\":");
-        json_string(stdout, configs[c].name);
+        json_string(stdout, r.configs[c].name);
         printf(",\"conf\":");
-        json_string(stdout, configs[c].conf);
+        json_string(stdout, r.configs[c].conf);
         printf(
             ",\"peak_live_bytes\":%llu,\"fits_on_bytes\":%llu,\"fits_on_ratio\":%.6f,"
             "\"peak_reserved_80g_bytes\":%llu,\"replays\":%d}\n",
             (unsigned long long)f.live, (unsigned long long)(f.fits_mib * MIB), ratio,
             (unsigned long long)f.reserved_80g, f.replays);
       } else {
-        printf("%-36.36s %-20.20s %12.1f %12llu %9.4f %12.1f %8d\n", file_name(p.v[i]), configs[c].name,
+        printf("%-36.36s %-20.20s %12.1f %12llu %9.4f %12.1f %8d\n", file_name(p.v[i]), r.configs[c].name,
                (double)f.live / (double)MIB, (unsigned long long)f.fits_mib, ratio,
                (double)f.reserved_80g / (double)MIB, f.replays);
       }
@@ -165,7 +149,7 @@ int cmd_fit(int argc, char **argv) {
     }
     trace_free(&t);
   }
-  free(configs);
+  free(r.configs);
   for (size_t i = 0; i < p.n; i++) free(p.v[i]);
   free(p.v);
   return failed;

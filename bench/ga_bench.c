@@ -136,35 +136,20 @@ static void replay_usage(FILE *f) {
 
 static int cmd_replay(int argc, char **argv) {
   const char *capacity = NULL;
-  uint64_t scale = 1;
   size_t nsamples = 0;
-  int json = 0;
+  replay_args o = {.size_scale = 1};
   paths p = {0};
-  bench_config *configs = NULL;
-  size_t nconfigs = 0;
   for (int i = 0; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    int t = time_option(argc, argv, &i, "replay");
+    int t = replay_option(argc, argv, &i, "replay", &o);
     if (t < 0) return 2;
     if (t) continue;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       replay_usage(stdout);
       return 0;
-    } else if (!strcmp(argv[i], "--cost") && v) {
-      char err[600];
-      if (cost_parse(argv[++i], err, sizeof err)) {
-        fprintf(stderr, "ga-bench replay: %s\n", err);
-        return 2;
-      }
-    } else if (!strcmp(argv[i], "--json"))
-      json = 1;
-    else if (!strcmp(argv[i], "--conf") && v) {
-      if (config_add(&configs, &nconfigs, argv[++i], "replay")) return 2;
     } else if (!strcmp(argv[i], "--capacity-mb") && v)
       capacity = argv[++i];
-    else if (!strcmp(argv[i], "--size-scale") && v) {
-      if (parse_scale(argv[++i], &scale, "replay")) return 2;
-    } else if (!strcmp(argv[i], "--samples") && v) {
+    else if (!strcmp(argv[i], "--samples") && v) {
       char *end;
       nsamples = strtoul(argv[++i], &end, 10);
       if (*end || nsamples < 2 || nsamples > 100000) {
@@ -183,14 +168,14 @@ static int cmd_replay(int argc, char **argv) {
     replay_usage(stderr);
     return 2;
   }
-  if (!nconfigs) {
+  if (!o.nconfigs) {
     const char *env = getenv("GARDENALLOC_CONF");
-    if (config_add(&configs, &nconfigs, env ? env : "", "replay")) return 2;
+    if (config_add(&o.configs, &o.nconfigs, env ? env : "", "replay")) return 2;
   }
-  if (config_set_capacity(configs, nconfigs, capacity, "replay")) return 2;
+  if (config_set_capacity(o.configs, o.nconfigs, capacity, "replay")) return 2;
   ga_strbuf cmd = {0};
   bench_command(&cmd, "replay", argc, argv);
-  int several = nconfigs > 1, failed = 0, header = 0;
+  int several = o.nconfigs > 1, failed = 0, header = 0;
   ga_strbuf ooms = {0};
   for (size_t i = 0; i < p.n; i++) {
     trace t;
@@ -200,22 +185,22 @@ static int cmd_replay(int argc, char **argv) {
       failed = 1;
       continue;
     }
-    trace_scale(&t, scale);
+    trace_scale(&t, o.size_scale);
     baseline b = load_baseline(p.v[i]);
-    for (size_t c = 0; c < nconfigs; c++) {
+    for (size_t c = 0; c < o.nconfigs; c++) {
       replay_result r;
       replay_samples smp = {.max = nsamples};
-      if (trace_replay_ex(&t, configs[c].conf, &r, json && nsamples ? &smp : NULL, 0, err, sizeof err)) {
-        fprintf(stderr, "ga-bench: %s%s%s\n", several ? configs[c].name : "", several ? ": " : "", err);
+      if (trace_replay_ex(&t, o.configs[c].conf, &r, o.json && nsamples ? &smp : NULL, 0, err, sizeof err)) {
+        fprintf(stderr, "ga-bench: %s%s%s\n", several ? o.configs[c].name : "", several ? ": " : "", err);
         failed = 1;
         continue;
       }
-      if (json) {
+      if (o.json) {
         json_fields j = {p.v[i],
-                         configs[c].name,
-                         configs[c].conf,
+                         o.configs[c].name,
+                         o.configs[c].conf,
                          cmd.s,
-                         scale,
+                         o.size_scale,
                          t.skipped_failures,
                          b.have ? b.pytorch_reserved : 0,
                          &r,
@@ -224,23 +209,23 @@ static int cmd_replay(int argc, char **argv) {
       } else {
         if (!header) { /* above the first result: nothing when every replay failed */
           if (several) {
-            printf("configurations%s:\n", scale > 1 ? " (sizes scaled)" : "");
-            for (size_t k = 0; k < nconfigs; k++)
-              printf("  %-20s \"%s\"\n", configs[k].name, configs[k].conf);
+            printf("configurations%s:\n", o.size_scale > 1 ? " (sizes scaled)" : "");
+            for (size_t k = 0; k < o.nconfigs; k++)
+              printf("  %-20s \"%s\"\n", o.configs[k].name, o.configs[k].conf);
           } else
-            printf("configuration: \"%s\"%s\n", configs[0].conf, scale > 1 ? " (sizes scaled)" : "");
+            printf("configuration: \"%s\"%s\n", o.configs[0].conf, o.size_scale > 1 ? " (sizes scaled)" : "");
           printf("device: %s, %.2f GiB\n", r.backend, gib(r.device_total));
           cost_print(stdout);
           printf("\n");
           print_header(several);
           header = 1;
         }
-        print_row(p.v[i], several ? configs[c].name : NULL, &r, &b);
+        print_row(p.v[i], several ? o.configs[c].name : NULL, &r, &b);
         if (r.first_oom_event)
           strbuf_put(
               &ooms,
               "\n%s%s%s: %llu out-of-memory errors; the first, at event %zu (%llu bytes asked):\n  %s\n",
-              base_name(p.v[i]), several ? " under " : "", several ? configs[c].name : "",
+              base_name(p.v[i]), several ? " under " : "", several ? o.configs[c].name : "",
               (unsigned long long)r.num_ooms, r.first_oom_event, (unsigned long long)r.first_oom_size,
               r.first_oom_report);
       }
@@ -252,7 +237,7 @@ static int cmd_replay(int argc, char **argv) {
   if (ooms.len) fputs(ooms.s, stdout);
   strbuf_free(&ooms);
   strbuf_free(&cmd);
-  free(configs);
+  free(o.configs);
   for (size_t i = 0; i < p.n; i++) free(p.v[i]);
   free(p.v);
   return failed;

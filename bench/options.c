@@ -148,6 +148,31 @@ int time_option(int argc, char **argv, int *i, const char *who) {
   return 0;
 }
 
+int replay_option(int argc, char **argv, int *i, const char *who, replay_args *r) {
+  int t = time_option(argc, argv, i, who);
+  if (t) return t;
+  const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+  if (!strcmp(a, "--json")) {
+    r->json = 1;
+    return 1;
+  }
+  if (!v) return 0;
+  if (!strcmp(a, "--cost")) {
+    char err[600];
+    if (cost_parse(v, err, sizeof err)) {
+      fprintf(stderr, "ga-bench %s: %s\n", who, err);
+      return -1;
+    }
+  } else if (!strcmp(a, "--conf") || !strcmp(a, "--config")) {
+    if (config_add(&r->configs, &r->nconfigs, v, who)) return -1;
+  } else if (!strcmp(a, "--size-scale")) {
+    if (parse_scale(v, &r->size_scale, who)) return -1;
+  } else
+    return 0;
+  (*i)++;
+  return 1;
+}
+
 int parse_scale(const char *v, uint64_t *out, const char *who) {
   char *end;
   unsigned long long n = strtoull(v, &end, 10);

@@ -134,17 +134,16 @@ static int outputs_finish(outputs *o, int keep) {
 
 int cmd_run(int argc, char **argv) {
   job jobs[64];
-  size_t njobs = 0, nconfigs = 0, traces_used = 0;
+  size_t njobs = 0, traces_used = 0;
   paths traces = {0}; /* kept until the end: jobs point into it */
-  bench_config *configs = NULL;
+  replay_args ra = {.size_scale = 1};
   double scale = 1.0;
-  uint64_t size_scale = 1;
   unsigned long long seed = 1;
-  int json = 0, near = 0;
+  int near = 0;
   const char *capacity = NULL, *out = "bench/results";
   char err[512];
   for (int i = 0; i < argc; i++) {
-    int t = time_option(argc, argv, &i, "run");
+    int t = replay_option(argc, argv, &i, "run", &ra);
     if (t < 0) return 2;
     if (t) continue;
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -166,18 +165,12 @@ int cmd_run(int argc, char **argv) {
       for (size_t k = traces_used; k < traces.n && njobs < 64; k++) jobs[njobs++] = (job){traces.v[k], NULL};
       traces_used = traces.n;
       i++;
-    } else if ((!strcmp(a, "--config") || !strcmp(a, "--conf")) && v) {
-      if (config_add(&configs, &nconfigs, v, "run")) return 2;
-      i++;
     } else if (!strcmp(a, "--scale") && v) {
       scale = strtod(v, &end);
       if (*end || !(scale > 0.0) || scale > 1000.0) {
         fprintf(stderr, "ga-bench run: --scale '%s' must be a number in (0, 1000]\n", v);
         return 2;
       }
-      i++;
-    } else if (!strcmp(a, "--size-scale") && v) {
-      if (parse_scale(v, &size_scale, "run")) return 2;
       i++;
     } else if (!strcmp(a, "--seed") && v) {
       seed = strtoull(v, &end, 10);
@@ -189,17 +182,9 @@ int cmd_run(int argc, char **argv) {
     } else if (!strcmp(a, "--capacity-mb") && v) {
       capacity = v;
       i++;
-    } else if (!strcmp(a, "--cost") && v) {
-      if (cost_parse(v, err, sizeof err)) {
-        fprintf(stderr, "ga-bench run: %s\n", err);
-        return 2;
-      }
-      i++;
     } else if (!strcmp(a, "--out") && v) {
       out = v;
       i++;
-    } else if (!strcmp(a, "--json")) {
-      json = 1;
     } else if (!strcmp(a, "--y-near-data")) {
       near = 1;
     } else {
@@ -211,13 +196,13 @@ int cmd_run(int argc, char **argv) {
   if (njobs == 0)
     for (size_t i = 0; i < ga_nworkloads && njobs < 64; i++)
       jobs[njobs++] = (job){ga_workloads[i].name, &ga_workloads[i]};
-  if (nconfigs == 0) {
-    configs = malloc(sizeof default_configs);
-    if (!configs) return 2;
-    memcpy(configs, default_configs, sizeof default_configs);
-    nconfigs = sizeof default_configs / sizeof default_configs[0];
+  if (ra.nconfigs == 0) {
+    ra.configs = malloc(sizeof default_configs);
+    if (!ra.configs) return 2;
+    memcpy(ra.configs, default_configs, sizeof default_configs);
+    ra.nconfigs = sizeof default_configs / sizeof default_configs[0];
   }
-  if (config_set_capacity(configs, nconfigs, capacity, "run")) return 2;
+  if (config_set_capacity(ra.configs, ra.nconfigs, capacity, "run")) return 2;
   if (mkdir_p(out, err, sizeof err)) {
     fprintf(stderr, "ga-bench run: %s\n", err);
     return 2;
@@ -233,7 +218,7 @@ int cmd_run(int argc, char **argv) {
   }
   fprintf(cmdf, "%s\n", cmd.s);
   csv_header(csv);
-  if (!json) cost_print(stdout);
+  if (!ra.json) cost_print(stdout);
   int failed = 0;
   for (size_t j = 0; j < njobs; j++) {
     trace t;
@@ -243,32 +228,39 @@ int cmd_run(int argc, char **argv) {
       failed = 1;
       continue;
     }
-    trace_scale(&t, size_scale);
+    trace_scale(&t, ra.size_scale);
     const char *wl = jobs[j].w ? jobs[j].w->name : jobs[j].name;
     const char *slash = strrchr(wl, '/');
     const char *short_name = slash ? slash + 1 : wl;
-    if (!json) table_header(short_name, t.n);
-    replay_samples *samples = calloc(nconfigs, sizeof *samples);
-    svg_series *series = calloc(nconfigs, sizeof *series);
+    if (!ra.json) table_header(short_name, t.n);
+    replay_samples *samples = calloc(ra.nconfigs, sizeof *samples);
+    svg_series *series = calloc(ra.nconfigs, sizeof *series);
     uint64_t peak_live = 0;
-    for (size_t c = 0; c < nconfigs && samples && series; c++) {
+    for (size_t c = 0; c < ra.nconfigs && samples && series; c++) {
       replay_result r;
       samples[c].max = 600;
-      series[c].label = configs[c].name;
-      fprintf(stderr, "ga-bench: %s under %s\n", short_name, configs[c].name);
-      if (trace_replay_ex(&t, configs[c].conf, &r, &samples[c], 1, err, sizeof err)) {
-        fprintf(stderr, "ga-bench run: %s / %s: %s\n", short_name, configs[c].name, err);
+      series[c].label = ra.configs[c].name;
+      fprintf(stderr, "ga-bench: %s under %s\n", short_name, ra.configs[c].name);
+      if (trace_replay_ex(&t, ra.configs[c].conf, &r, &samples[c], 1, err, sizeof err)) {
+        fprintf(stderr, "ga-bench run: %s / %s: %s\n", short_name, ra.configs[c].name, err);
         replay_samples_free(&samples[c]);
         failed = 1;
         continue;
       }
-      if (json) {
-        json_fields jf = {
-            short_name, configs[c].name, configs[c].conf, cmd.s, size_scale, t.skipped_failures, 0, &r, NULL};
+      if (ra.json) {
+        json_fields jf = {short_name,
+                          ra.configs[c].name,
+                          ra.configs[c].conf,
+                          cmd.s,
+                          ra.size_scale,
+                          t.skipped_failures,
+                          0,
+                          &r,
+                          NULL};
         json_result(stdout, &jf);
       } else
-        table_row(&configs[c], &r);
-      csv_row(csv, short_name, &configs[c], &r);
+        table_row(&ra.configs[c], &r);
+      csv_row(csv, short_name, &ra.configs[c], &r);
       series[c].s = &samples[c];
       series[c].peak_reserved = r.peak_reserved;
       peak_live = r.trace_peak_live;
@@ -293,11 +285,11 @@ int cmd_run(int argc, char **argv) {
              when, nw ? ")" : "");
     FILE *svg = samples && series ? out_open(&o, out, name) : NULL;
     svg_opts so = {title, cmd.s, peak_live, near};
-    if (!svg || svg_write(svg, &so, series, nconfigs) || staged_close(&o.v[o.n - 1])) {
+    if (!svg || svg_write(svg, &so, series, ra.nconfigs) || staged_close(&o.v[o.n - 1])) {
       fprintf(stderr, "ga-bench run: cannot write %s/%s\n", out, name);
       failed = 1;
     }
-    for (size_t c = 0; samples && c < nconfigs; c++) replay_samples_free(&samples[c]);
+    for (size_t c = 0; samples && c < ra.nconfigs; c++) replay_samples_free(&samples[c]);
     free(samples);
     free(series);
     trace_free(&t);
@@ -305,10 +297,10 @@ int cmd_run(int argc, char **argv) {
   if (outputs_finish(&o, !failed)) failed = 1;
   if (failed)
     fprintf(stderr, "ga-bench run: a replay failed; the results in %s are unchanged\n", out);
-  else if (!json)
+  else if (!ra.json)
     printf("\nCSV: %s/run.csv (command in run.cmd), plots: %s/<workload>.svg\n", out, out);
   strbuf_free(&cmd);
-  free(configs);
+  free(ra.configs);
   for (size_t k = 0; k < traces.n; k++) free(traces.v[k]);
   free(traces.v);
   return failed;
