@@ -536,4 +536,35 @@ static inline int fx_verify(const void *p, size_t n, unsigned seed) {
   return 1;
 }
 
+/* The two halves of a fault-sweep scenario. fx_sweep_alloc: the i-th request
+ * (streams alternate), which may fail only with a NULL pointer and an error
+ * text; on success its first 4 KiB are filled; the allocator is consistent either
+ * way. 1 when it failed. */
+static inline int fx_sweep_alloc(void **p, size_t size, int i) {
+  int failed = ga_malloc(fx_a, size, i % 2 ? S1 : S2, p) != GA_OK;
+  if (failed) {
+    cr_assert_null(*p);
+    cr_assert(ga_last_error()[0] != 0);
+  } else
+    fx_fill(*p, size < 4096 ? size : 4096, (unsigned)i);
+  cr_assert_eq(ga_check(fx_a), 0, "after malloc %d", i);
+  return failed;
+}
+/* fx_sweep_release: every block that was handed out still holds what was
+ * written (record_stream on S1 first for every `record_every`-th, 0: none),
+ * is freed, and empty_cache leaves a consistent allocator. The number of
+ * calls that failed. */
+static inline int fx_sweep_release(void **p, const size_t *sizes, int n, int record_every) {
+  for (int i = 0; i < n; i++) {
+    if (!p[i]) continue;
+    cr_assert(fx_verify(p[i], sizes[i] < 4096 ? sizes[i] : 4096, (unsigned)i), "contents of block %d", i);
+    if (record_every && i % record_every == 0) ga_record_stream(fx_a, p[i], S1);
+    fx_free(p[i]);
+    p[i] = NULL;
+  }
+  int failures = ga_empty_cache(fx_a) != GA_OK;
+  cr_assert_eq(ga_check(fx_a), 0);
+  return failures;
+}
+
 #endif

@@ -15,46 +15,18 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../allocator/device/cuda_entries.h"
 #include "cudadouble/cudadouble.h"
 
-#define CU_FUNCS(X)                 \
-  X(cuInit)                         \
-  X(cuGetErrorName)                 \
-  X(cuGetErrorString)               \
-  X(cuDeviceGetCount)               \
-  X(cuDevicePrimaryCtxRetain)       \
-  X(cuDevicePrimaryCtxRelease)      \
-  X(cuCtxGetCurrent)                \
-  X(cuCtxSetCurrent)                \
-  X(cuMemGetInfo)                   \
-  X(cuMemAlloc)                     \
-  X(cuMemFree)                      \
-  X(cuMemAddressReserve)            \
-  X(cuMemAddressFree)               \
-  X(cuMemCreate)                    \
-  X(cuMemRelease)                   \
-  X(cuMemMap)                       \
-  X(cuMemUnmap)                     \
-  X(cuMemSetAccess)                 \
-  X(cuMemGetAccess)                 \
-  X(cuMemGetAllocationGranularity)  \
-  X(cuMemExportToShareableHandle)   \
-  X(cuMemImportFromShareableHandle) \
-  X(cuMemcpyDtoH)                   \
-  X(cuMemcpyHtoD)                   \
-  X(cuEventCreate)                  \
-  X(cuEventRecord)                  \
-  X(cuEventQuery)                   \
-  X(cuEventSynchronize)             \
-  X(cuEventDestroy)                 \
-  X(cuStreamCreate)                 \
-  X(cuStreamDestroy)                \
-  X(cuStreamSynchronize)            \
-  X(cuStreamIsCapturing)            \
-  X(cuStreamBeginCapture)           \
-  X(cuStreamEndCapture)             \
-  X(cuGraphDestroy)                 \
-  X(cuThreadExchangeStreamCaptureMode)
+/* The backend's entry points, and those only these tests call. */
+#define CU_FUNCS(X)       \
+  GA_CU_FUNCS(X)          \
+  X(cuMemGetAccess)       \
+  X(cuStreamCreate)       \
+  X(cuStreamDestroy)      \
+  X(cuStreamBeginCapture) \
+  X(cuStreamEndCapture)   \
+  X(cuGraphDestroy)
 #define CTL_FUNCS(X)         \
   X(cudadouble_configure)    \
   X(cudadouble_usage_get)    \

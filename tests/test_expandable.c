@@ -268,29 +268,20 @@ Test(expandable, every_live_byte_survives_thousands_of_seeded_operations_on_two_
 /* ---- Fault injection on every VMM call, at every position ---- */
 
 static int vmm_scenario(void) {
-  void *p[6] = {0};
-  size_t sizes[6] = {5 * MiB, MiB / 2, 30 * MiB, 7 * MiB, 3 * MiB, 12 * MiB};
+  void *p[7] = {0};
+  size_t sizes[7] = {5 * MiB, MiB / 2, 30 * MiB, 7 * MiB, 3 * MiB, 12 * MiB, 40 * MiB};
   int failures = 0;
   for (int i = 0; i < 6; i++) {
-    if (ga_malloc(fx_a, sizes[i], i % 2 ? S1 : S2, &p[i]) != GA_OK)
-      failures++;
-    else
-      fx_fill(p[i], 4096, (unsigned)i);
-    cr_assert_eq(ga_check(fx_a), 0, "after malloc %d", i);
+    failures += fx_sweep_alloc(&p[i], sizes[i], i);
     if (i == 2 && p[0]) fx_free(p[0]), p[0] = NULL; /* a hole for later requests to take */
   }
-  void *q = NULL; /* needs pages moved from free memory */
-  if (ga_malloc(fx_a, 40 * MiB, S1, &q) != GA_OK) failures++;
+  /* needs pages moved from free memory */
+  if (ga_malloc(fx_a, sizes[6], S1, &p[6]) != GA_OK)
+    failures++;
+  else
+    fx_fill(p[6], 4096, 6);
   cr_assert_eq(ga_check(fx_a), 0);
-  for (int i = 0; i < 6; i++)
-    if (p[i]) {
-      cr_assert(fx_verify(p[i], 4096, (unsigned)i), "contents of block %d", i);
-      fx_free(p[i]);
-    }
-  if (q) fx_free(q);
-  if (ga_empty_cache(fx_a) != GA_OK) failures++;
-  cr_assert_eq(ga_check(fx_a), 0);
-  return failures;
+  return failures + fx_sweep_release(p, sizes, 7, 0);
 }
 
 static void vmm_faults(ga_device_call_t kind, int err) {

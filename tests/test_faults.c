@@ -11,14 +11,7 @@ static int scenario(void) {
   int failures = 0;
   size_t sizes[8] = {MiB / 2, 3 * MiB, 30 * MiB, 100, 12 * MiB, 60 * MiB, 5 * MiB, 70 * MiB};
   for (int i = 0; i < 8; i++) {
-    if (ga_malloc(fx_a, sizes[i], i % 2 ? S1 : S2, &p[i]) != GA_OK) {
-      failures++;
-      cr_assert_null(p[i]);
-      cr_assert(ga_last_error()[0] != 0);
-    } else {
-      fx_fill(p[i], sizes[i] < 4096 ? sizes[i] : 4096, (unsigned)i);
-    }
-    cr_assert_eq(ga_check(fx_a), 0, "after malloc %d", i);
+    failures += fx_sweep_alloc(&p[i], sizes[i], i);
     if (i == 3 && p[2]) {
       ga_record_stream(fx_a, p[2], S1);
       fx_free(p[2]);
@@ -29,15 +22,7 @@ static int scenario(void) {
   ga_status_t st = ga_malloc(fx_a, GiB, S1, &huge);
   cr_assert(st == GA_ERR_OOM || st == GA_ERR_DEVICE, "%s", ga_status_str(st));
   cr_assert_eq(ga_check(fx_a), 0);
-  for (int i = 0; i < 8; i++) {
-    if (!p[i]) continue;
-    cr_assert(fx_verify(p[i], sizes[i] < 4096 ? sizes[i] : 4096, (unsigned)i), "contents of block %d", i);
-    if (i % 3 == 0) ga_record_stream(fx_a, p[i], S1);
-    fx_free(p[i]);
-  }
-  if (ga_empty_cache(fx_a) != GA_OK) failures++;
-  cr_assert_eq(ga_check(fx_a), 0);
-  return failures;
+  return failures + fx_sweep_release(p, sizes, 8, 3);
 }
 
 static void fail_each_position(ga_device_call_t kind, int err) {

@@ -31,51 +31,11 @@ int ga_cuda_open(int ordinal, ga_device **out, char *err, size_t errlen) {
 #include <dlfcn.h>
 #include <pthread.h>
 
-/* ---- The driver entry points, resolved once ----
- * Each under the name cuda.h maps it to (cuMemAlloc -> cuMemAlloc_v2, ...)
- * and with cuda.h's prototype, so neither can drift from the header. */
-
-#define GA_CU_FUNCS(X)              \
-  X(cuInit)                         \
-  X(cuGetErrorName)                 \
-  X(cuGetErrorString)               \
-  X(cuDeviceGetCount)               \
-  X(cuDeviceGet)                    \
-  X(cuDeviceGetAttribute)           \
-  X(cuDevicePrimaryCtxRetain)       \
-  X(cuDevicePrimaryCtxRelease)      \
-  X(cuCtxGetCurrent)                \
-  X(cuCtxSetCurrent)                \
-  X(cuCtxSynchronize)               \
-  X(cuMemGetInfo)                   \
-  X(cuMemAlloc)                     \
-  X(cuMemFree)                      \
-  X(cuMemAddressReserve)            \
-  X(cuMemAddressFree)               \
-  X(cuMemCreate)                    \
-  X(cuMemRelease)                   \
-  X(cuMemMap)                       \
-  X(cuMemUnmap)                     \
-  X(cuMemSetAccess)                 \
-  X(cuMemGetAllocationGranularity)  \
-  X(cuMemExportToShareableHandle)   \
-  X(cuMemImportFromShareableHandle) \
-  X(cuEventCreate)                  \
-  X(cuEventRecord)                  \
-  X(cuEventQuery)                   \
-  X(cuEventSynchronize)             \
-  X(cuEventDestroy)                 \
-  X(cuStreamSynchronize)            \
-  X(cuMemcpyDtoH)                   \
-  X(cuMemcpyHtoD)                   \
-  X(cuStreamIsCapturing)            \
-  X(cuThreadExchangeStreamCaptureMode)
-
-#define GA_CU_NAME_(f) #f
-#define GA_CU_NAME(f)  GA_CU_NAME_(f) /* after cuda.h's macro: "cuMemAlloc_v2" */
+/* ---- The driver entry points, resolved once (the list: cuda_entries.h) ---- */
+#include "cuda_entries.h"
 
 static struct {
-#define GA_X(f)        __typeof__(&f) f;
+#define GA_X(f) __typeof__(&f) f;
   GA_CU_FUNCS(GA_X)
 #undef GA_X
 } cu;
