@@ -29,7 +29,7 @@ int time_option(int argc, char **argv, int *i, const char *who);
  * the medians in the table (drivercost.c). -1 with a message on error. */
 int cost_measure(const char *backend, int reps, char *err, size_t errlen);
 
-/* ---- Output (output.c) ---- */
+/* ---- Text for a person (table.c) ---- */
 typedef struct ga_strbuf {
   char *s;
   size_t len, cap;
@@ -40,6 +40,14 @@ void strbuf_put(ga_strbuf *b, const char *fmt, ...)
 #endif
     ;
 void strbuf_free(ga_strbuf *b);
+/* Human-readable output keeps within this many columns. */
+#define BENCH_COLUMNS 100
+/* Writes text word-wrapped to BENCH_COLUMNS, each line it breaks continuing
+ * after `indent`; a newline in text starts a new line, which keeps the spaces
+ * it starts with. */
+void print_wrapped(FILE *f, const char *text, const char *indent);
+
+/* ---- Output (output.c) ---- */
 /* argv[0] of ga-bench, for the recorded command. */
 extern const char *bench_argv0;
 /* "cd DIR && ga-bench SUB ARGS...", each word quoted for a POSIX shell. */
@@ -106,6 +114,16 @@ typedef struct bench_config {
 int config_add(bench_config **v, size_t *n, const char *arg, const char *who);
 /* Prefixes every configuration with sim_capacity_mb:N (NULL: nothing). */
 int config_set_capacity(bench_config *v, size_t n, const char *capacity_mb, const char *who);
+/* Row names of the tables (table.c): a trace's file name (after the last
+ * '/'), without .csv in a row name; with several configurations each row is
+ * "  NAME" under a line naming its trace. row_key_width: the width of that
+ * column, at most max (a longer name gets a line of its own: key_cell). */
+const char *trace_file_name(const char *path);
+int trace_key_len(const char *path);
+int row_key_width(const paths *p, const bench_config *configs, size_t nconfigs, int max);
+/* Puts the first len bytes of name, padded to width; a longer name goes on
+ * a line of its own and its row continues under it. */
+void key_cell(ga_strbuf *b, int width, const char *name, int len);
 int parse_scale(const char *v, uint64_t *out, const char *who);
 /* What the replaying commands (run, replay, fit) share on their command line:
  * the time options, --cost, --json, --conf/--config and --size-scale. */

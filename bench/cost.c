@@ -79,10 +79,11 @@ void cost_print(FILE *f) {
   if (ga_sim_open(0, (size_t)2 << 20, &d, err, sizeof err)) return;
   ga_allocator_t *a = NULL;
   if (ga_create_on_device("", d, &a) == GA_OK) cost_apply(a);
-  fprintf(f,
-          "driver time on a GPU: each call's wall time; on the simulated device, %s '%s' (a configuration's "
-          "sim_cost_table chooses blackwell or a100; us per call[+per unit]):",
-          cost_source, ga_sim_cost_table(d));
+  ga_strbuf t = {0};
+  strbuf_put(&t,
+             "driver time on a GPU: each call's wall time; on the simulated device, %s '%s' (a "
+             "configuration's sim_cost_table chooses blackwell or a100; us per call[+per unit]):",
+             cost_source, ga_sim_cost_table(d));
   static const ga_device_call_t shown[] = {
       GA_CALL_MALLOC, GA_CALL_FREE,       GA_CALL_CREATE,       GA_CALL_RELEASE,           GA_CALL_MAP,
       GA_CALL_UNMAP,  GA_CALL_SET_ACCESS, GA_CALL_EVENT_RECORD, GA_CALL_STREAM_SYNCHRONIZE};
@@ -90,15 +91,17 @@ void cost_print(FILE *f) {
     double call, unit;
     const char *u = ga_sim_cost_unit(shown[i]);
     ga_sim_get_cost(d, shown[i], &call, &unit);
-    fprintf(f, " %s=%g", ga_device_call_name(shown[i]), call);
-    if (u && unit > 0) fprintf(f, "+%g/%s", unit, u);
+    strbuf_put(&t, " %s=%g", ga_device_call_name(shown[i]), call);
+    if (u && unit > 0) strbuf_put(&t, "+%g/%s", unit, u);
   }
-  fprintf(f,
-          "; GPU work completes %g us after it is queued (--lag-us); the program takes %g us per event "
-          "(--pace-us; a trace's own times where it has them) and queues %g us of GPU work after each "
-          "(--kernel-us); %d iteration%s (--iterations)\n",
-          o->lag_us, o->pace_us, o->kernel_us, o->iterations > 0 ? o->iterations : 1,
-          o->iterations > 1 ? "s" : "");
+  strbuf_put(&t,
+             "; GPU work completes %g us after it is queued (--lag-us); the program takes %g us per event "
+             "(--pace-us; a trace's own times where it has them) and queues %g us of GPU work after each "
+             "(--kernel-us); %d iteration%s (--iterations)\n",
+             o->lag_us, o->pace_us, o->kernel_us, o->iterations > 0 ? o->iterations : 1,
+             o->iterations > 1 ? "s" : "");
+  print_wrapped(f, t.s, "  ");
+  strbuf_free(&t);
   ga_destroy(a);
   ga_dev_destroy(d);
 }

@@ -183,14 +183,21 @@ int cmd_drivercost(int argc, char **argv) {
   for (int k = 0; k < GA_CALL_COUNT; k++)
     if (k != GA_CALL_COPY && k != GA_CALL_CAPTURE_MODE)
       printf("  %-20s %10.2f\n", ga_device_call_name((ga_device_call_t)k), ga_cost_us[k]);
-  printf("for ga-bench run:\n  --cost ");
-  int first = 1;
-  /* A call that touches one mapping or granule: its time is the per-unit figure. */
+  /* Several --cost options, one a line (each adds to the table), so that the
+   * command fits in 100 columns and pastes back whole. */
+  printf("for ga-bench run:\n");
+  int col = 0;
   for (int k = 0; k < GA_CALL_COUNT; k++)
     if (k != GA_CALL_COPY && k != GA_CALL_CAPTURE_MODE) {
-      printf("%s%s=%s%.2f", first ? "" : ",", ga_device_call_name((ga_device_call_t)k),
-             ga_sim_cost_unit((ga_device_call_t)k) ? "0+" : "", ga_cost_us[k]);
-      first = 0;
+      char item[96];
+      /* A call that touches one mapping or granule: its time is the per-unit figure. */
+      int n = snprintf(item, sizeof item, "%s=%s%.2f", ga_device_call_name((ga_device_call_t)k),
+                       ga_sim_cost_unit((ga_device_call_t)k) ? "0+" : "", ga_cost_us[k]);
+      if (col && col + 1 + n + 2 > BENCH_COLUMNS) {
+        printf(" \\\n");
+        col = 0;
+      }
+      col += col ? printf(",%s", item) : printf("  --cost %s", item);
     }
   printf("\n");
   return 0;

@@ -17,11 +17,6 @@
 
 #define MIB ((uint64_t)1 << 20)
 
-static const char *file_name(const char *p) {
-  const char *s = strrchr(p, '/');
-  return s ? s + 1 : p;
-}
-
 static void fit_usage(FILE *f) {
   fprintf(f,
           "usage: ga-bench fit PATH... [--conf [NAME=]STR]... [--size-scale N] [--json] [--cost STR]\n"
@@ -104,12 +99,12 @@ int cmd_fit(int argc, char **argv) {
     const char *env = getenv("GARDENALLOC_CONF");
     if (config_add(&r.configs, &r.nconfigs, env ? env : "", "fit")) return 2;
   }
-  int failed = 0;
+  int failed = 0, key = row_key_width(&p, r.configs, r.nconfigs, BENCH_COLUMNS - 54);
   if (!r.json) {
     printf("the smallest simulated device (within 2 MiB) on which each replay has no out-of-memory\n");
-    printf("%-36s %-20s %12s %12s %9s %12s %8s\n", "trace", "config", "peak live", "fits on", "fits/live",
-           "resv 80 GiB", "replays");
-    printf("%-36s %-20s %12s %12s %9s %12s %8s\n", "", "", "(MiB)", "(MiB)", "", "(MiB)", "");
+    printf("%-*s %10s %10s %9s %12s %8s\n", key, "trace", "peak live", "fits on", "fits/live", "resv 80 GiB",
+           "replays");
+    printf("%-*s %10s %10s %9s %12s\n", key, r.nconfigs > 1 ? "  config" : "", "(MiB)", "(MiB)", "", "(MiB)");
   }
   for (size_t i = 0; i < p.n; i++) {
     trace t;
@@ -120,10 +115,11 @@ int cmd_fit(int argc, char **argv) {
       continue;
     }
     trace_scale(&t, r.size_scale);
+    int named = 0; /* the trace's name heads its rows */
     for (size_t c = 0; c < r.nconfigs; c++) {
       fit_result f;
       if (fit_one(&t, r.configs[c].conf, &f, err, sizeof err)) {
-        fprintf(stderr, "ga-bench fit: %s under %s: %s\n", file_name(p.v[i]), r.configs[c].name, err);
+        fprintf(stderr, "ga-bench fit: %s under %s: %s\n", trace_file_name(p.v[i]), r.configs[c].name, err);
         failed = 1;
         continue;
       }
@@ -141,9 +137,17 @@ int cmd_fit(int argc, char **argv) {
             (unsigned long long)f.live, (unsigned long long)(f.fits_mib * MIB), ratio,
             (unsigned long long)f.reserved_80g, f.replays);
       } else {
-        printf("%-36.36s %-20.20s %12.1f %12llu %9.4f %12.1f %8d\n", file_name(p.v[i]), r.configs[c].name,
-               (double)f.live / (double)MIB, (unsigned long long)f.fits_mib, ratio,
-               (double)f.reserved_80g / (double)MIB, f.replays);
+        if (r.nconfigs > 1 && !named++) printf("%s\n", trace_file_name(p.v[i]));
+        ga_strbuf name = {0}, row = {0};
+        if (r.nconfigs > 1)
+          strbuf_put(&name, "  %s", r.configs[c].name);
+        else
+          strbuf_put(&name, "%.*s", trace_key_len(p.v[i]), trace_file_name(p.v[i]));
+        key_cell(&row, key, name.s, (int)name.len);
+        printf("%s %10.1f %10llu %9.4f %12.1f %8d\n", row.s, (double)f.live / (double)MIB,
+               (unsigned long long)f.fits_mib, ratio, (double)f.reserved_80g / (double)MIB, f.replays);
+        strbuf_free(&name);
+        strbuf_free(&row);
       }
       fflush(stdout);
     }

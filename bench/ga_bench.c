@@ -5,6 +5,7 @@
  *   ga-bench replay PATH... [--conf [NAME=]STR]... [--capacity-mb N] [--size-scale N] [--json]
  *   ga-bench run | hotpath | drivercost | scale | keys   (each with --help)
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,45 +71,88 @@ static baseline load_baseline(const char *csv) {
 
 static double gib(unsigned long long b) { return (double)b / (double)(1ULL << 30); }
 
-static const char *base_name(const char *p) {
-  const char *s = strrchr(p, '/');
-  return s ? s + 1 : p;
-}
+/* The replay table, in three parts that fit in BENCH_COLUMNS, keyed by the
+ * same rows: memory, device calls, time. A row is a trace (its file name
+ * without .csv) or, with several configurations, a configuration under a line
+ * naming the trace. The JSON lines keep every field of a row together. */
+typedef struct replay_table {
+  ga_strbuf part[3];
+  int key;      /* width of the row names */
+  int several;  /* rows are configurations under their trace */
+  size_t named; /* 1 + the trace whose name heads the rows last put */
+} replay_table;
 
-static void print_header(int with_config) {
-  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %6s %6s %6s %6s %6s %9s %6s %8s %6s %6s\n", "trace",
-         with_config ? "config               " : "", "events", "peak live", "peak alloc", "peak resv",
-         "resv/live", "PyTorch", "vs PT", "OOM", "dev alloc", "maps", "access", "unmaps", "moved", "syncs",
-         "driver", "stalls", "stalled", "steady", "ns/op");
-  printf("%-36s %s%7s %10s %10s %10s %9s %10s %7s %4s %9s %6s %6s %6s %6s %6s %9s %6s %8s %6s %6s\n", "",
-         with_config ? "                     " : "", "", "(MiB)", "(MiB)", "(MiB)", "", "resv (MiB)", "", "",
-         "", "", "", "", "", "", "(ms)", "", "(ms)", "calls", "");
+/* A header line, without the spaces its empty columns leave at its end. */
+static void header_line(ga_strbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void header_line(ga_strbuf *b, const char *fmt, ...) {
+  char line[BENCH_COLUMNS * 4];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  size_t n = strlen(line);
+  while (n && (line[n - 1] == ' ' || line[n - 1] == '\n')) n--;
+  strbuf_put(b, "%.*s\n", (int)n, line);
 }
 
 static double mib(unsigned long long b) { return (double)b / (double)(1ULL << 20); }
 
-static void print_row(const char *path, const char *config, const replay_result *r, const baseline *b) {
-  char pt[16] = "-", vs[16] = "-";
+static void table_begin(replay_table *t, const paths *p, const bench_config *configs, size_t nconfigs) {
+  memset(t, 0, sizeof *t);
+  t->several = nconfigs > 1;
+  t->key = row_key_width(p, configs, nconfigs, BENCH_COLUMNS - 60); /* the memory part's numbers */
+  const char *key1 = t->several ? "  config" : "";
+  strbuf_put(&t->part[0], "memory (MiB)\n");
+  header_line(&t->part[0], "%*s %9s %9s %9s %6s %9s %6s %4s", -t->key, "trace", "peak", "peak", "peak",
+              "resv/", "PyTorch", "vs", "");
+  header_line(&t->part[0], "%*s %9s %9s %9s %6s %9s %6s %4s", -t->key, key1, "live", "alloc", "resv", "live",
+              "resv", "PT", "OOM");
+  strbuf_put(&t->part[1], "\ndevice calls\n");
+  header_line(&t->part[1], "%*s %7s %7s %7s %7s %7s %7s %7s", -t->key, "trace", "", "dev", "", "", "", "",
+              "");
+  header_line(&t->part[1], "%*s %7s %7s %7s %7s %7s %7s %7s", -t->key, key1, "events", "alloc", "maps",
+              "access", "unmaps", "moved", "syncs");
+  strbuf_put(&t->part[2], "\ntime\n");
+  header_line(&t->part[2], "%*s %9s %7s %9s %7s %7s", -t->key, "trace", "driver", "", "stalled", "steady",
+              "");
+  header_line(&t->part[2], "%*s %9s %7s %9s %7s %7s", -t->key, key1, "ms", "stalls", "ms", "calls", "ns/op");
+}
+
+static void table_row(replay_table *t, const char *path, size_t trace_index, const char *config_name,
+                      const replay_result *r, const baseline *b) {
+  char pt[16] = "-", vs[16] = "-", steady[24] = "-";
   if (b->have) {
     snprintf(pt, sizeof pt, "%.1f", mib(b->pytorch_reserved));
     snprintf(vs, sizeof vs, "%.3f", (double)r->peak_reserved / (double)b->pytorch_reserved);
   }
-  printf("%-36.36s ", base_name(path));
-  if (config) printf("%-20.20s ", config);
-  char steady[24] = "-";
   if (r->iterations > 1) snprintf(steady, sizeof steady, "%llu", (unsigned long long)r->steady_memory_calls);
-  printf(
-      "%7zu %10.1f %10.1f %10.1f %9.3f %10s %7s %4llu %9lld %6llu %6llu %6llu %6lld %6lld %9.1f %6lld %8.1f "
-      "%6s "
-      "%6.0f\n",
-      r->events, mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
-      r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, pt, vs,
-      (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
-      (unsigned long long)r->stats.device_calls[GA_CALL_MAP],
-      (unsigned long long)r->stats.device_calls[GA_CALL_SET_ACCESS],
-      (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_granules_moved,
-      (long long)r->stats.num_unmap_syncs, cost_ms(&r->stats), (long long)r->stats.num_stalls,
-      (double)r->stats.stall_us / 1000.0, steady, r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
+  for (int k = 0; k < 3; k++) {
+    if (t->several && t->named != trace_index + 1) strbuf_put(&t->part[k], "%s\n", trace_file_name(path));
+    ga_strbuf key = {0};
+    if (t->several)
+      strbuf_put(&key, "  %s", config_name);
+    else
+      strbuf_put(&key, "%.*s", trace_key_len(path), trace_file_name(path));
+    key_cell(&t->part[k], t->key, key.s, (int)key.len);
+    strbuf_free(&key);
+  }
+  t->named = trace_index + 1;
+  strbuf_put(&t->part[0], " %9.1f %9.1f %9.1f %6.3f %9s %6s %4llu\n", mib(r->peak_requested),
+             mib(r->peak_allocated), mib(r->peak_reserved),
+             r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, pt, vs,
+             (unsigned long long)r->num_ooms);
+  strbuf_put(&t->part[1], " %7zu %7lld %7llu %7llu %7llu %7lld %7lld\n", r->events,
+             (long long)r->stats.num_device_alloc, (unsigned long long)r->stats.device_calls[GA_CALL_MAP],
+             (unsigned long long)r->stats.device_calls[GA_CALL_SET_ACCESS],
+             (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_granules_moved,
+             (long long)r->stats.num_unmap_syncs);
+  strbuf_put(&t->part[2], " %9.1f %7lld %9.1f %7s %7.0f\n", cost_ms(&r->stats),
+             (long long)r->stats.num_stalls, (double)r->stats.stall_us / 1000.0, steady,
+             r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
 }
 
 /* ---- Commands ---- */
@@ -176,6 +220,9 @@ static int cmd_replay(int argc, char **argv) {
   ga_strbuf cmd = {0};
   bench_command(&cmd, "replay", argc, argv);
   int several = o.nconfigs > 1, failed = 0, header = 0;
+  size_t shown = 0; /* of the memory part, printed as its rows come */
+  replay_table tab;
+  table_begin(&tab, &p, o.configs, o.nconfigs);
   ga_strbuf ooms = {0};
   for (size_t i = 0; i < p.n; i++) {
     trace t;
@@ -211,21 +258,24 @@ static int cmd_replay(int argc, char **argv) {
           if (several) {
             printf("configurations%s:\n", o.size_scale > 1 ? " (sizes scaled)" : "");
             for (size_t k = 0; k < o.nconfigs; k++)
-              printf("  %-20s \"%s\"\n", o.configs[k].name, o.configs[k].conf);
+              printf(
+                  strlen(o.configs[k].conf) + 25 > BENCH_COLUMNS ? "  %s\n    \"%s\"\n" : "  %-20s \"%s\"\n",
+                  o.configs[k].name, o.configs[k].conf);
           } else
             printf("configuration: \"%s\"%s\n", o.configs[0].conf, o.size_scale > 1 ? " (sizes scaled)" : "");
           printf("device: %s, %.2f GiB\n", r.backend, gib(r.device_total));
           cost_print(stdout);
           printf("\n");
-          print_header(several);
           header = 1;
         }
-        print_row(p.v[i], several ? o.configs[c].name : NULL, &r, &b);
+        table_row(&tab, p.v[i], i, o.configs[c].name, &r, &b);
+        fputs(tab.part[0].s + shown, stdout);
+        shown = tab.part[0].len;
         if (r.first_oom_event)
           strbuf_put(
               &ooms,
               "\n%s%s%s: %llu out-of-memory errors; the first, at event %zu (%llu bytes asked):\n  %s\n",
-              base_name(p.v[i]), several ? " under " : "", several ? o.configs[c].name : "",
+              trace_file_name(p.v[i]), several ? " under " : "", several ? o.configs[c].name : "",
               (unsigned long long)r.num_ooms, r.first_oom_event, (unsigned long long)r.first_oom_size,
               r.first_oom_report);
       }
@@ -234,34 +284,15 @@ static int cmd_replay(int argc, char **argv) {
     }
     trace_free(&t);
   }
-  if (ooms.len) fputs(ooms.s, stdout);
+  if (header) printf("%s%s", tab.part[1].s, tab.part[2].s);
+  for (int k = 0; k < 3; k++) strbuf_free(&tab.part[k]);
+  if (ooms.len) print_wrapped(stdout, ooms.s, "  ");
   strbuf_free(&ooms);
   strbuf_free(&cmd);
   free(o.configs);
   for (size_t i = 0; i < p.n; i++) free(p.v[i]);
   free(p.v);
   return failed;
-}
-
-/* Prints s as a paragraph, lines broken between words at 100 columns. */
-static void md_paragraph(const char *s) {
-  size_t col = 0;
-  while (*s) {
-    while (*s == ' ') s++;
-    size_t w = strcspn(s, " ");
-    if (!w) break;
-    if (col && col + 1 + w > 100) {
-      putchar('\n');
-      col = 0;
-    } else if (col) {
-      putchar(' ');
-      col++;
-    }
-    fwrite(s, 1, w, stdout);
-    col += w;
-    s += w;
-  }
-  putchar('\n');
 }
 
 static const char *origin_words(const char *origin) {
@@ -277,7 +308,7 @@ static void keys_markdown(void) {
     printf("| [`%s`](#%s) | %s | %s |\n", name, name, dflt, origin);
   for (int i = 0; ga_config_key(i, &name, &type, &dflt, &origin, &doc); i++) {
     printf("\n### %s\n\n%s. Values: `%s`. Default: `%s`.\n\n", name, origin_words(origin), type, dflt);
-    md_paragraph(doc);
+    print_wrapped(stdout, doc, "");
   }
 }
 
@@ -311,8 +342,14 @@ static int cmd_keys(int argc, char **argv) {
         json_string(stdout, v[f]);
       }
       printf("}\n");
-    } else
-      printf("%-34s %-36s default %-22s (%s) %s\n", name, type, dflt, origin, doc);
+    } else {
+      /* The key and its values on one line, its default and meaning wrapped below. */
+      ga_strbuf about = {0};
+      strbuf_put(&about, "    default %s (%s): %s", dflt, origin, doc);
+      printf("%-34s %s\n", name, type);
+      print_wrapped(stdout, about.s, "    ");
+      strbuf_free(&about);
+    }
   }
   return 0;
 }

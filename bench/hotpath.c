@@ -541,16 +541,16 @@ static const char usage[] =
     "                        [--threads LIST] [--history off|on|stacks] [--json]\n"
     "  Allocate+free pairs served from the cache, for each size (default 4k,64k,1m,8m,16m,64m) and mode\n"
     "  (native, expandable, pytorch = expandable_policy:pytorch; default all), next to the C library's\n"
-    "  malloc/free of the same size: ns per pair and the ratio, taken interleaved, in the main thread and\n"
-    "  in a worker thread (at most 2 s each), and instructions per pair from the CPU's counter where there\n"
-    "  is one.\n"
-    "  --instructions: where there is none, from valgrind's callgrind (this program run under it twice per\n"
-    "  size and mode, the difference of 20000 and 60000 pairs, on a simulated device of 8 GiB).\n"
-    "  --threads 1,2,4,8,16: thread scaling instead, on one native allocator (--conf), every thread on one\n"
-    "  stream or each on its own, next to the C library and mimalloc (when libmimalloc.so.2 loads), at\n"
-    "  the sizes given (default 4k,8m). --history on records the allocation history (3 entries per pair),\n"
-    "  stacks with C stacks as well. --only SIZE --mode MODE [--libc]: one loop in the main thread, no\n"
-    "  output (what --instructions runs under callgrind).\n";
+    "  malloc/free of the same size: ns per pair and the ratio, taken interleaved, in the main thread\n"
+    "  and in a worker thread (at most 2 s each), and instructions per pair from the CPU's counter\n"
+    "  where there is one.\n"
+    "  --instructions: where there is none, from valgrind's callgrind (this program run under it twice\n"
+    "  per size and mode, the difference of 20000 and 60000 pairs, on a simulated device of 8 GiB).\n"
+    "  --threads 1,2,4,8,16: thread scaling instead, on one native allocator (--conf), every thread on\n"
+    "  one stream or each on its own, next to the C library and mimalloc (when libmimalloc.so.2 loads),\n"
+    "  at the sizes given (default 4k,8m). --history on records the allocation history (3 entries per\n"
+    "  pair), stacks with C stacks as well. --only SIZE --mode MODE [--libc]: one loop in the main\n"
+    "  thread, no output (what --instructions runs under callgrind).\n";
 
 static int parse_list(const char *s, char items[][32], int max) {
   int n = 0;
@@ -686,8 +686,8 @@ int cmd_hotpath(int argc, char **argv) {
     ga_allocator_t *a = open_allocator(o.conf);
     if (!a) return 2;
     printf(
-        "allocate+free pairs served from the cache, %zu per size and mode (or 2 s), interleaved with the C\n"
-        "library's malloc/free in %d rounds (backend %s, conf \"%s\", history %s)\n",
+        "allocate+free pairs served from the cache, %zu per size and mode (or 2 s), interleaved with\n"
+        "the C library's malloc/free in %d rounds (backend %s, conf \"%s\", history %s)\n",
         o.pairs, o.rounds, ga_backend_name(a), o.conf, o.history);
     ga_destroy(a);
     printf("  %-19s %-26s   %-26s   %s\n", "", "------ main thread -------", "----- worker thread ------",

@@ -50,34 +50,6 @@ void bench_command(ga_strbuf *b, const char *sub, int argc, char **argv) {
   }
 }
 
-/* ---- Growable text ---- */
-
-void strbuf_put(ga_strbuf *b, const char *fmt, ...) {
-  va_list ap;
-  for (;;) {
-    size_t room = b->cap - b->len;
-    va_start(ap, fmt);
-    int n = b->cap ? vsnprintf(b->s + b->len, room, fmt, ap) : vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (b->cap && (size_t)n < room) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 256;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *s = realloc(b->s, cap);
-    if (!s) exit(2);
-    b->s = s;
-    b->cap = cap;
-  }
-}
-
-void strbuf_free(ga_strbuf *b) {
-  free(b->s);
-  memset(b, 0, sizeof *b);
-}
-
 void json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {

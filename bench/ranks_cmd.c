@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bench.h"
 #include "ranks.h"
 
 static void ranks_usage(FILE *f) {
@@ -38,14 +39,16 @@ static int one_path(const char *path, const char *conf, const ranks_opts *o, int
       trace_free(&t);
       return -1;
     }
+  /* One line naming the trace, then one per mode: fits in 100 columns. */
   if (!*header) {
-    printf("%-40s %7s | %-9s %17s %9s | %-9s %17s %9s %9s\n", "trace", "allocs", "default", "peak MiB",
-           "stalls", "determ.", "peak MiB", "stalls", "stall ms");
+    printf("%-32s %7s  %-9s %17s %8s %9s\n", "trace", "allocs", "placement", "peak MiB", "stalls",
+           "stall ms");
+    printf("%-32s %7s  %-9s %17s %8s\n", "  mode", "", "", "(ranks: min-max)", "(most)");
     *header = 1;
   }
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
-  printf("%-40.40s %7zu", base, r[0].allocs);
+  printf("%-32s %7zu\n", base, r[0].allocs);
   for (int k = 0; k < 2; k++) {
     uint64_t stalls = 0, stall_ns = 0;
     for (int i = 0; i < o->ranks; i++) {
@@ -55,10 +58,9 @@ static int one_path(const char *path, const char *conf, const ranks_opts *o, int
     char peak[40];
     snprintf(peak, sizeof peak, "%.1f-%.1f", (double)r[k].peak_min / 1048576.0,
              (double)r[k].peak_max / 1048576.0);
-    printf(" | %-9s %17s %9llu", r[k].identical ? "alike" : "DIFFER", peak, (unsigned long long)stalls);
-    if (k) printf(" %9.1f", (double)stall_ns / 1e6);
+    printf("%-32s %7s  %-9s %17s %8llu %9.1f\n", k ? "  deterministic:True" : "  as given", "",
+           r[k].identical ? "alike" : "DIFFER", peak, (unsigned long long)stalls, (double)stall_ns / 1e6);
   }
-  printf("\n");
   trace_free(&t);
   return 0;
 }
@@ -118,10 +120,13 @@ int cmd_ranks(int argc, char **argv) {
     ranks_usage(stderr);
     return 2;
   }
-  printf(
-      "# %d ranks, lag 0-%.0f us, kernels 0-%.0f us, every %u-th allocation also on a second stream, "
-      "seed %llu, conf '%s'\n",
-      o.ranks, o.lag_max_us, o.kernel_max_us, o.record_every, (unsigned long long)o.seed, conf);
+  ga_strbuf about = {0};
+  strbuf_put(&about,
+             "# %d ranks, lag 0-%.0f us, kernels 0-%.0f us, every %u-th allocation also on a second stream, "
+             "seed %llu, conf '%s'\n",
+             o.ranks, o.lag_max_us, o.kernel_max_us, o.record_every, (unsigned long long)o.seed, conf);
+  print_wrapped(stdout, about.s, "# ");
+  strbuf_free(&about);
   int header = 0, rc = 0;
   for (int p = 0; p < npaths && !rc; p++) {
     struct stat st;

@@ -88,7 +88,8 @@ run pytorch_expandable "$traces" "${both[@]}"
 run pytorch_expandable_lag5ms "$traces" "${both[@]}" --lag-us 5000
 run pytorch_expandable_lag5ms_x5 "$traces" "${both[@]}" --lag-us 5000 --iterations 5
 echo "== expandable segments against PyTorch's: memory, driver time, stalls over the knobs"
-echo "== dominance of the default over PyTorch's expandable segments, and the frontier (bench/results/frontier.svg)"
+echo "== dominance of the default over PyTorch's expandable segments, and the frontier"
+echo "   (bench/results/frontier.svg)"
 python3 bench/tools/dominance.py --bench build/bench/ga-bench "$traces" --svg bench/results/frontier.svg |
   tee bench/results/dominance.txt
 : >bench/results/versus.txt

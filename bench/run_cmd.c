@@ -75,28 +75,34 @@ static void csv_row(FILE *f, const char *wl, const bench_config *c, const replay
           (unsigned long long)r->steady_memory_calls, ns);
 }
 
-static void table_header(const char *wl, size_t events) {
-  printf("\n%s (%zu events)\n", wl, events);
-  printf("  %-18s %10s %10s %10s %9s %6s %4s %7s %6s %6s %6s %6s %9s %6s %7s %6s %7s\n", "config", "req MiB",
-         "alloc MiB", "resv MiB", "resv/req", "frag", "OOM", "dev alloc", "maps", "access", "unmaps", "moved",
-         "driver ms", "stalls", "stall ms", "steady", "ns/op");
+/* The table of a workload, in two parts that fit in BENCH_COLUMNS and are
+ * keyed by the same configuration names: memory, then device calls and time
+ * (every column of the CSV's summary, which keeps them on one line). */
+static void table_header(ga_strbuf *mem, ga_strbuf *calls) {
+  strbuf_put(mem, "  %-18s %10s %10s %10s %9s %6s %4s\n", "config", "req MiB", "alloc MiB", "resv MiB",
+             "resv/req", "frag", "OOM");
+  strbuf_put(calls, "  %-18s %9s %6s %6s %6s %6s %9s %6s %8s %6s %7s\n", "config", "dev alloc", "maps",
+             "access", "unmaps", "moved", "driver ms", "stalls", "stall ms", "steady", "ns/op");
 }
 
-static void table_row(const bench_config *c, const replay_result *r) {
+static void table_row(ga_strbuf *mem, ga_strbuf *calls, const bench_config *c, const replay_result *r) {
   double frag = r->peak_reserved ? 1.0 - (double)r->peak_allocated / (double)r->peak_reserved : 0.0;
   char steady[24] = "-";
   if (r->iterations > 1) snprintf(steady, sizeof steady, "%llu", (unsigned long long)r->steady_memory_calls);
-  printf(
-      "  %-18s %10.1f %10.1f %10.1f %9.3f %6.3f %4llu %7lld %6llu %6llu %6llu %6lld %9.1f %6lld %7.1f %6s "
-      "%7.0f\n",
-      c->name, mib(r->peak_requested), mib(r->peak_allocated), mib(r->peak_reserved),
-      r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, frag,
-      (unsigned long long)r->num_ooms, (long long)r->stats.num_device_alloc,
-      (unsigned long long)r->stats.device_calls[GA_CALL_MAP],
-      (unsigned long long)r->stats.device_calls[GA_CALL_SET_ACCESS],
-      (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_granules_moved,
-      cost_ms(&r->stats), (long long)r->stats.num_stalls, (double)r->stats.stall_us / 1000.0, steady,
-      r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
+  for (int k = 0; k < 2; k++) { /* a longer name than the column's goes on a line of its own */
+    strbuf_put(k ? calls : mem, "  ");
+    key_cell(k ? calls : mem, 18, c->name, (int)strlen(c->name));
+  }
+  strbuf_put(mem, " %10.1f %10.1f %10.1f %9.3f %6.3f %4llu\n", mib(r->peak_requested), mib(r->peak_allocated),
+             mib(r->peak_reserved),
+             r->peak_requested ? (double)r->peak_reserved / (double)r->peak_requested : 0.0, frag,
+             (unsigned long long)r->num_ooms);
+  strbuf_put(calls, " %9lld %6llu %6llu %6llu %6lld %9.1f %6lld %8.1f %6s %7.0f\n",
+             (long long)r->stats.num_device_alloc, (unsigned long long)r->stats.device_calls[GA_CALL_MAP],
+             (unsigned long long)r->stats.device_calls[GA_CALL_SET_ACCESS],
+             (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_granules_moved,
+             cost_ms(&r->stats), (long long)r->stats.num_stalls, (double)r->stats.stall_us / 1000.0, steady,
+             r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
 }
 
 /* The staged files of a run: committed together, or all discarded. */
@@ -232,7 +238,8 @@ int cmd_run(int argc, char **argv) {
     const char *wl = jobs[j].w ? jobs[j].w->name : jobs[j].name;
     const char *slash = strrchr(wl, '/');
     const char *short_name = slash ? slash + 1 : wl;
-    if (!ra.json) table_header(short_name, t.n);
+    ga_strbuf mem = {0}, calls = {0};
+    if (!ra.json) table_header(&mem, &calls);
     replay_samples *samples = calloc(ra.nconfigs, sizeof *samples);
     svg_series *series = calloc(ra.nconfigs, sizeof *series);
     uint64_t peak_live = 0;
@@ -259,12 +266,15 @@ int cmd_run(int argc, char **argv) {
                           NULL};
         json_result(stdout, &jf);
       } else
-        table_row(&ra.configs[c], &r);
+        table_row(&mem, &calls, &ra.configs[c], &r);
       csv_row(csv, short_name, &ra.configs[c], &r);
       series[c].s = &samples[c];
       series[c].peak_reserved = r.peak_reserved;
       peak_live = r.trace_peak_live;
     }
+    if (!ra.json) printf("\n%s (%zu events)\n%s%s", short_name, t.n, mem.s, calls.s);
+    strbuf_free(&mem);
+    strbuf_free(&calls);
     char name[300];
     size_t len = strlen(short_name);
     int csv_ext = len > 4 && !strcmp(short_name + len - 4, ".csv");
@@ -298,7 +308,7 @@ int cmd_run(int argc, char **argv) {
   if (failed)
     fprintf(stderr, "ga-bench run: a replay failed; the results in %s are unchanged\n", out);
   else if (!ra.json)
-    printf("\nCSV: %s/run.csv (command in run.cmd), plots: %s/<workload>.svg\n", out, out);
+    printf("\nCSV: %s/run.csv (command in run.cmd)\nplots: %s/<workload>.svg\n", out, out);
   strbuf_free(&cmd);
   free(ra.configs);
   for (size_t k = 0; k < traces.n; k++) free(traces.v[k]);

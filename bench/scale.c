@@ -349,9 +349,11 @@ static const point *point_at(const series *s, uint64_t n) {
 
 static void print_table(const series *sv, size_t nsv, const uint64_t *ns, size_t nn, int which,
                         const char *title) {
-  char label[64];
+  /* Each column is headed by its mode over its pattern: 100 columns hold six. */
   printf("\n%s\n  %-9s", title, "N live");
-  for (size_t i = 0; i < nsv; i++) printf(" %17s", series_label(&sv[i], label, sizeof label));
+  for (size_t i = 0; i < nsv; i++) printf(" %12s", modes[sv[i].mode].name);
+  printf("\n  %-9s", "");
+  for (size_t i = 0; i < nsv; i++) printf(" %12s", patterns[sv[i].pattern]);
   printf("\n");
   for (size_t k = 0; k < nn; k++) {
     printf("  %-9llu", (unsigned long long)ns[k]);
@@ -359,11 +361,11 @@ static void print_table(const series *sv, size_t nsv, const uint64_t *ns, size_t
       const point *p = point_at(&sv[i], ns[k]);
       double v = !p ? NAN : which == 0 ? p->alloc_ns : which == 1 ? p->free_ns : p->reuse_ns;
       if (!p)
-        printf(" %17s", "-");
+        printf(" %12s", "-");
       else if (v >= 10000)
-        printf(" %14.1f us", v / 1000);
+        printf(" %9.1f us", v / 1000);
       else
-        printf(" %14.0f ns", v);
+        printf(" %9.0f ns", v);
     }
     printf("\n");
   }
@@ -587,7 +589,7 @@ int cmd_scale(int argc, char **argv) {
   ga_strbuf cmd = {0};
   bench_command(&cmd, "scale", argc, argv);
   printf(
-      "CPU time per operation with N blocks live (backend %s, simulated capacity %llu MiB, budget %.0f s "
+      "CPU time per operation with N blocks live\n(backend %s, simulated capacity %llu MiB, budget %.0f s "
       "per series)\n",
       backend, capacity_mb, budget);
   for (size_t i = 0; i < nsv; i++) {
@@ -642,7 +644,7 @@ int cmd_scale(int argc, char **argv) {
     staged_discard(&svg);
     failed = 1;
   } else
-    printf("\nCSV: %s/scale.csv (command in scale.cmd), plot: %s/scale.svg\n", out, out);
+    printf("\nCSV: %s/scale.csv (command in scale.cmd)\nplot: %s/scale.svg\n", out, out);
   strbuf_free(&cmd);
   return failed ? 1 : 0;
 }

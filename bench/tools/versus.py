@@ -73,8 +73,8 @@ def main(argv):
         pytorch += ",sim_cost_table:" + a.cost_table
         print("driver costs: the simulated device's %s table" % a.cost_table)
     lags = a.lag_us or [0.0, 5000.0]
-    print("%d iteration%s per replay; 'more' counts traces where the configuration is above PyTorch's "
-          "expandable segments" % (a.iterations, "" if a.iterations == 1 else "s"))
+    print("%d iteration%s per replay; 'more' counts traces where the configuration is above\n"
+          "PyTorch's expandable segments" % (a.iterations, "" if a.iterations == 1 else "s"))
     head = "%-12s %8s %10s %9s %6s %10s %6s %6s %9s" % ("config", "lag (ms)", "resv/live", "worst", "more",
                                                        "driver ms", "more", "stalls", "stall ms")
     if a.iterations > 1:

@@ -90,14 +90,16 @@ step "the driver double's rules against this driver (test_cudadouble driver_rule
 # ---- 2. What each driver call costs here ----
 step "ga-bench drivercost on the GPU" drivercost.txt 120 build/bench/ga-bench drivercost --backend cuda --reps 200
 build/bench/ga-bench drivercost --backend cuda --reps 200 --json >"$out/drivercost.json" 2>/dev/null || true
-cost=$(grep -- '--cost ' "$out/drivercost.txt" | tail -1 | sed 's/^ *//')
+# the --cost options, one a line joined by backslashes, after "for ga-bench run:"
+cost=$(sed -n '/^for ga-bench run:$/,$p' "$out/drivercost.txt" | sed '1d; s/ \\$//; s/^ *//' | grep -- '^--cost ' |
+  tr '\n' ' ')
 say "cost line: ${cost:-none}"
 
 # ---- 3. The benchmark and the traces on the GPU ----
 if [ "${GA_GPU_QUICK:-0}" = 1 ]; then
   skipped "benchmark, trace replays, hot path" "GA_GPU_QUICK=1"
 else
-  # shellcheck disable=SC2086 # the cost line is two words: --cost STR
+  # shellcheck disable=SC2086 # the cost lines are words: --cost STR --cost STR ...
   step "the benchmark on the GPU" bench.txt 240 build/bench/ga-bench run --out "$out/bench" $cost
   step "PyTorch traces replayed on the CUDA backend" replay.txt 240 \
     build/bench/ga-bench replay traces/pytorch_snapshots --conf native=backend:cuda \
