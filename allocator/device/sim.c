@@ -244,6 +244,21 @@ static int fault_hit(sim_device *s, ga_device_call_t k, const char *call) {
   return err;
 }
 
+enum { SIM_CAPTURE_SAFE, SIM_CAPTURE_UNSAFE };
+/* The opening of every device call: takes the device's lock, charges the
+ * call's fixed cost, fires an injected fault, and, for a call that no capture
+ * allows (SIM_CAPTURE_UNSAFE), refuses it while a stream captures in this
+ * thread's global capture mode. *rc: 0 or the error; the lock is held either
+ * way. */
+static sim_device *sim_enter(ga_device *d, ga_device_call_t k, const char *call, int capture_unsafe,
+                             int *rc) {
+  sim_device *s = sim_of(d);
+  pthread_mutex_lock(&s->mu);
+  *rc = fault_hit(s, k, call);
+  if (!*rc && capture_unsafe) *rc = capture_breaks(s, call);
+  return s;
+}
+
 /* ---- Ranges (reservations, mappings, mallocs) ---- */
 
 static sim_range *range_of(ga_rnode *n) { return (sim_range *)(void *)n; }
@@ -652,9 +667,8 @@ static int sim_granularity(ga_device *d, size_t *g) {
 }
 
 static int sim_mem_info(ga_device *d, size_t *free_bytes, size_t *total) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_MEM_INFO, "mem_info");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_MEM_INFO, "mem_info", SIM_CAPTURE_SAFE, &rc);
   if (!rc) {
     *free_bytes = (s->ngran - s->used) * SIM_GRAN;
     *total = s->ngran * SIM_GRAN;
@@ -664,10 +678,8 @@ static int sim_mem_info(ga_device *d, size_t *free_bytes, size_t *total) {
 }
 
 static int sim_malloc(ga_device *d, size_t size, void **ptr) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_MALLOC, "malloc");
-  if (!rc) rc = capture_breaks(s, "malloc");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_MALLOC, "malloc", SIM_CAPTURE_UNSAFE, &rc);
   size_t rsize = (size + SIM_GRAN - 1) & ~(SIM_GRAN - 1);
   void *va = NULL;
   ga_mem_handle h = 0;
@@ -707,10 +719,8 @@ out:
 }
 
 static int sim_free(ga_device *d, void *ptr) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_FREE, "free");
-  if (!rc) rc = capture_breaks(s, "free");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_FREE, "free", SIM_CAPTURE_UNSAFE, &rc);
   if (rc || !ptr) goto out;
   sim_range *r = range_find(&s->mallocs, (uintptr_t)ptr);
   if (!r || r->node.va != (uintptr_t)ptr) {
@@ -730,10 +740,8 @@ out:
 }
 
 static int sim_reserve(ga_device *d, size_t size, size_t align, void **va) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_RESERVE, "reserve");
-  if (!rc) rc = capture_breaks(s, "reserve");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_RESERVE, "reserve", SIM_CAPTURE_UNSAFE, &rc);
   if (rc) goto out;
   if (size == 0 || size % SIM_GRAN || (align && (align % SIM_GRAN || (align & (align - 1))))) {
     ga_dev_set_error(d,
@@ -750,10 +758,8 @@ out:
 }
 
 static int sim_unreserve(ga_device *d, void *va, size_t size) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_UNRESERVE, "unreserve");
-  if (!rc) rc = capture_breaks(s, "unreserve");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_UNRESERVE, "unreserve", SIM_CAPTURE_UNSAFE, &rc);
   if (rc) goto out;
   sim_range *r = range_find(&s->resv, (uintptr_t)va);
   if (!r || r->node.va != (uintptr_t)va || r->node.size != size) {
@@ -771,10 +777,8 @@ out:
 }
 
 static int sim_create(ga_device *d, size_t size, ga_mem_handle *h) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_CREATE, "create");
-  if (!rc) rc = capture_breaks(s, "create");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_CREATE, "create", SIM_CAPTURE_UNSAFE, &rc);
   if (rc) goto out;
   if (size == 0 || size % SIM_GRAN) {
     ga_dev_set_error(
@@ -791,10 +795,8 @@ out:
 }
 
 static int sim_release(ga_device *d, ga_mem_handle h) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_RELEASE, "release");
-  if (!rc) rc = capture_breaks(s, "release");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_RELEASE, "release", SIM_CAPTURE_UNSAFE, &rc);
   if (rc) goto out;
   sim_handle *x = handle_get(s, h);
   if (!x) {
@@ -933,6 +935,16 @@ static sim_event *event_get(ga_event e) {
   sim_event *ev = e;
   return (ev && ev->magic == SIM_MAGIC) ? ev : NULL;
 }
+/* The event behind `e`; when it is not one (and *rc is still 0), NULL and
+ * the driver's invalid-handle error for `call`. */
+static sim_event *event_check(sim_device *s, ga_event e, const char *call, int *rc) {
+  sim_event *ev = event_get(e);
+  if (!*rc && !ev) {
+    ga_dev_set_error(&s->base, "%s: CUDA_ERROR_INVALID_HANDLE", call);
+    *rc = GA_DEV_EINVAL;
+  }
+  return ev;
+}
 
 static void stream_complete(sim_device *s, ga_stream_t st, int count_wait) {
   int waited = 0;
@@ -944,9 +956,8 @@ static void stream_complete(sim_device *s, ga_stream_t st, int count_wait) {
 }
 
 static int sim_event_create(ga_device *d, ga_event *e) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_EVENT_CREATE, "event_create");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_EVENT_CREATE, "event_create", SIM_CAPTURE_SAFE, &rc);
   if (rc) goto out;
   if (s->nevents == s->cap_events) {
     size_t cap = s->cap_events ? s->cap_events * 2 : 16;
@@ -970,14 +981,9 @@ out:
 }
 
 static int sim_event_record(ga_device *d, ga_event e, ga_stream_t st) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_EVENT_RECORD, "event_record");
-  sim_event *ev = event_get(e);
-  if (!rc && !ev) {
-    ga_dev_set_error(d, "event_record: CUDA_ERROR_INVALID_HANDLE");
-    rc = GA_DEV_EINVAL;
-  }
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_EVENT_RECORD, "event_record", SIM_CAPTURE_SAFE, &rc);
+  sim_event *ev = event_check(s, e, "event_record", &rc);
   if (!rc) {
     sim_stream *ss = stream_get(s, st, 0);
     ev->stream = st;
@@ -990,30 +996,18 @@ static int sim_event_record(ga_device *d, ga_event e, ga_stream_t st) {
 }
 
 static int sim_event_query(ga_device *d, ga_event e) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_EVENT_QUERY, "event_query");
-  if (!rc) rc = capture_breaks(s, "event_query");
-  sim_event *ev = event_get(e);
-  if (!rc && !ev) {
-    ga_dev_set_error(d, "event_query: CUDA_ERROR_INVALID_HANDLE");
-    rc = GA_DEV_EINVAL;
-  }
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_EVENT_QUERY, "event_query", SIM_CAPTURE_UNSAFE, &rc);
+  sim_event *ev = event_check(s, e, "event_query", &rc);
   if (!rc && (ev->pending || ev->done_ns > s->now_ns)) rc = GA_DEV_ENOTREADY;
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
 
 static int sim_event_synchronize(ga_device *d, ga_event e) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_EVENT_SYNCHRONIZE, "event_synchronize");
-  if (!rc) rc = capture_breaks(s, "event_synchronize");
-  sim_event *ev = event_get(e);
-  if (!rc && !ev) {
-    ga_dev_set_error(d, "event_synchronize: CUDA_ERROR_INVALID_HANDLE");
-    rc = GA_DEV_EINVAL;
-  }
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_EVENT_SYNCHRONIZE, "event_synchronize", SIM_CAPTURE_UNSAFE, &rc);
+  sim_event *ev = event_check(s, e, "event_synchronize", &rc);
   /* Waiting on an event means the stream's work up to it finishes. */
   if (!rc && ev->pending) ev->pending = 0, s->waits++;
   sim_stream *ss = rc ? NULL : stream_get(s, ev->stream, 0);
@@ -1024,14 +1018,9 @@ static int sim_event_synchronize(ga_device *d, ga_event e) {
 }
 
 static int sim_event_destroy(ga_device *d, ga_event e) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_EVENT_DESTROY, "event_destroy");
-  sim_event *ev = event_get(e);
-  if (!rc && !ev) {
-    ga_dev_set_error(d, "event_destroy: CUDA_ERROR_INVALID_HANDLE");
-    rc = GA_DEV_EINVAL;
-  }
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_EVENT_DESTROY, "event_destroy", SIM_CAPTURE_SAFE, &rc);
+  sim_event *ev = event_check(s, e, "event_destroy", &rc);
   if (!rc) {
     for (size_t i = 0; i < s->nevents; i++)
       if (s->events[i] == ev) {
@@ -1046,9 +1035,8 @@ static int sim_event_destroy(ga_device *d, ga_event e) {
 }
 
 static int sim_stream_synchronize(ga_device *d, ga_stream_t st) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_STREAM_SYNCHRONIZE, "stream_synchronize");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_STREAM_SYNCHRONIZE, "stream_synchronize", SIM_CAPTURE_SAFE, &rc);
   sim_stream *ss = stream_get(s, st, 0);
   if (!rc && ss && ss->capturing)
     rc = capture_refused(s, "stream_synchronize", "the stream is capturing");
@@ -1066,9 +1054,8 @@ static int sim_stream_synchronize(ga_device *d, ga_stream_t st) {
 }
 
 static int sim_synchronize(ga_device *d) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_SYNCHRONIZE, "synchronize");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_SYNCHRONIZE, "synchronize", SIM_CAPTURE_SAFE, &rc);
   if (!rc && s->capturing) rc = capture_refused(s, "synchronize", "a stream is capturing");
   int waited = 0;
   for (size_t i = 0; !rc && i < s->nevents; i++)
@@ -1084,9 +1071,8 @@ static int sim_synchronize(ga_device *d) {
 }
 
 static int sim_stream_capturing(ga_device *d, ga_stream_t st, int *capturing) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_CAPTURE_QUERY, "stream_capturing");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_CAPTURE_QUERY, "stream_capturing", SIM_CAPTURE_SAFE, &rc);
   sim_stream *ss = stream_get(s, st, 0);
   if (!rc) *capturing = ss ? ss->capturing : 0;
   pthread_mutex_unlock(&s->mu);
@@ -1094,9 +1080,8 @@ static int sim_stream_capturing(ga_device *d, ga_stream_t st, int *capturing) {
 }
 
 static int sim_capture_mode(ga_device *d, int relaxed, int *previous) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_CAPTURE_MODE, "capture_mode");
+  int rc;
+  sim_device *s = sim_enter(d, GA_CALL_CAPTURE_MODE, "capture_mode", SIM_CAPTURE_SAFE, &rc);
   pthread_mutex_unlock(&s->mu);
   if (rc) return rc;
   if (previous) *previous = thread_relaxed;
