@@ -23,8 +23,7 @@
 #include <string.h>
 
 #include "device/sim.h"
-#include "fuzz.h"
-#include "internal.h"
+#include "fuzz_internal.h"
 
 #define MiB     ((size_t)1 << 20)
 #define MAXLIVE 64
@@ -72,28 +71,10 @@ static void stamp(const live *l) {
     l->p[i] = byte_at(l->seed, i), l->p[l->size - n + i] = byte_at(l->seed, l->size - n + i);
 }
 
-static int asleep(state *s, const live *l) {
-  const ga_block *b = ga_blockmap_get(&s->a->pol.map, (uintptr_t)l->p);
-  FZ_CHECK(b != NULL, "live allocation %p is not in the block map", (void *)l->p);
-  return b->asleep;
-}
-
-/* How many of the granules under l are mapped (expandable segments; a
- * native segment has no granules to count). */
-static size_t mapped_granules(state *s, const live *l) {
-  const ga_block *b = ga_blockmap_get(&s->a->pol.map, (uintptr_t)l->p);
-  const ga_segment *seg = b->seg;
-  if (!seg->expandable) return 0;
-  size_t g = s->a->space.gran, n = 0;
-  for (size_t i = (b->ptr - seg->base) / g; i < (b->ptr - seg->base + l->size + g - 1) / g; i++)
-    n += i < seg->ngranules && seg->granules[i].handle != NULL;
-  return n;
-}
-
 static void verify(state *s, const char *after) {
   for (int i = 0; i < s->n; i++) {
     live *l = &s->v[i];
-    if (asleep(s, l)) continue;
+    if (fz_asleep(s->a, l->p)) continue;
     if (l->lost) { /* woken without its contents (discarded by design): the program writes them again */
       stamp(l);
       l->lost = 0;
@@ -160,7 +141,7 @@ static void op_malloc(state *s, fz_in *in) {
 static void op_free(state *s, fz_in *in) {
   if (!s->n) return;
   int i = (int)(fz_byte(in) % (unsigned)s->n);
-  int sleeping = asleep(s, &s->v[i]);
+  int sleeping = fz_asleep(s->a, s->v[i].p);
   ga_status_t r = ga_free(s->a, s->v[i].p);
   TRACE("ga_free(%p)%s: %s\n", (void *)s->v[i].p, sleeping ? " (asleep)" : "", ga_status_str(r));
   if (sleeping) {
@@ -180,14 +161,14 @@ static void op_sleep(state *s, fz_in *in) {
   static const char *const tags[] = {"kv", "w", "kv,w", NULL};
   const char *t = tags[b % 4];
   size_t was[MAXLIVE];
-  for (int i = 0; i < s->n; i++) was[i] = mapped_granules(s, &s->v[i]);
+  for (int i = 0; i < s->n; i++) was[i] = fz_mapped_granules(s->a, s->v[i].p, s->v[i].size);
   ga_status_t r = ga_sleep(s->a, t, (b & 4) ? GA_SLEEP_OFFLOAD : 0);
   TRACE("ga_sleep(%s%s): %s\n", t ? t : "NULL", (b & 4) ? ", offload" : "", ga_status_str(r));
   /* What went to sleep now without offload was discarded: an allocation one
    * of whose granules was mapped before (awake, or woken by a ga_wake that
    * failed half-way) and is not now. Sleep maps nothing. */
   for (int i = 0; i < s->n; i++) {
-    size_t now = mapped_granules(s, &s->v[i]);
+    size_t now = fz_mapped_granules(s->a, s->v[i].p, s->v[i].size);
     FZ_CHECK(now <= was[i], "ga_sleep mapped a granule");
     if (!(b & 4)) s->v[i].lost |= now < was[i];
   }
@@ -405,7 +386,7 @@ static void drain(state *s) {
   }
   FZ_CHECK(ga_set_memory_fraction(s->a, 1.0) == GA_OK, "fraction");
   for (int i = 0; i < s->n;) {
-    if (asleep(s, &s->v[i])) {
+    if (fz_asleep(s->a, s->v[i].p)) {
       i++;
       continue;
     }

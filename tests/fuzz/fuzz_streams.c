@@ -34,8 +34,7 @@
 #include <string.h>
 
 #include "device/sim.h"
-#include "fuzz.h"
-#include "internal.h"
+#include "fuzz_internal.h"
 
 #define MiB      ((size_t)1 << 20)
 #define NSTREAMS 4
@@ -91,23 +90,6 @@ static ga_stream_t stream(int k) { return (ga_stream_t)(uintptr_t)(0x2001u * (un
 
 static void fill(const live *l) { fz_fill(l->p, l->size, l->seed); }
 static size_t first_wrong(const live *l) { return fz_wrong(l->p, l->size, l->seed); }
-
-static int asleep(state *s, const live *l) {
-  const ga_block *b = ga_blockmap_get(&s->a->pol.map, (uintptr_t)l->p);
-  FZ_CHECK(b != NULL, "live allocation %p is not in the block map", (void *)l->p);
-  return b->asleep;
-}
-
-/* How many of the granules under l are mapped (0 for a native segment). */
-static size_t mapped_granules(state *s, const live *l) {
-  const ga_block *b = ga_blockmap_get(&s->a->pol.map, (uintptr_t)l->p);
-  const ga_segment *seg = b->seg;
-  if (!seg->expandable) return 0;
-  size_t g = s->a->space.gran, n = 0;
-  for (size_t i = (b->ptr - seg->base) / g; i < (b->ptr - seg->base + l->size + g - 1) / g; i++)
-    n += i < seg->ngranules && seg->granules[i].handle != NULL;
-  return n;
-}
 
 /* The physical pieces under [p, p + size) of a live allocation; -1 if asleep. */
 static int pieces(state *s, void *p, size_t size, piece out[MAXP]) {
@@ -185,7 +167,7 @@ static int ends_wrong(const live *l) { return fz_ends_wrong(l->p, l->size, l->se
 static void verify(state *s, const char *after, int whole) {
   for (int i = 0; i < s->n; i++) {
     live *l = &s->v[i];
-    if (asleep(s, l)) continue;
+    if (fz_asleep(s->a, l->p)) continue;
     if (l->lost) { /* woken without its contents: written again */
       fill(l);
       l->lost = 0;
@@ -238,7 +220,7 @@ static void op_free(state *s, fz_in *in) {
   if (!s->n) return;
   int i = (int)(fz_byte(in) % (unsigned)s->n);
   live *l = &s->v[i];
-  if (asleep(s, l)) {
+  if (fz_asleep(s->a, l->p)) {
     ga_status_t r = ga_free(s->a, l->p);
     FZ_CHECK(r == GA_ERR_INVALID, "free of an allocation asleep: %s", ga_status_str(r));
     return;
@@ -333,11 +315,11 @@ static void step(state *s, fz_in *in) {
          * before and not after is lost (written again when it wakes). */
         int offload = (b & 2) != 0;
         size_t was[MAXLIVE];
-        for (int i = 0; i < s->n; i++) was[i] = mapped_granules(s, &s->v[i]);
+        for (int i = 0; i < s->n; i++) was[i] = fz_mapped_granules(s->a, s->v[i].p, s->v[i].size);
         ga_status_t r = ga_sleep(s->a, "kv", offload ? GA_SLEEP_OFFLOAD : 0);
         allowed(s, r, offload ? "ga_sleep(kv, offload)" : "ga_sleep(kv)");
         for (int i = 0; i < s->n; i++) {
-          size_t now = mapped_granules(s, &s->v[i]);
+          size_t now = fz_mapped_granules(s->a, s->v[i].p, s->v[i].size);
           FZ_CHECK(now <= was[i], "ga_sleep mapped a granule");
           if (!offload) s->v[i].lost |= now < was[i];
         }
@@ -368,7 +350,7 @@ static void drain(state *s) {
   for (int k = 0; k < NSTREAMS; k++) FZ_CHECK(ga_sim_hold_stream(s->dev, stream(k), 0) == 0, "hold");
   verify(s, "the drain", 1);
   for (int i = 0; i < s->n;) {
-    if (asleep(s, &s->v[i])) {
+    if (fz_asleep(s->a, s->v[i].p)) {
       i++;
       continue;
     }
