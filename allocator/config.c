@@ -332,12 +332,12 @@ static int opt_expandable_page_size_mb(ctx *x) {
 static int opt_expandable_move_pages(ctx *x) {
   const tok *v = NULL;
   char buf[64];
-  if (value(x, &v, "settle, always or when_full")) return GA_DEV_EINVAL;
+  if (value(x, &v, "when_full, settle or always")) return GA_DEV_EINVAL;
   if (tok_is(v, "settle") || tok_is(v, "always") || tok_is(v, "when_full")) {
     x->c->expandable_move_always = tok_is(v, "always");
     x->c->expandable_move_when_full = tok_is(v, "when_full");
   } else
-    return fail(x, "'%s' is not a policy (allowed: settle, always or when_full)", tok_str(v, buf));
+    return fail(x, "'%s' is not a policy (allowed: when_full, settle or always)", tok_str(v, buf));
   return 0;
 }
 
@@ -506,6 +506,7 @@ void ga_config_defaults(ga_config *c) {
   strcpy(c->backend, "auto");
   c->sim_capacity = (size_t)81920 * MiB;
   c->expandable_cache_max = 256 * MiB;
+  c->expandable_move_when_full = 1; /* expandable_move_pages:when_full */
   c->sim_devices = 1;
   strcpy(c->sim_cost_table, "blackwell");
 }

@@ -47,7 +47,7 @@ typedef struct ga_config {
   size_t expandable_page_size;   /* bytes; 0 = large_segment_size */
   size_t expandable_cache_max;   /* bytes of unmapped pages kept for reuse */
   size_t expandable_move_hold;   /* frees during which memory moved into a segment stays there */
-  int expandable_move_when_full; /* expandable_move_pages:when_full */
+  int expandable_move_when_full; /* expandable_move_pages:when_full (the default) */
   int expandable_move_always;    /* expandable_move_pages:always (no settling) */
   int expandable_pytorch;        /* expandable_policy:pytorch */
   char backend[8];               /* "auto", "cuda" or "sim" */
@@ -104,10 +104,12 @@ typedef struct ga_config {
     "MiB; a page is at most the device's memory)")                                                           \
   X(expandable_cache_max_mb, "int MiB 0..2^40", "256", "gardenalloc",                                        \
     "expandable segments: unmapped pages kept for reuse; beyond this they go back to the device")            \
-  X(expandable_move_pages, "settle|always|when_full", "settle", "gardenalloc",                               \
-    "expandable segments: move free pages before creating memory, except out of a range that grew back "     \
-    "after giving memory away (settle: no calls once a repeated workload has peaked), always (least "        \
-    "memory, calls in every repetition), or only once the device is full (PyTorch's memory, fewest calls)")  \
+  X(expandable_move_pages, "when_full|settle|always", "when_full", "gardenalloc",                            \
+    "expandable segments: when to move free pages to where a range needs them instead of creating "          \
+    "memory: when_full (PyTorch's placement and device calls until the device is full, then moves "          \
+    "instead of failing), settle (before creating memory, except "                                           \
+    "out of a range that grew back after giving memory away: less memory, no calls once a repeated "         \
+    "workload has peaked) or always (least memory, calls in every repetition)")                              \
   X(expandable_move_hold, "int 0..2^40", "0", "gardenalloc",                                                 \
     "expandable segments: memory moved into a segment does not move out again for this many frees "          \
     "(0: it may at once; more: fewer moves back and forth in a repeated workload, more memory)")             \

@@ -100,9 +100,13 @@ typedef struct paths {
   char **v;
   size_t n, cap;
 } paths;
-/* Adds a file, or every *.csv of a directory in name order. -1 (with a
- * message) for a directory without traces. */
+/* Adds a file, or every *.csv of a directory in name order, or a built-in
+ * workload as "workload:NAME" ("workload:all": every one, at scale 1, seed
+ * 1). -1 (with a message) for a directory without traces or an unknown
+ * workload. */
 int expand(const char *arg, paths *out);
+/* Loads what expand() added: a trace file or a built-in workload. */
+int input_load(const char *path, trace *t, char *err, size_t errlen);
 
 /* ---- Configurations (ga_bench.c) ---- */
 typedef struct bench_config {

@@ -24,6 +24,7 @@ static void fit_usage(FILE *f) {
           "  The smallest simulated device, within 2 MiB, on which each trace replays with no\n"
           "  out-of-memory under each configuration (bisection of sim_capacity_mb between peak\n"
           "  live and the peak reserved on an 80 GiB device), beside peak live and as a ratio.\n"
+          "  A PATH may be a built-in workload, workload:NAME, or workload:all (scale 1, seed 1).\n"
           "  --json  one JSON object per trace and configuration\n");
 }
 
@@ -109,7 +110,7 @@ int cmd_fit(int argc, char **argv) {
   for (size_t i = 0; i < p.n; i++) {
     trace t;
     char err[1024];
-    if (trace_load(p.v[i], &t, err, sizeof err)) {
+    if (input_load(p.v[i], &t, err, sizeof err)) {
       fprintf(stderr, "ga-bench: %s\n", err);
       failed = 1;
       continue;

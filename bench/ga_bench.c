@@ -162,7 +162,8 @@ static void replay_usage(FILE *f) {
           "usage: ga-bench replay PATH... [--conf [NAME=]STR]... [--capacity-mb N] [--size-scale N]\n"
           "                       [--json] [--samples N] [--lag-us L] [--pace-us P] [--kernel-us K]\n"
           "                       [--iterations N] [--cost STR]\n"
-          "  Replays RMM CSV traces (a PATH may be a folder of *.csv) under each configuration.\n"
+          "  Replays RMM CSV traces (a PATH may be a folder of *.csv, or a built-in workload:\n"
+          "  workload:NAME, workload:all; scale 1, seed 1) under each configuration.\n"
           "  --conf        a GARDENALLOC_CONF string, optionally named (repeat to compare side by side;\n"
           "                default: the GARDENALLOC_CONF variable)\n"
           "  --capacity-mb memory of the simulated device (default 81920)\n"
@@ -227,7 +228,7 @@ static int cmd_replay(int argc, char **argv) {
   for (size_t i = 0; i < p.n; i++) {
     trace t;
     char err[1024];
-    if (trace_load(p.v[i], &t, err, sizeof err)) {
+    if (input_load(p.v[i], &t, err, sizeof err)) {
       fprintf(stderr, "ga-bench: %s\n", err);
       failed = 1;
       continue;

@@ -10,6 +10,7 @@
 
 #include "bench.h"
 #include "trace.h"
+#include "workloads.h"
 
 /* ---- Paths ---- */
 
@@ -24,7 +25,26 @@ static void add_path(paths *p, const char *s) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+#define WORKLOAD_PREFIX "workload:"
+
 int expand(const char *arg, paths *out) {
+  size_t np = strlen(WORKLOAD_PREFIX);
+  if (!strncmp(arg, WORKLOAD_PREFIX, np)) { /* a built-in workload, or all of them */
+    if (!strcmp(arg + np, "all")) {
+      for (size_t i = 0; i < ga_nworkloads; i++) {
+        char name[128];
+        snprintf(name, sizeof name, WORKLOAD_PREFIX "%s", ga_workloads[i].name);
+        add_path(out, name);
+      }
+      return 0;
+    }
+    if (!workload_find(arg + np)) {
+      fprintf(stderr, "ga-bench: %s: no such built-in workload (ga-bench run --help lists them)\n", arg);
+      return -1;
+    }
+    add_path(out, arg);
+    return 0;
+  }
   DIR *d = opendir(arg);
   if (!d) {
     add_path(out, arg);
@@ -44,6 +64,21 @@ int expand(const char *arg, paths *out) {
   if (out->n > first) qsort(out->v + first, out->n - first, sizeof *out->v, cmp_str);
   if (out->n == first) {
     fprintf(stderr, "ga-bench: %s: no .csv traces in this directory\n", arg);
+    return -1;
+  }
+  return 0;
+}
+
+int input_load(const char *path, trace *t, char *err, size_t errlen) {
+  size_t np = strlen(WORKLOAD_PREFIX);
+  if (strncmp(path, WORKLOAD_PREFIX, np)) return trace_load(path, t, err, errlen);
+  const workload *w = workload_find(path + np);
+  if (!w) {
+    snprintf(err, errlen, "%s: no such built-in workload", path);
+    return -1;
+  }
+  if (w->generate(t, 1.0, 1)) {
+    snprintf(err, errlen, "%s: out of memory generating it", path);
     return -1;
   }
   return 0;

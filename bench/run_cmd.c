@@ -17,7 +17,7 @@ static const bench_config default_configs[] = {
     {"pytorch_expandable", "expandable_segments:True,expandable_policy:pytorch"},
     {"expandable", "expandable_segments:True"},
     {"expandable_2m", "expandable_segments:True,expandable_page_size_mb:2"},
-    {"expandable_nomove", "expandable_segments:True,expandable_move_pages:when_full"},
+    {"expandable_settle", "expandable_segments:True,expandable_move_pages:settle"},
 };
 
 static void run_usage(FILE *f) {
@@ -29,8 +29,9 @@ static void run_usage(FILE *f) {
       "                    [--kernel-us K] [--iterations N]\n"
       "  Without --workload/--trace every built-in workload runs; without --conf the\n"
       "  configurations native, native_split128, pytorch_expandable (PyTorch's own expandable\n"
-      "  segments, expandable_policy:pytorch), expandable, expandable_2m and expandable_nomove\n"
-      "  (expandable_move_pages:when_full) run (--config is the same option).\n"
+      "  segments, expandable_policy:pytorch), expandable (the default, moves when full),\n"
+      "  expandable_2m and expandable_settle (expandable_move_pages:settle) run (--config is\n"
+      "  the same option).\n"
       "  --scale 1 is about 10^4 events per workload, 100 about 10^6; --size-scale multiplies\n"
       "  every size (workloads and traces). --out (default bench/results, made with its parents)\n"
       "  receives run.csv, run.cmd (the command) and one SVG per workload; they replace earlier\n"

@@ -281,8 +281,8 @@ Test(capture, calls_during_a_capture_native_gc_fraction) {
   capture_time_calls("max_split_size_mb:40,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9");
 }
 Test(capture, calls_during_a_capture_expandable) { capture_time_calls("expandable_segments:True"); }
-Test(capture, calls_during_a_capture_expandable_2m_when_full) {
-  capture_time_calls("expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:when_full");
+Test(capture, calls_during_a_capture_expandable_2m_settle) {
+  capture_time_calls("expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:settle");
 }
 
 /* The flush left for the end of a capture waits for the last routed pool. */

@@ -313,9 +313,8 @@ Test(chaos, native_max_split) {
   run("max_split_size_mb:40,garbage_collection_threshold:0.6", 0x1234567ull, 2000);
 }
 Test(chaos, expandable) { run("expandable_segments:True", 0xfeedbeefull, 2000); }
-Test(chaos, expandable_2m_when_full) {
-  run("expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:when_full", 0xabcdefull,
-      2000);
+Test(chaos, expandable_2m_settle) {
+  run("expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:settle", 0xabcdefull, 2000);
 }
 Test(chaos, expandable_knobs) {
   run("expandable_segments:True,expandable_page_size_mb:4,expandable_cache_max_mb:8,roundup_power2_divisions:"

@@ -117,15 +117,17 @@ Test(config, expandable_segment_keys) {
   cr_assert_eq(ga_config_parse("expandable_page_size_mb:3", &c, err, sizeof err), GA_DEV_EINVAL);
   cr_assert(strstr(err, "expandable_page_size_mb") && strstr(err, "3 MiB"), "%s", err);
   cr_assert_eq(ga_config_parse("expandable_page_size_mb:0", &c, err, sizeof err), GA_DEV_EINVAL);
-  cr_assert(!c.expandable_move_when_full && !c.expandable_move_always, "settle is the default");
-  c = parse_ok("expandable_move_pages:when_full");
+  cr_assert(c.expandable_move_when_full && !c.expandable_move_always, "when_full is the default");
+  c = parse_ok("expandable_move_pages:settle");
+  cr_assert(!c.expandable_move_when_full && !c.expandable_move_always);
+  c = parse_ok("expandable_move_pages:settle,expandable_move_pages:when_full");
   cr_assert(c.expandable_move_when_full && !c.expandable_move_always);
   c = parse_ok("expandable_move_pages:always");
   cr_assert(!c.expandable_move_when_full && c.expandable_move_always);
   c = parse_ok("expandable_move_pages:always,expandable_move_pages:settle");
   cr_assert(!c.expandable_move_when_full && !c.expandable_move_always, "the last one counts");
   cr_assert_eq(ga_config_parse("expandable_move_pages:sometimes", &c, err, sizeof err), GA_DEV_EINVAL);
-  cr_assert(strstr(err, "expandable_move_pages") && strstr(err, "settle, always or when_full"), "%s", err);
+  cr_assert(strstr(err, "expandable_move_pages") && strstr(err, "when_full, settle or always"), "%s", err);
 }
 
 Test(config, the_key_table_describes_every_key) {

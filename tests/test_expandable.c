@@ -10,6 +10,11 @@ TestSuite(expandable, .fini = fx_close);
 
 #define EXP  "expandable_segments:True"
 #define EXP2 "expandable_segments:True,expandable_page_size_mb:2"
+/* gardenalloc's moves before creating memory (the default, when_full, moves
+ * only once the device is full) */
+#define EXPS  EXP ",expandable_move_pages:settle"
+#define EXP2S EXP2 ",expandable_move_pages:settle"
+#define EXP2A EXP2 ",expandable_move_pages:always"
 
 /* ---- Published cases: order no longer matters ---- */
 
@@ -65,7 +70,7 @@ Test(expandable, small_and_large_requests_grow_their_own_segments) {
 /* ---- Pages move to where they are needed ---- */
 
 Test(expandable, freed_pages_between_live_blocks_serve_a_larger_request) {
-  fx_open(EXP2, GiB);
+  fx_open(EXP2S, GiB);
   char *p[4];
   for (int i = 0; i < 4; i++) {
     p[i] = fx_alloc(16 * MiB);
@@ -87,7 +92,7 @@ Test(expandable, freed_pages_between_live_blocks_serve_a_larger_request) {
 }
 
 Test(expandable, pages_move_across_streams_and_pools) {
-  fx_open(EXP2, 64 * MiB);
+  fx_open(EXP2A, 64 * MiB);
   void *small[8];
   for (int i = 0; i < 8; i++) small[i] = fx_alloc_on(MiB, S1); /* 4 granules of the small pool */
   void *big = fx_alloc_on(50 * MiB, S2);                       /* 25 granules on S2 */
@@ -158,7 +163,7 @@ static void pytorch_cycle(const char *conf) {
 }
 
 Test(expandable, max_split_size_does_not_make_reserved_memory_grow_without_bound) {
-  pytorch_cycle(EXP ",max_split_size_mb:40");
+  pytorch_cycle(EXPS ",max_split_size_mb:40");
 }
 
 Test(expandable, the_same_cycle_without_max_split_size) { pytorch_cycle(EXP); }
@@ -386,7 +391,7 @@ Test(expandable, empty_cache_gives_every_free_page_back) {
  * goes at the back, and both granules can move to another stream's range
  * without creating memory. */
 Test(expandable, a_fit_takes_the_end_that_leaves_whole_granules_free) {
-  fx_open(EXP2, GiB); /* 2 MiB pages: each granule a mapping of its own, free to move alone */
+  fx_open(EXP2S, GiB); /* 2 MiB pages: each granule a mapping of its own, free to move alone */
   char *a = fx_alloc(6 * MiB + 512 * KiB);
   void *b = fx_alloc(MiB + 512 * KiB); /* the rest of the 4th granule */
   fx_free(a);
@@ -407,7 +412,7 @@ Test(expandable, a_fit_takes_the_end_that_leaves_whole_granules_free) {
  * leave 0.5 MiB free in a partly used granule; the larger, [6, 10), nothing.
  * Among the few best fits, the one that strands the least is taken. */
 Test(expandable, among_fitting_blocks_the_one_that_strands_the_least_is_taken) {
-  fx_open(EXP2, GiB); /* the rule of 2 MiB pages, where every granule can move alone */
+  fx_open(EXP2S, GiB); /* the rule of 2 MiB pages, where every granule can move alone */
   char *a0 = fx_alloc(MiB + 512 * KiB);
   void *a1 = fx_alloc(2 * MiB + 512 * KiB), *a2 = fx_alloc(2 * MiB);
   char *a3 = fx_alloc(4 * MiB);
@@ -490,7 +495,7 @@ Test(expandable, a_fence_not_yet_passed_still_waits) {
  * giving memory away it keeps what it needs, and the turns make no memory
  * call. A third stream still gets that memory when the device is full. */
 Test(expandable, a_range_that_grows_back_after_a_move_keeps_its_memory) {
-  fx_open(EXP2, 100 * MiB);
+  fx_open(EXP2S, 100 * MiB);
   int64_t moved[4];
   uint64_t maps[4];
   for (int turn = 0; turn < 4; turn++) {
@@ -549,7 +554,7 @@ Test(expandable, a_fresh_20MiB_page_is_mapped_with_one_map_call_and_one_access_c
 }
 
 Test(expandable, a_part_of_a_mapping_moves_when_the_rest_of_it_is_free) {
-  fx_open(EXP, 32 * MiB);
+  fx_open(EXPS, 32 * MiB);
   char *a = fx_alloc_on(20 * MiB, S1); /* one mapping of a 20 MiB handle */
   fx_free(a);
   uint64_t creates = fx_calls(GA_CALL_CREATE);
@@ -583,9 +588,9 @@ static int64_t moved_beside_a_live_block(const char *conf) {
 }
 
 Test(expandable, what_moves_is_a_whole_mapping) {
-  cr_assert_eq(moved_beside_a_live_block(EXP2), 5, "2 MiB pages: a's five granules move");
+  cr_assert_eq(moved_beside_a_live_block(EXP2S), 5, "2 MiB pages: a's five granules move");
   fx_close();
-  cr_assert_eq(moved_beside_a_live_block(EXP), 0, "a 20 MiB page shared with a live block stays");
+  cr_assert_eq(moved_beside_a_live_block(EXPS), 0, "a 20 MiB page shared with a live block stays");
 }
 
 /* ---- PyTorch's expandable segments, reproduced (expandable_policy:pytorch) ---- */
@@ -689,8 +694,18 @@ Test(expandable, pytorch_policy_reproduces_the_max_split_size_cycle_of_pr_193400
   cycles(PT ",max_split_size_mb:128", 100, published);
 }
 
-Test(expandable, gardenalloc_policy_keeps_the_same_cycle_bounded) {
-  int64_t reserved = cycles("expandable_segments:True,max_split_size_mb:128", 100, NULL);
+/* The default (expandable_move_pages:when_full) is PyTorch's policy while the
+ * device has room: it grows as PyTorch does, to the MiB, and moves only once
+ * the device is full. */
+Test(expandable, the_default_grows_as_pytorch_does_in_the_cycle_while_the_device_has_room) {
+  static const int64_t published[] = {220, 2980, 5760, 8520, 11300, 14060};
+  cycles("expandable_segments:True,max_split_size_mb:128", 100, published);
+}
+
+/* Moving before creating memory (settle) keeps the cycle bounded. */
+Test(expandable, settle_keeps_the_same_cycle_bounded) {
+  int64_t reserved =
+      cycles("expandable_segments:True,expandable_move_pages:settle,max_split_size_mb:128", 100, NULL);
   cr_assert_leq(reserved, 266 * MiB + 160 * MiB, "reserved %lld MiB: live plus one cycle's blocks and a page",
                 (long long)(reserved >> 20));
 }

@@ -2,8 +2,9 @@
  * event, on every trace in traces/.
  *
  * Each trace is replayed under several configurations (native as PyTorch,
- * native with max_split_size and power-of-two rounding, expandable segments,
- * PyTorch's expandable policy), as written and with its allocations spread
+ * native with max_split_size and power-of-two rounding, expandable segments
+ * as the default and with expandable_move_pages:settle, PyTorch's expandable
+ * policy), as written and with its allocations spread
  * over three streams. Every allocation is recorded as (segment, offset in
  * it, block size, status), a segment named by the order in which it first
  * held an allocation, so the record does not depend on where the device put
@@ -35,7 +36,8 @@ static const struct {
 } configs[] = {
     {"native", ""},
     {"native_split", "max_split_size_mb:40,roundup_power2_divisions:4"},
-    {"expandable", "expandable_segments:True"},
+    {"expandable", "expandable_segments:True"}, /* expandable_move_pages:when_full */
+    {"expandable_settle", "expandable_segments:True,expandable_move_pages:settle"},
     {"expandable_pytorch", "expandable_segments:True,expandable_policy:pytorch"},
 };
 
@@ -298,4 +300,34 @@ Test(placement, every_trace_places_and_counts_as_before, .timeout = 300) {
     cr_assert_gt(checked, 100, "only %zu replays checked", checked);
     cr_assert_eq(differ, 0, "%zu of %zu replays differ from %s", differ, checked, GOLDEN);
   }
+}
+
+/* The default expandable policy (expandable_move_pages:when_full) is
+ * PyTorch's while the device has room, and the 80 GiB device of these
+ * replays always has: its placement and statistics are PyTorch's expandable
+ * segments' on every trace, event by event (the replays above hold the
+ * golden file to the code). */
+Test(placement, the_default_expandable_policy_places_as_pytorchs_on_every_trace) {
+  FILE *g = fopen(GOLDEN, "r");
+  cr_assert(g != NULL, "cannot open %s", GOLDEN);
+  static char line[1 << 16], want[1 << 16];
+  size_t compared = 0;
+  while (fgets(line, sizeof line, g)) {
+    char trace_name[200], config[64];
+    int streams, used = 0;
+    if (sscanf(line, "%199s %63s %d%n", trace_name, config, &streams, &used) != 3 ||
+        strcmp(config, "expandable"))
+      continue;
+    long at = ftell(g);
+    cr_assert(golden_line(g, trace_name, "expandable_pytorch", streams, want, sizeof want), "%s %d: no line",
+              trace_name, streams);
+    char *w = want;
+    for (int f = 0; f < 3; f++) w = strchr(w, ' ') + 1;
+    cr_assert_str_eq(line + used + 1, w, "%s streams %d: the default places otherwise than PyTorch's policy",
+                     trace_name, streams);
+    compared++;
+    fseek(g, at, SEEK_SET);
+  }
+  fclose(g);
+  cr_assert_geq(compared, 50, "only %zu traces compared", compared);
 }

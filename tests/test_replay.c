@@ -233,7 +233,7 @@ Test(replay, repeated_iterations_reach_a_steady_state) {
   static const char *confs[] = {
       "backend:sim",
       "backend:sim,expandable_segments:True,expandable_policy:pytorch",
-      "backend:sim,expandable_segments:True,expandable_move_pages:when_full",
+      "backend:sim,expandable_segments:True,expandable_move_pages:settle",
       "backend:sim,expandable_segments:True",
   };
   for (size_t i = 0; i < sizeof confs / sizeof *confs; i++) {

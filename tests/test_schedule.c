@@ -395,8 +395,8 @@ Test(schedule, expandable_move_pages_always, .timeout = 120) {
   run("expandable_move_pages_always",
       "expandable_segments:True,expandable_move_pages:always,expandable_move_hold:2", 0);
 }
-Test(schedule, expandable_move_pages_when_full, .timeout = 120) {
-  run("expandable_move_pages_when_full", "expandable_segments:True,expandable_move_pages:when_full", 0);
+Test(schedule, expandable_move_pages_settle, .timeout = 120) {
+  run("expandable_move_pages_settle", "expandable_segments:True,expandable_move_pages:settle", 0);
 }
 Test(schedule, expandable_graph_pools, .timeout = 120) {
   run("expandable_graph_pools", "expandable_segments:True,expandable_move_pages:settle", 1);

@@ -512,7 +512,7 @@ static void wake_all_or_nothing(ga_device_call_t kind, int err) {
     ga_sim_usage u0, u1;
     fx_usage(&u0);
     int64_t asleep = fx_stats().asleep_granules;
-    fx_inject(kind, nth, err, 0);
+    fx_inject(kind, nth, err, err == GA_DEV_EOOM); /* memory that ran out stays out */
     ga_status_t st = ga_wake(fx_a);
     fx_clear_faults();
     cr_assert_neq(st, GA_OK, "%s fault %u: the wake succeeded", ga_device_call_name(kind), nth);

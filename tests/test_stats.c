@@ -154,7 +154,7 @@ Test(stats, a_free_kept_back_places_and_counts_as_a_free_made_at_once) {
       "garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
       "expandable_segments:True",
       "expandable_segments:True,expandable_policy:pytorch",
-      "expandable_segments:True,expandable_move_pages:when_full",
+      "expandable_segments:True,expandable_move_pages:settle",
       "expandable_segments:True,expandable_page_size_mb:2",
   };
   static const size_t sizes[] = {512,        4096,    4096,     65536,    700 * KiB,

@@ -4,10 +4,11 @@ PyTorch's own (expandable_policy:pytorch) on every trace, at every lag, under
 both cost tables of the simulated device?
 
   dominance.py [--bench PATH] [--conf NAME=CONF] [--lag-us L]... [--cost-table T]...
-               [--check-fits] [--svg PATH] TRACE.csv|DIR...
+               [--size-scale N] [--check] [--check-fits] [--svg PATH] TRACE.csv|DIR|workload:NAME...
 
 For each cost table (default: blackwell and a100) and lag (default: 0 and
-5000 us) it replays every trace under the configuration (default: the
+5000 us) it replays every trace (a built-in workload is workload:NAME, all
+of them workload:all; --size-scale multiplies every size) under the configuration (default: the
 default, expandable_segments:True) and PyTorch's policy, twice in a row
 (`ga-bench replay --iterations 2`), and finds the smallest device each fits
 on (`ga-bench fit`). It prints one line per trace with the configuration's
@@ -17,8 +18,9 @@ miss is marked with '!' and the totals count them. The four conditions of
 dominance: peak reserved <= PyTorch's, driver time <= PyTorch's, no stall,
 no more memory calls after the first pass; and fits-on <= PyTorch's.
 
---check-fits exits 1 when the configuration needs a larger device than
-PyTorch's policy on any trace, at any lag and table (the fits-on property).
+--check exits 1 when any trace misses any of the five at any lag and table,
+or a replay or fit is missing; --check-fits only when the configuration
+needs a larger device than PyTorch's policy (the fits-on property).
 --svg writes the frontier: for the policies and knobs, fits-on and peak
 reserved (summed over the traces, over summed peak live) against summed
 driver time, PyTorch native and expandable as points, per cost table.
@@ -34,9 +36,9 @@ PYTORCH = "expandable_segments:True,expandable_policy:pytorch"
 FRONTIER = [
     ("PyTorch native", ""),
     ("PyTorch expandable", PYTORCH),
-    ("default (settle)", "expandable_segments:True"),
+    ("default (when_full)", "expandable_segments:True"),
+    ("settle", "expandable_segments:True,expandable_move_pages:settle"),
     ("always", "expandable_segments:True,expandable_move_pages:always"),
-    ("when_full", "expandable_segments:True,expandable_move_pages:when_full"),
     ("hold_1000", "expandable_segments:True,expandable_move_pages:always,expandable_move_hold:1000"),
     ("2 MiB pages", "expandable_segments:True,expandable_page_size_mb:2"),
 ]
@@ -57,9 +59,9 @@ def lines(cmd):
     return out
 
 
-def measure(bench, paths, confs, table, lag, iterations=2):
+def measure(bench, paths, confs, table, lag, iterations=2, size_scale=1):
     """{(trace, name): replay JSON with fits_on_bytes added}."""
-    args = ["--lag-us", str(lag)]
+    args = ["--lag-us", str(lag), "--size-scale", str(size_scale)]
     for name, conf in confs:
         args += ["--conf", "%s=%s" % (name, with_table(conf, table))]
     res = {}
@@ -128,6 +130,8 @@ def main(argv):
     ap.add_argument("--conf", default="default=expandable_segments:True", help="NAME=CONF")
     ap.add_argument("--lag-us", type=float, action="append")
     ap.add_argument("--cost-table", action="append", choices=("blackwell", "a100"))
+    ap.add_argument("--size-scale", type=int, default=1)
+    ap.add_argument("--check", action="store_true")
     ap.add_argument("--check-fits", action="store_true")
     ap.add_argument("--svg")
     a = ap.parse_args(argv)
@@ -136,10 +140,11 @@ def main(argv):
         sys.exit("dominance.py: --conf takes NAME=CONF")
     lags = a.lag_us or [0.0, 5000.0]
     tables = a.cost_table or ["blackwell", "a100"]
-    fit_misses = 0
+    fit_misses = misses = 0
     for table in tables:
         for lag in lags:
-            res = measure(a.bench, a.paths, [(name, conf), ("pytorch", PYTORCH)], table, lag)
+            res = measure(a.bench, a.paths, [(name, conf), ("pytorch", PYTORCH)], table, lag,
+                          size_scale=a.size_scale)
             traces = sorted({t for t, _ in res})
             print("\n%s against PyTorch's expandable segments: %s table, lag %g ms (ratios; ! = above)" % (
                 name, table, lag / 1000.0))
@@ -147,7 +152,9 @@ def main(argv):
             miss = [0] * 5
             for t in traces:
                 g, p = res.get((t, name)), res.get((t, "pytorch"))
-                if not g or not p:
+                if not g or not p or "fits_on_bytes" not in g or "fits_on_bytes" not in p:
+                    print("%-36.36s a replay or fit is missing" % t)
+                    misses += 1
                     continue
                 r = g["peak_reserved_bytes"] / p["peak_reserved_bytes"]
                 d = g["driver_us"] / p["driver_us"] if p["driver_us"] else 1.0
@@ -161,10 +168,11 @@ def main(argv):
                     st, "!" if flags[3] else " ", f, "!" if flags[4] else " "))
             print("%-36s %10d %10d %7d %7d %10d" % ("misses", *miss))
             fit_misses += miss[4]
+            misses += sum(miss)
     if a.svg:
         points_by_table = []
         for table in tables:
-            res = measure(a.bench, a.paths, FRONTIER, table, lags[0], iterations=1)
+            res = measure(a.bench, a.paths, FRONTIER, table, lags[0], iterations=1, size_scale=a.size_scale)
             points = []
             for label, _ in FRONTIER:
                 rows = [o for (t, n), o in res.items() if n == label]
@@ -175,6 +183,9 @@ def main(argv):
             points_by_table.append((table, points))
         svg(a.svg, points_by_table)
         print("\nfrontier: %s" % a.svg)
+    if a.check and misses:
+        print("%s misses a condition of dominance %d time(s)" % (name, misses))
+        return 1
     if a.check_fits and fit_misses:
         print("%s needs a larger device than PyTorch's policy in %d case(s)" % (name, fit_misses))
         return 1

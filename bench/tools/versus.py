@@ -14,9 +14,9 @@ over the sum of peak live bytes, the worst trace's reserved/live, on how
 many traces it reserves more than PyTorch's policy, the summed driver time
 and on how many traces it takes longer, stalls and their time, and (with
 --iterations) the memory calls made after the first iteration.
-Without --conf: the default configuration (expandable_move_pages:settle),
-expandable_move_pages:always, always with expandable_move_hold at 1000 and
-10000 frees, and expandable_move_pages:when_full. --per-trace also
+Without --conf: the default configuration (expandable_move_pages:when_full),
+expandable_move_pages:settle, expandable_move_pages:always, and always with
+expandable_move_hold at 1000 and 10000 frees. --per-trace also
 prints, for each trace, peak reserved over peak live and driver time of every
 configuration. --cost-table replays every configuration, PyTorch's included,
 under that table of the simulated device's driver costs (sim_cost_table;
@@ -32,10 +32,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PYTORCH = "expandable_segments:True,expandable_policy:pytorch"
 DEFAULT = [
     ("default", "expandable_segments:True"),
+    ("settle", "expandable_segments:True,expandable_move_pages:settle"),
     ("always", "expandable_segments:True,expandable_move_pages:always"),
     ("hold_1000", "expandable_segments:True,expandable_move_pages:always,expandable_move_hold:1000"),
     ("hold_10000", "expandable_segments:True,expandable_move_pages:always,expandable_move_hold:10000"),
-    ("when_full", "expandable_segments:True,expandable_move_pages:when_full"),
 ]
 
 

@@ -45,13 +45,13 @@ SETTINGS = [
      "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512"),
     ("pt_expandable", "PyTorch, expandable_segments:True", "expandable_segments:True,expandable_policy:pytorch",
      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
-    ("ga_when_full", "gardenalloc, expandable, move when full", "expandable_segments:True,expandable_move_pages:when_full",
-     "GARDENALLOC_CONF=expandable_segments:True,expandable_move_pages:when_full"),
+    ("ga_always", "gardenalloc, expandable, always move", "expandable_segments:True,expandable_move_pages:always",
+     "GARDENALLOC_CONF=expandable_segments:True,expandable_move_pages:always"),
     ("gardenalloc", "gardenalloc, expandable_segments:True", "expandable_segments:True",
      "GARDENALLOC_CONF=expandable_segments:True"),
 ]
 PYTORCH_ROWS = ("pytorch", "split128", "split512", "pt_expandable", "yours")
-GARDENALLOC_ROWS = ("ga_when_full", "gardenalloc")
+GARDENALLOC_ROWS = ("ga_always", "gardenalloc")
 
 
 class DoctorError(Exception):

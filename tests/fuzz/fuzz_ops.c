@@ -1,7 +1,7 @@
 /* fuzz_ops.c — sequences of calls over the whole API, with device faults.
  *
  * The first byte picks a configuration (native, native with max_split, GC
- * and rounding, expandable, expandable with 2 MiB pages when_full, smaller
+ * and rounding, expandable, expandable with 2 MiB pages that settle, smaller
  * pages with a small page cache, PyTorch's expandable policy, pages that
  * always move with moved memory held for a few frees) and the device's
  * size; the
@@ -428,7 +428,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       ("max_split_size_mb:40,garbage_collection_threshold:0.6,per_process_memory_fraction:0.8,"
        "roundup_power2_divisions:[256:2,>:4]"),
       "expandable_segments:True",
-      "expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:when_full",
+      "expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:settle",
       "expandable_segments:True,expandable_page_size_mb:4,expandable_cache_max_mb:8,max_split_size_mb:64",
       "expandable_segments:True,expandable_policy:pytorch",
       "expandable_segments:True,expandable_move_pages:always,expandable_move_hold:3,expandable_page_size_mb:"

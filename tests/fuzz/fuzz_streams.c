@@ -1,7 +1,7 @@
 /* fuzz_streams.c — stream-ordered safety under the time model.
  *
  * The first byte picks a configuration (native, native with max_split and
- * GC, expandable, expandable with 2 MiB pages moving when full, pages that
+ * GC, expandable, expandable with 2 MiB pages that settle, pages that
  * always move with moved memory held, PyTorch's expandable policy) and the
  * lag of the simulated GPU; the rest is a program on four streams: ga_malloc,
  * kernels queued on a stream that use an allocation (its own stream, or
@@ -388,7 +388,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       "",
       "max_split_size_mb:20,garbage_collection_threshold:0.6",
       "expandable_segments:True",
-      "expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:when_full",
+      "expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:settle",
       ("expandable_segments:True,expandable_move_pages:always,expandable_move_hold:2,"
        "expandable_page_size_mb:4"),
       "expandable_segments:True,expandable_policy:pytorch",

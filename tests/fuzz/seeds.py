@@ -38,7 +38,7 @@ CONFIG = {
                       "expandable_segments:True,expandable_page_size_mb:1099511627776",
     "native_backend": "backend:native,expandable_segments:True",
     "expandable_policy": "expandable_segments:True,expandable_policy:pytorch,expandable_move_hold:1099511627776",
-    "move_hold": "expandable_segments:True,expandable_move_pages:when_full,expandable_move_hold:10",
+    "move_hold": "expandable_segments:True,expandable_move_pages:settle,expandable_move_hold:10",
     "move_always": "expandable_segments:True,expandable_move_pages:always,expandable_page_size_mb:2",
     "move_settle": "expandable_segments:True,expandable_move_pages:settle,expandable_cache_max_mb:0",
     "bad_key": "no_such_key:1",

@@ -135,7 +135,24 @@ class Results(unittest.TestCase):
                     cwd=self.d).stdout.splitlines()
         self.assertEqual([json.loads(l)["config"] for l in lines],
                          ["native", "native_split128", "pytorch_expandable", "expandable", "expandable_2m",
-                          "expandable_nomove"])
+                          "expandable_settle"])
+
+    def test_built_in_workloads_replay_and_fit_by_name(self):
+        rows = [json.loads(l) for l in run(["replay", "workload:all", "--json"], cwd=self.d).stdout.splitlines()
+                if l.startswith("{")]
+        self.assertEqual([o["trace"] for o in rows],
+                         ["workload:" + n for n in ("llm_serving", "training", "diffusion_unet", "growing_workspace",
+                                                    "heavy_tailed_mix", "pytorch_cases")])
+        fit = [json.loads(l) for l in run(["fit", "workload:pytorch_cases", "--json"], cwd=self.d).stdout.splitlines()
+               if l.startswith("{")]
+        self.assertEqual(len(fit), 1)
+        self.assertEqual(fit[0]["peak_live_bytes"], rows[-1]["trace_peak_live_bytes"])
+        self.assertGreaterEqual(fit[0]["fits_on_bytes"], fit[0]["peak_live_bytes"])
+        self.assertLessEqual(fit[0]["fits_on_bytes"], fit[0]["peak_reserved_80g_bytes"])
+        for cmd in ("replay", "fit"):
+            r = run([cmd, "workload:no_such"], cwd=self.d, check=False)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("workload:no_such: no such built-in workload", r.stderr)
 
     def test_bad_options_are_named(self):
         for args, msg in ((["replay", self.trace, "--size-scale", "0"], "--size-scale '0' must be"),
@@ -207,13 +224,13 @@ class Versus(unittest.TestCase):
             self.skipTest("the real traces are absent")
         tool = os.path.join(support.REPO, "bench", "tools", "versus.py")
         r = subprocess.run(["python3", tool, "--bench", BENCH, real, "--iterations", "2", "--lag-us", "0",
-                            "--conf", "full=expandable_segments:True,expandable_move_pages:when_full",
+                            "--conf", "full=expandable_segments:True",
                             "--conf", "always=expandable_segments:True,expandable_move_pages:always", "--per-trace"],
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         rows = {l.split()[0]: l.split() for l in r.stdout.splitlines() if l.split() and l.split()[0] in
                 ("full", "always", "pytorch")}
-        self.assertEqual(rows["full"][2:], rows["pytorch"][2:], "moves only when full: PyTorch's policy")
+        self.assertEqual(rows["full"][2:], rows["pytorch"][2:], "the default moves only when full: PyTorch's policy")
         self.assertEqual(rows["pytorch"][4], "0", "PyTorch's policy is never above itself")
         self.assertGreater(int(rows["always"][-1]), 0, "always: pages move in the second pass too")
         self.assertIn("cs336_medium_ctx128_inference.csv", r.stdout)

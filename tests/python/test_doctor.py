@@ -124,13 +124,13 @@ class Doctor(unittest.TestCase):
         self.assertEqual(j["capacity_bytes"], FRAGMENTED_CAPACITY_MIB << 20)
         self.assertTrue(j["use"].startswith("GARDENALLOC_CONF=expandable_segments:True"))
         names = [s["name"] for s in j["settings"]]
-        self.assertEqual(names, ["pytorch", "split128", "split512", "pt_expandable", "ga_when_full", "gardenalloc"])
+        self.assertEqual(names, ["pytorch", "split128", "split512", "pt_expandable", "ga_always", "gardenalloc"])
         py = j["settings"][0]["replay"]
         self.assertEqual(py["first_oom"]["event"], self.failed_at)
         self.assertIn("CUDA out of memory", py["first_oom"]["report"])
         self.assertEqual(len(py["curve"]["reserved"]), len(py["curve"]["event"]))
         self.assertEqual({s["name"]: s["replay"]["fits_on_bytes"] >> 20 for s in j["settings"]},
-                         {"pytorch": 98, "split128": 98, "split512": 98, "pt_expandable": 100, "ga_when_full": 82,
+                         {"pytorch": 98, "split128": 98, "split512": 98, "pt_expandable": 100, "ga_always": 82,
                           "gardenalloc": 82})
 
     def test_a_real_recorded_oom_is_reproduced_and_the_verdict_follows_the_table(self):

@@ -33,8 +33,8 @@ TRAINING = support.trace_file("pytorch_snapshots", "cs336_medium_ctx128_training
 CONFS = {
     "native": "backend:sim,sim_capacity_mb:16384",
     "expandable": "backend:sim,sim_capacity_mb:16384,expandable_segments:True",
-    "expandable_when_full": "backend:sim,sim_capacity_mb:16384,expandable_segments:True,"
-                            "expandable_move_pages:when_full",
+    "expandable_settle": "backend:sim,sim_capacity_mb:16384,expandable_segments:True,"
+                         "expandable_move_pages:settle",
     "expandable_2m_pressed": "backend:sim,sim_capacity_mb:2048,expandable_segments:True,expandable_page_size_mb:2",
 }
 
