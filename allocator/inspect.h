@@ -1,6 +1,7 @@
 /* inspect.h — read-only views of a whole allocator, called by api.c only:
- * ga_check's walk of every invariant (check.c) and the memory snapshot
- * (snapshot.c). They read every layer and change none.
+ * ga_check's walk of every invariant (check.c), the memory snapshot
+ * (snapshot.c) and the statistics as JSON (stats_json.c). They read every
+ * layer and change none.
  */
 #ifndef GA_INSPECT_H
 #define GA_INSPECT_H
@@ -13,5 +14,8 @@ int ga_check_locked(ga_allocator_t *a);
 
 /* Appends the snapshot JSON of `a` to *o. Caller holds the lock. */
 void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o);
+
+/* Writes *s as one flat JSON object with PyTorch's key names. */
+void ga_stats_write_json(const ga_stats_t *s, ga_text *j);
 
 #endif /* GA_INSPECT_H */

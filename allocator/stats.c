@@ -1,42 +1,66 @@
-/* stats.c — statistics as one flat JSON object, in PyTorch's memory_stats()
- * names and meanings. The field lists live in gardenalloc.h (GA_POOL_STATS,
- * GA_SCALAR_STATS, ...) and generate the keys here.
+/* stats.c — the counters of allocations and frees (stats.h) folded
+ * into PyTorch's statistics, with the peaks they pass and the room left
+ * before the next peak can move. A leaf: the policy counts, anything may
+ * read.
  */
+#include <string.h>
+
 #include "stats.h"
 
-#include "device/device.h"
+/* ---- Folding the counters of allocations and frees ---- */
 
-/* ---- JSON ---- */
-
-static void jstat(ga_text *j, const char *name, const char *pool, const ga_stat_t *s) {
-  const char *dot = pool[0] ? "." : "";
-  ga_text_put(j,
-              "\"%s%s%s.current\":%lld,\"%s%s%s.peak\":%lld,\"%s%s%s.allocated\":%lld,\"%s%s%s.freed\":%lld,",
-              name, dot, pool, (long long)s->current, name, dot, pool, (long long)s->peak, name, dot, pool,
-              (long long)s->allocated, name, dot, pool, (long long)s->freed);
+static void fold_one(ga_stat_t *s, int64_t up, int64_t down) {
+  s->current += up - down;
+  s->allocated += up;
+  s->freed += down;
 }
 
-void ga_stats_write_json(const ga_stats_t *s, ga_text *j) {
-  static const char *const pools[GA_POOL_COUNT] = {"all", "small_pool", "large_pool"};
-  ga_text_put(j, "{");
-#define GA_X(name, doc) \
-  for (int p = 0; p < GA_POOL_COUNT; p++) jstat(j, #name, pools[p], &s->name[p]);
-  GA_POOL_STATS(GA_X)
-#undef GA_X
-  jstat(j, "oversize_allocations", "", &s->oversize_allocations);
-  jstat(j, "oversize_segments", "", &s->oversize_segments);
-#define GA_X(name, doc) ga_text_put(j, "\"%s\":%lld,", #name, (long long)s->name);
-  GA_SCALAR_STATS(GA_X)
-  GA_EXTRA_SCALARS(GA_X)
-#undef GA_X
-#define GA_X(name, doc) jstat(j, #name, "", &s->name);
-  GA_EXTRA_STATS(GA_X)
-#undef GA_X
-  for (int k = 0; k < GA_CALL_COUNT; k++)
-    ga_text_put(j, "\"device_calls.%s\":%llu,", ga_dev_call_name((ga_device_call_t)k),
-                (unsigned long long)s->device_calls[k]);
-  for (int k = 0; k < GA_CALL_COUNT; k++)
-    ga_text_put(j, "\"device_us.%s\":%llu%s", ga_dev_call_name((ga_device_call_t)k),
-                (unsigned long long)(s->device_ns[k] / 1000), k + 1 < GA_CALL_COUNT ? "," : "");
-  ga_text_put(j, "}");
+static void fold(ga_stats_t *s, ga_hot *h) {
+  for (int p = 0; p < 2; p++) {
+    int64_t *d = h->d[p];
+    for (int e = 0; e < 2; e++) { /* the pool's entry, then all */
+      int i = e ? GA_POOL_ALL : GA_POOL_SMALL + p;
+      int64_t rn = d[GA_HOT_REUSE_N], rb = d[GA_HOT_REUSE_B]; /* a free, done, and an allocation */
+      fold_one(&s->allocation[i], d[GA_HOT_ALLOC_N] + rn, d[GA_HOT_FREE_N] + rn);
+      fold_one(&s->allocated_bytes[i], d[GA_HOT_ALLOC_B] + rb, d[GA_HOT_FREE_B] + rb);
+      fold_one(&s->active[i], d[GA_HOT_ALLOC_N] + rn, d[GA_HOT_DONE_N] + rn);
+      fold_one(&s->active_bytes[i], d[GA_HOT_ALLOC_B] + rb, d[GA_HOT_DONE_B] + rb);
+      fold_one(&s->requested_bytes[i], d[GA_HOT_ALLOC_R], d[GA_HOT_DONE_R]);
+      int64_t sn = d[GA_HOT_SWING_N], sb = d[GA_HOT_SWING_B]; /* down and back up */
+      fold_one(&s->inactive_split[i], d[GA_HOT_SPLIT_UP_N] + sn, d[GA_HOT_SPLIT_DOWN_N] + sn);
+      fold_one(&s->inactive_split_bytes[i], d[GA_HOT_SPLIT_UP_B] + sb, d[GA_HOT_SPLIT_DOWN_B] + sb);
+    }
+    memset(d, 0, sizeof h->d[p]);
+  }
+}
+
+static void raise_peak(ga_stat_t *s) {
+  if (s->current > s->peak) s->peak = s->current;
+}
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+void ga_stats_peaks(ga_stats_t *s, ga_hot *h) {
+  fold(s, h);
+  for (int i = 0; i < GA_POOL_COUNT; i++) {
+    raise_peak(&s->allocation[i]);
+    raise_peak(&s->allocated_bytes[i]);
+    raise_peak(&s->active[i]);
+    raise_peak(&s->active_bytes[i]);
+    raise_peak(&s->requested_bytes[i]);
+    raise_peak(&s->inactive_split[i]);
+    raise_peak(&s->inactive_split_bytes[i]);
+    int64_t *r = h->room[i];
+    r[GA_ROOM_ACTIVE] = min64(s->allocation[i].peak, s->active[i].peak) - s->active[i].current;
+    r[GA_ROOM_BYTES] =
+        min64(min64(s->allocated_bytes[i].peak, s->active_bytes[i].peak) - s->active_bytes[i].current,
+              s->requested_bytes[i].peak - s->requested_bytes[i].current);
+    r[GA_ROOM_SPLIT] = s->inactive_split[i].peak - s->inactive_split[i].current;
+    r[GA_ROOM_SPLIT_BYTES] = s->inactive_split_bytes[i].peak - s->inactive_split_bytes[i].current;
+  }
+}
+
+__attribute__((noinline)) void ga_hot_split_swing_peak(ga_stats_t *s, ga_hot *h, int pool, int64_t n,
+                                                       int64_t bytes) {
+  ga_hot_split(s, h, pool, n, bytes);
+  ga_hot_split(s, h, pool, -n, -bytes);
 }

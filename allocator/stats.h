@@ -166,7 +166,7 @@ static inline void ga_hot_split(ga_stats_t *s, ga_hot *h, int pool, int64_t n, i
     ga_stats_peaks(s, h);
 }
 
-/* The two calls of ga_hot_split that ga_hot_split_swing stands for (stats_fold.c). */
+/* The two calls of ga_hot_split that ga_hot_split_swing stands for (stats.c). */
 void ga_hot_split_swing_peak(ga_stats_t *s, ga_hot *h, int pool, int64_t n, int64_t bytes);
 /* inactive_split changes by n blocks and `bytes`, then straight back (a
  * merge and the split that undoes it): as the two calls of ga_hot_split,
@@ -188,8 +188,5 @@ static inline void ga_hot_split_dip(ga_hot *h, int pool, uint64_t n, uint64_t by
   h->d[pool][GA_HOT_SWING_N] += (int64_t)n;
   h->d[pool][GA_HOT_SWING_B] += (int64_t)bytes;
 }
-
-/* Writes *s as one flat JSON object with PyTorch's key names. */
-void ga_stats_write_json(const ga_stats_t *s, ga_text *j);
 
 #endif /* GA_STATS_H */

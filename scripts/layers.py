@@ -23,11 +23,11 @@ ALLOC = os.path.join(ROOT, "allocator")
 # Layers, top first. A file's layer is the first pattern that matches it.
 LAYERS = [
     ("api", ["api.c", "torch_abi.c", "torch_abi_throw.cpp", "env.c"]),  # env.c: a client of the public API
-    ("inspect", ["check.c", "snapshot.c", "stats.c"]),
+    ("inspect", ["check.c", "snapshot.c", "stats_json.c"]),
     ("policy", ["policy/"]),
     ("segment", ["segment/"]),
     ("device", ["device/"]),
-    ("leaf", ["config.c", "text.c", "host.c", "report.c", "history.c", "frames.c", "blockmap.c", "stats_fold.c"]),
+    ("leaf", ["config.c", "text.c", "host.c", "report.c", "history.c", "frames.c", "blockmap.c", "stats.c"]),
 ]
 RANK = {name: len(LAYERS) - i for i, (name, _) in enumerate(LAYERS)}
 ALLOWED_CIRCLES = []  # none: the device layer's words (device_text.c) lie below the factory and the backends
