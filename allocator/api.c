@@ -14,7 +14,7 @@
 
 #include "device/sim.h"
 #include "inspect.h"
-#include "policy/policy.h"
+#include "policy/keep.h"
 
 /* ---- fork() ----
  * A child made by fork() has one thread and a copy of the parent's memory:

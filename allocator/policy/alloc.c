@@ -10,7 +10,7 @@
  */
 #include <stdio.h>
 
-#include "policy.h"
+#include "keep.h"
 
 /* Free bytes that taking `size` from b would leave in partly used granules
  * (the better of front and back placement). */

@@ -16,6 +16,7 @@
 
 #include "../internal.h"
 #include "../segment/segment.h"
+#include "rounding.h"
 
 /* ---- Free trees (free_tree.c) ---- */
 /* pre: b in no tree. */
@@ -48,13 +49,6 @@ static inline ga_free_tree *ga_trees_of(ga_allocator_t *a, const ga_block *b) {
 }
 
 /* ---- Blocks (block.c) ---- */
-size_t ga_round_size_divided(const ga_config *c, size_t size);
-/* PyTorch's rounding of a request (roundup_power2_divisions included). */
-static inline size_t ga_round_size(const ga_config *c, size_t size) {
-  if (c->any_roundup) return ga_round_size_divided(c, size);
-  return size < GA_MIN_BLOCK ? GA_MIN_BLOCK : (size + GA_MIN_BLOCK - 1) / GA_MIN_BLOCK * GA_MIN_BLOCK;
-}
-size_t ga_allocation_size_for(const ga_config *c, size_t rounded);
 /* Puts a FREE-to-be block into its pool's free tree, counting inactive_split. */
 void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b);
 /* Takes a block out of its free tree, undoing the inactive_split count. */
@@ -76,12 +70,9 @@ int ga_block_free_keep_locked(ga_allocator_t *a, ga_block *b);
  * trees, served by the free kept back when the allocation as made would
  * give exactly that block; NULL (nothing changed) otherwise. */
 ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t stream);
+/* Completes the free kept back (a->pol.kept, not NULL); callers use
+ * keep.h's ga_block_keep_flush_locked. */
 void ga_block_keep_flush_slow_locked(ga_allocator_t *a);
-/* Completes the free kept back, if any: before anything else looks at the
- * blocks, the trees or the statistics. */
-static inline void ga_block_keep_flush_locked(ga_allocator_t *a) {
-  if (a->pol.kept) ga_block_keep_flush_slow_locked(a);
-}
 
 /* ---- Streams (stream.c) ---- */
 /* Adds s to the streams that use b (record_stream): 0, or GA_DEV_ENOMEM. */
