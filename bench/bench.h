@@ -140,6 +140,14 @@ typedef struct replay_args {
 /* Consumes argv[*i] (and its value) when it is one of the shared options.
  * 1 consumed, 0 not one of them, -1 bad value (message naming `who` printed). */
 int replay_option(int argc, char **argv, int *i, const char *who, replay_args *r);
+/* A word no option took: a trace, a folder or a workload:NAME added to p
+ * (0), or an unknown option or bad path (-1, the message and, for an
+ * option, the usage printed). */
+int replay_operand(const char *arg, const char *who, paths *p, void (*usage)(FILE *));
+/* After the command line: -1 (message and usage printed) when no trace was
+ * given; without --conf, the GARDENALLOC_CONF variable is the one
+ * configuration. */
+int replay_args_end(const char *who, const paths *p, replay_args *r, void (*usage)(FILE *));
 /* Multiplies every size of the trace. */
 void trace_scale(trace *t, uint64_t scale);
 

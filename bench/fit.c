@@ -84,22 +84,10 @@ int cmd_fit(int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fit_usage(stdout);
       return 0;
-    } else if (argv[i][0] == '-') {
-      fprintf(stderr, "ga-bench fit: unknown or incomplete option '%s'\n", argv[i]);
-      fit_usage(stderr);
-      return 2;
-    } else if (expand(argv[i], &p))
+    } else if (replay_operand(argv[i], "fit", &p, fit_usage))
       return 2;
   }
-  if (p.n == 0) {
-    fprintf(stderr, "ga-bench fit: no trace given\n");
-    fit_usage(stderr);
-    return 2;
-  }
-  if (!r.nconfigs) {
-    const char *env = getenv("GARDENALLOC_CONF");
-    if (config_add(&r.configs, &r.nconfigs, env ? env : "", "fit")) return 2;
-  }
+  if (replay_args_end("fit", &p, &r, fit_usage)) return 2;
   int failed = 0, key = row_key_width(&p, r.configs, r.nconfigs, BENCH_COLUMNS - 54);
   if (!r.json) {
     printf("the smallest simulated device (within 2 MiB) on which each replay has no out-of-memory\n");

@@ -201,22 +201,10 @@ static int cmd_replay(int argc, char **argv) {
         fprintf(stderr, "ga-bench replay: --samples '%s' must be a whole number from 2 to 100000\n", argv[i]);
         return 2;
       }
-    } else if (argv[i][0] == '-') {
-      fprintf(stderr, "ga-bench replay: unknown or incomplete option '%s'\n", argv[i]);
-      replay_usage(stderr);
-      return 2;
-    } else if (expand(argv[i], &p))
+    } else if (replay_operand(argv[i], "replay", &p, replay_usage))
       return 2;
   }
-  if (p.n == 0) {
-    fprintf(stderr, "ga-bench replay: no trace given\n");
-    replay_usage(stderr);
-    return 2;
-  }
-  if (!o.nconfigs) {
-    const char *env = getenv("GARDENALLOC_CONF");
-    if (config_add(&o.configs, &o.nconfigs, env ? env : "", "replay")) return 2;
-  }
+  if (replay_args_end("replay", &p, &o, replay_usage)) return 2;
   if (config_set_capacity(o.configs, o.nconfigs, capacity, "replay")) return 2;
   ga_strbuf cmd = {0};
   bench_command(&cmd, "replay", argc, argv);

@@ -208,6 +208,26 @@ int replay_option(int argc, char **argv, int *i, const char *who, replay_args *r
   return 1;
 }
 
+int replay_operand(const char *arg, const char *who, paths *p, void (*usage)(FILE *)) {
+  if (arg[0] == '-') {
+    fprintf(stderr, "ga-bench %s: unknown or incomplete option '%s'\n", who, arg);
+    usage(stderr);
+    return -1;
+  }
+  return expand(arg, p) ? -1 : 0;
+}
+
+int replay_args_end(const char *who, const paths *p, replay_args *r, void (*usage)(FILE *)) {
+  if (p->n == 0) {
+    fprintf(stderr, "ga-bench %s: no trace given\n", who);
+    usage(stderr);
+    return -1;
+  }
+  if (r->nconfigs) return 0;
+  const char *env = getenv("GARDENALLOC_CONF");
+  return config_add(&r->configs, &r->nconfigs, env ? env : "", who) ? -1 : 0;
+}
+
 int parse_scale(const char *v, uint64_t *out, const char *who) {
   char *end;
   unsigned long long n = strtoull(v, &end, 10);
