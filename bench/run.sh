@@ -3,14 +3,20 @@
 # simulated 80 GiB device), after building gardenalloc (Release, into build/):
 #  1. the built-in workloads under native, native + max_split_size_mb:128,
 #     PyTorch's expandable segments, and gardenalloc's expandable segments
-#     (default, 2 MiB pages, moves only when full) side by side
-#     (bench/results/run.csv and one SVG plot per workload), then again with
-#     the GPU 5 ms behind the CPU and 5 iterations (bench/results/lag5ms_x5/);
+#     (the default, moves only when the device is full; 2 MiB pages; settle)
+#     side by side (bench/results/run.csv and one SVG plot per workload), then
+#     again with the GPU 5 ms behind the CPU and 5 iterations
+#     (bench/results/lag5ms_x5/);
 #  2. the real PyTorch traces in traces/pytorch_snapshots/ in native mode
 #     next to PyTorch's own reserved memory, gardenalloc's expandable
-#     segments beside PyTorch's (no lag; 5 ms; 5 ms and 5 iterations), the
+#     segments beside PyTorch's (no lag; 5 ms; 5 ms and 5 iterations); the
+#     dominance check of the default over PyTorch's expandable segments on
+#     every trace in traces/ and every built-in workload, and on the MiniMalloc
+#     problems with sizes x64 (bench/tools/dominance.py,
+#     bench/results/dominance.txt); the frontier of memory against driver time
+#     over the real traces (bench/results/frontier.svg, frontier.txt); the
 #     summary of memory, driver time and stalls over the knobs
-#     (bench/tools/versus.py, bench/results/versus.txt), and the MiniMalloc
+#     (bench/tools/versus.py, bench/results/versus.txt); the MiniMalloc
 #     problems (sizes x64), as JSON lines in bench/results/, and the same
 #     traces under every configuration with one plot per trace
 #     (bench/results/pytorch_traces/, bench/results/minimalloc_x64/);
@@ -87,11 +93,25 @@ both=(--conf "gardenalloc=expandable_segments:True"
 run pytorch_expandable "$traces" "${both[@]}"
 run pytorch_expandable_lag5ms "$traces" "${both[@]}" --lag-us 5000
 run pytorch_expandable_lag5ms_x5 "$traces" "${both[@]}" --lag-us 5000 --iterations 5
+minimalloc="$shared/traces/minimalloc"
+alexnet="$shared/traces/allocatorsim_alexnet"
+dominance=(python3 bench/tools/dominance.py --bench build/bench/ga-bench)
+echo "== dominance of the default over PyTorch's expandable segments: every trace and workload"
+{
+  "${dominance[@]}" "$traces" "$minimalloc" "$alexnet" workload:all
+  echo
+  echo "MiniMalloc, sizes x64:"
+  "${dominance[@]}" --size-scale 64 "$minimalloc"
+} | tee bench/results/dominance.txt.tmp
+mv bench/results/dominance.txt.tmp bench/results/dominance.txt
+echo
+echo "== the frontier over the real traces: memory against driver time (bench/results/frontier.svg)"
+"${dominance[@]}" "$traces" --lag-us 0 --svg bench/results/frontier.svg >bench/results/frontier.txt
+# The points, as the SVG's legends give them.
+sed -n 's/.*<text[^>]*>\(.*against driver time, .* table\)<\/text>.*/\1/p; s/.*<text[^>]*>\([0-9] [^<]*ms\)<\/text>.*/  \1/p' \
+  bench/results/frontier.svg | tee -a bench/results/frontier.txt
+echo
 echo "== expandable segments against PyTorch's: memory, driver time, stalls over the knobs"
-echo "== dominance of the default over PyTorch's expandable segments, and the frontier"
-echo "   (bench/results/frontier.svg)"
-python3 bench/tools/dominance.py --bench build/bench/ga-bench "$traces" --svg bench/results/frontier.svg |
-  tee bench/results/dominance.txt
 : >bench/results/versus.txt
 for table in blackwell a100; do # the two cost tables of the simulated device (docs/benchmarks.md)
   python3 bench/tools/versus.py --bench build/bench/ga-bench "$traces" --cost-table $table | tee -a bench/results/versus.txt
@@ -99,7 +119,6 @@ for table in blackwell a100; do # the two cost tables of the simulated device (d
     tee -a bench/results/versus.txt
 done
 echo
-minimalloc="$shared/traces/minimalloc"
 run minimalloc_x64_native "$minimalloc" --size-scale 64 --conf ""
 run minimalloc_x64_expandable "$minimalloc" --size-scale 64 "${both[@]}" \
   --conf "2m_always=expandable_segments:True,expandable_page_size_mb:2,expandable_move_pages:always"
