@@ -3,15 +3,10 @@
 # of a fenced code block in the README and docs/*.md fits in 100 columns, so
 # that they read in a terminal and in a narrow browser window without
 # scrolling. Prints each line that does not, with its file and line number.
-# docs/benchmarks.md, pasted from ga-bench output before its tables fit, is
-# left out until it is generated again.
 set -eu
 cd "$(dirname "$0")/.."
 if [ $# -eq 0 ]; then
-  set -- README.md
-  for f in docs/*.md; do
-    [ "$f" = docs/benchmarks.md ] || set -- "$@" "$f"
-  done
+  set -- README.md docs/*.md
 fi
 awk '
   FNR == 1 { fence = 0 }
