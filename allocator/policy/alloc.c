@@ -34,7 +34,7 @@ static size_t expandable_size(const ga_block *b) { return ga_alloc_growable(b->s
 static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool, ga_stream_t stream,
                                 size_t size) {
   ga_free_tree *p = &trees[pool];
-  if (a->pol.allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
+  if (ga_limit_gc_on(a)) p->gc_calls++;
   ga_block *b = ga_free_tree_lower_bound(p, stream, size, 0);
   if (!b || b->stream != stream) return NULL;
   if (a->cfg.expandable_pytorch || a->cfg.expandable_move_when_full) {
@@ -90,8 +90,7 @@ static ga_block *get_free_native(ga_allocator_t *a, ga_free_tree *trees, int poo
 static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream_t stream, int retry,
                        int *fraction_refused, ga_block **out) {
   if (retry) a->stats.num_alloc_retries++;
-  if (a->pol.allowed_max != SIZE_MAX &&
-      (a->space.reserved > a->pol.allowed_max || alloc_size > a->pol.allowed_max - a->space.reserved)) {
+  if (!ga_limit_allows(a, a->space.reserved, alloc_size)) {
     *fraction_refused = 1;
     return GA_DEV_EOOM;
   }

@@ -225,7 +225,7 @@ ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t
   if (rounded >= max_split && msize - rounded >= a->cfg.max_non_split_rounding) return NULL;
   if (n && !split_at(a, b, msize, rounded)) return NULL;
   a->pol.kept = NULL;
-  if (a->pol.allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0) p->gc_calls++;
+  if (ga_limit_gc_on(a)) p->gc_calls++;
   int native = !b->seg->expandable;
   if (n) {
     /* The merge: n's inactive_split count goes and M's comes (M counts when

@@ -91,8 +91,7 @@ static int before(const fblk *x, const fblk *y) {
 /* get_free_block on the serving trees. */
 static fblk *best_fit(fmodel *m, int pool, ga_stream_t stream, size_t size) {
   const ga_config *c = &m->a->cfg;
-  if (!m->priv && m->a->pol.allowed_max != SIZE_MAX && c->gc_threshold > 0.0 && pool == GA_P_LARGE)
-    m->gc_calls++;
+  if (!m->priv && ga_limit_gc_on(m->a) && pool == GA_P_LARGE) m->gc_calls++;
   fblk *b = NULL;
   for (size_t i = 0; i < m->n; i++) {
     fblk *x = &m->v[i];
@@ -129,8 +128,7 @@ static void give_back(fmodel *m, fblk *b) {
 /* ---- Native segments ---- */
 
 static int fraction_allows(const fmodel *m, size_t bytes) {
-  size_t lim = m->a->pol.allowed_max;
-  return lim == SIZE_MAX || (m->reserved <= lim && bytes <= lim - m->reserved);
+  return ga_limit_allows(m->a, m->reserved, bytes);
 }
 
 static int new_segment(fmodel *m, size_t alloc_size, int pool, ga_stream_t stream, size_t rounded) {
@@ -154,8 +152,8 @@ static int new_segment(fmodel *m, size_t alloc_size, int pool, ga_stream_t strea
 /* ga_reclaim_gc_locked. */
 static void gc(fmodel *m) {
   const ga_allocator_t *a = m->a;
-  if (a->pol.allowed_max == SIZE_MAX || a->cfg.gc_threshold <= 0.0) return;
-  size_t threshold = (size_t)(a->cfg.gc_threshold * (double)a->pol.allowed_max);
+  if (!ga_limit_gc_on(a)) return;
+  size_t threshold = ga_limit_gc_threshold(a);
   if (m->reserved <= threshold) return;
   size_t target = m->reserved - threshold, reclaimed = 0, left = 0;
   double total_age = 0.0;
@@ -251,11 +249,8 @@ static size_t gatherable(const fmodel *m) {
       const fblk *x = &m->v[i];
       if (!x->gone && x->general && x->expandable) n += whole_granules(x->ptr, x->size, g);
     }
-  size_t room = m->dev_free, lim = m->a->pol.allowed_max;
-  if (lim != SIZE_MAX) {
-    size_t left = lim > m->reserved ? lim - m->reserved : 0;
-    if (left < room) room = left;
-  }
+  size_t room = m->dev_free, left = ga_limit_left(m->a, m->reserved);
+  if (left < room) room = left;
   return n + room / g;
 }
 
@@ -370,11 +365,8 @@ ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t 
       if (n * g > best) best = n * g;
     } else {
       if (!m.routing) flush(&m);
-      size_t room = m.dev_free, lim = a->pol.allowed_max;
-      if (lim != SIZE_MAX) {
-        size_t left = lim > m.reserved ? lim - m.reserved : 0;
-        if (left < room) room = left;
-      }
+      size_t room = m.dev_free, left = ga_limit_left(a, m.reserved);
+      if (left < room) room = left;
       room = room / GA_ROUND_LARGE * GA_ROUND_LARGE; /* segments of 10 MiB and more: multiples of 2 MiB */
       size_t fresh = room >= GA_MIN_LARGE_ALLOC ? room : room >= GA_SMALL_BUFFER ? GA_SMALL_SIZE : 0;
       size_t after = largest_block(&m, stream);

@@ -188,15 +188,14 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
 static int create_until(ga_allocator_t *a, size_t n, int pool, size_t page, int whole,
                         int *fraction_refused) {
   ga_space *sp = &a->space;
-  size_t limit = a->pol.allowed_max;
   while (sp->ncache < n) {
     size_t need = (n - sp->ncache) * sp->gran, size = need < page ? need : page;
-    if (limit != SIZE_MAX && (sp->reserved > limit || size > limit - sp->reserved)) {
+    if (!ga_limit_allows(a, sp->reserved, size)) {
       *fraction_refused = 1;
       return GA_DEV_EOOM;
     }
     int rc = GA_DEV_EOOM;
-    if (whole && size < page && (limit == SIZE_MAX || page <= limit - sp->reserved))
+    if (whole && size < page && ga_limit_allows(a, sp->reserved, page))
       rc = ga_pages_create_locked(a, page, pool);
     if (rc == GA_DEV_EOOM) rc = ga_pages_create_locked(a, size, pool);
     if (rc) return rc;

@@ -267,6 +267,32 @@ int ga_policy_init_locked(ga_allocator_t *a, size_t total);
 /* The memory fraction (1.0: none); the limit is the lower of it and the
  * budget (max_reserved_mb, headroom_mb). */
 void ga_policy_set_fraction_locked(ga_allocator_t *a, double fraction);
+
+/* ---- The limit on reserved bytes: the one home of its tests ----
+ * a->pol.allowed_max, set by ga_policy_set_fraction_locked: SIZE_MAX when
+ * no limit is set. `reserved` is the allocator's (a->space.reserved) or a
+ * model's of it (fit.c). */
+/* May `bytes` more be reserved? (alloc_block's test against
+ * allowed_memory_maximum in PyTorch.) */
+static inline int ga_limit_allows(const ga_allocator_t *a, size_t reserved, size_t bytes) {
+  size_t lim = a->pol.allowed_max;
+  return lim == SIZE_MAX || (reserved <= lim && bytes <= lim - reserved);
+}
+/* The bytes that may still be reserved: SIZE_MAX without a limit, 0 past it. */
+static inline size_t ga_limit_left(const ga_allocator_t *a, size_t reserved) {
+  size_t lim = a->pol.allowed_max;
+  return lim == SIZE_MAX ? SIZE_MAX : lim > reserved ? lim - reserved : 0;
+}
+/* Does garbage collection run? PyTorch's: a limit is set and
+ * garbage_collection_threshold > 0 (each get_free_block then ages the
+ * large pool's free blocks). */
+static inline int ga_limit_gc_on(const ga_allocator_t *a) {
+  return a->pol.allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0;
+}
+/* The reserved bytes garbage collection brings the allocator down to. */
+static inline size_t ga_limit_gc_threshold(const ga_allocator_t *a) {
+  return (size_t)(a->cfg.gc_threshold * (double)a->pol.allowed_max);
+}
 /* Waits for pending events, then frees everything the policy holds; the
  * segment layer goes last (ga_space_teardown_locked). */
 void ga_policy_teardown_locked(ga_allocator_t *a);

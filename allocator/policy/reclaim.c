@@ -42,14 +42,10 @@ static int collect_unsplit(ga_block *b, void *arg) {
 
 /* ---- Garbage collection ---- */
 
-static int gc_enabled(const ga_allocator_t *a) {
-  return a->pol.allowed_max != SIZE_MAX && a->cfg.gc_threshold > 0.0;
-}
-
 int ga_reclaim_gc_locked(ga_allocator_t *a) {
-  if (!gc_enabled(a)) return 0;
+  if (!ga_limit_gc_on(a)) return 0;
   ga_free_tree *p = &a->pol.trees[GA_P_LARGE];
-  size_t threshold = (size_t)(a->cfg.gc_threshold * (double)a->pol.allowed_max);
+  size_t threshold = ga_limit_gc_threshold(a);
   if (a->space.reserved <= threshold) return 0;
   size_t target = a->space.reserved - threshold, reclaimed = 0;
   blist l = {0};
