@@ -119,7 +119,9 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
   a->dev = dev;
   a->owns_dev = owns;
   snprintf(a->conf_text, sizeof a->conf_text, "%s", conf ? conf : "");
+  ga_lock_acquire(&a->mu); /* the *_locked functions state that their caller holds it */
   int rc = ga_policy_init_locked(a, total);
+  ga_lock_release(&a->mu);
   if (rc == GA_DEV_EINVAL) {
     ga_error_set(
         "ga_create: the configuration is too large for a device of %zu bytes: the expandable page size "

@@ -173,6 +173,7 @@ static int check_pages(ga_allocator_t *a, totals *t, size_t *reserved) {
 }
 
 int ga_check_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   int broken = 0;
   totals t = {0};
   size_t nsegs = 0, reserved = 0;

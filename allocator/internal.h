@@ -257,8 +257,9 @@ struct ga_allocator {
 };
 
 /* ---- Preconditions (debug.h: GA_ASSERT) ---- */
-/* The caller holds the allocator's lock (someone does: the futex has no owner). */
-#define GA_ASSERT_LOCKED(a) GA_ASSERT(atomic_load_explicit(&(a)->mu.state, memory_order_relaxed) != 0)
+/* The calling thread holds the allocator's lock (lock.h records the holder
+ * where asserts are on). Every *_locked function states it first. */
+#define GA_ASSERT_LOCKED(a) GA_ASSERT(ga_lock_held((ga_lock *)&(a)->mu))
 
 /* ---- Growable arrays ---- */
 static inline void *ga_vec_grow(void *v, size_t *cap, size_t n, size_t elem) {
@@ -282,6 +283,7 @@ static inline int ga_vec_set(void *slot, void *nv) {
 /* Records one history entry when recording is on. */
 static inline void ga_history_add_locked(ga_allocator_t *a, int action, uintptr_t addr, size_t size,
                                          ga_stream_t stream) {
+  GA_ASSERT_LOCKED(a);
   if (ga_history_on(&a->history)) ga_history_add(&a->history, action, addr, size, (uintptr_t)stream);
 }
 

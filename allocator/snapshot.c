@@ -106,6 +106,7 @@ static int by_address(const void *x, const void *y) {
 }
 
 void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
+  GA_ASSERT_LOCKED(a);
   ga_segment **segs = ga_host_malloc((a->space.nsegs + 1) * sizeof *segs);
   size_t n = 0;
   for (ga_segment *s = a->space.segs; s && segs; s = s->next) segs[n++] = s;

@@ -1,7 +1,9 @@
 /* test_badinput.c — every bad input gets a clear error and changes nothing. */
+#include <signal.h>
 #include <stdlib.h>
 
 #include "fixture.h"
+#include "inspect.h"
 #include "policy/policy.h"
 
 TestSuite(badinput, .fini = fx_close);
@@ -320,3 +322,40 @@ Test(badinput, backend_cuda_without_a_driver_fails_clearly) {
   cr_assert_str_eq(ga_backend_name(a), "sim");
   ga_destroy(a);
 }
+
+/* ---- The lock's holder (GA_ASSERT_LOCKED) ---- */
+
+/* A *_locked function called by the thread that holds the lock runs. */
+Test(badinput, a_locked_function_runs_under_this_threads_lock) {
+  fx_open(NULL, GiB);
+  void *p = fx_alloc(MiB);
+  ga_lock_acquire(&fx_a->mu);
+  int broken = ga_check_locked(fx_a);
+  ga_lock_release(&fx_a->mu);
+  cr_assert_eq(broken, 0);
+  fx_free(p);
+}
+
+#ifdef GA_ASSERTS
+/* Where asserts are on, a *_locked function called without the lock stops
+ * the process (a broken precondition, not an error to return). */
+Test(badinput, a_locked_function_without_the_lock_aborts, .signal = SIGABRT) {
+  fx_open(NULL, GiB);
+  (void)ga_check_locked(fx_a);
+}
+
+static void *hold_lock(void *arg) {
+  ga_allocator_t *a = arg;
+  ga_lock_acquire(&a->mu);
+  return NULL;
+}
+
+/* Another thread holding the lock is not this thread holding it. */
+Test(badinput, a_locked_function_under_another_threads_lock_aborts, .signal = SIGABRT) {
+  fx_open(NULL, GiB);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, hold_lock, fx_a), 0);
+  cr_assert_eq(pthread_join(t, NULL), 0); /* it exits holding the lock */
+  ga_free_locked(fx_a, NULL);
+}
+#endif

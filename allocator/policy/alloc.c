@@ -164,6 +164,7 @@ static int past_budget(ga_allocator_t *a, size_t need) {
 }
 
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out) {
+  GA_ASSERT_LOCKED(a);
   /* The free kept back (block.c), when this allocation would take it again. */
   if (a->pol.kept && size <= GA_MAX_REQUEST) {
     ga_block *b = ga_block_keep_reuse_locked(a, size, stream);
@@ -178,6 +179,7 @@ ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, 
 /* Out of line: ga_alloc_locked's path through the free kept back stays short. */
 __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, size_t size,
                                                             ga_stream_t stream, unsigned flags, void **out) {
+  GA_ASSERT_LOCKED(a);
   ga_block_keep_flush_locked(a);
   /* One physical allocation: in expandable mode a native segment. */
   int contiguous = (flags & GA_ALLOC_CONTIGUOUS_HANDLE) && a->cfg.expandable_segments;
@@ -320,6 +322,7 @@ __attribute__((noinline)) static ga_status_t bad_free(ga_allocator_t *a, void *p
 }
 
 ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
+  GA_ASSERT_LOCKED(a);
   ga_block_keep_flush_locked(a);
   /* Exported to another process that still imports it: refused, unchanged. */
   if (a->pol.ipc && ga_ipc_free_check_locked(a, ptr) != GA_OK) return GA_ERR_INVALID;
@@ -342,11 +345,13 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
 }
 
 ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr) {
+  GA_ASSERT_LOCKED(a);
   diagnose_bad_free(a, fn, ptr);
   return GA_ERR_BAD_POINTER;
 }
 
 const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p) {
+  GA_ASSERT_LOCKED(a);
   for (ga_segment *s = a->space.segs; s; s = s->next) {
     if (p < s->base || p - s->base >= s->size) continue;
     for (ga_block *b = s->head; b; b = b->next)
@@ -392,5 +397,6 @@ static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int frac
 }
 
 void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused) {
+  GA_ASSERT_LOCKED(a);
   report_oom(a, tried, rounded, fraction_refused, 0);
 }

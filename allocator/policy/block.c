@@ -33,12 +33,14 @@ static int becomes_free(const ga_free_tree *p, ga_block *b) {
 }
 
 void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   ga_free_tree *p = &ga_trees_of(a, b)[b->pool];
   if (becomes_free(p, b)) ga_hot_split(&a->stats, &a->hot, b->pool, 1, (int64_t)b->size);
   ga_free_tree_insert(p, b);
 }
 
 void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   ga_free_tree_remove(&ga_trees_of(a, b)[b->pool], b);
   if (b->counted_split) {
     ga_hot_split(&a->stats, &a->hot, b->pool, -1, -(int64_t)b->size);
@@ -94,6 +96,7 @@ static ga_block *handed(ga_allocator_t *a, ga_block *b, size_t size) {
 }
 
 ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded, int in_tree) {
+  GA_ASSERT_LOCKED(a);
   if (ga_blockmap_reserve(&a->pol.map)) return NULL;
   if (should_split(a, b, rounded)) {
     int back = take_back(a, b, rounded);
@@ -150,6 +153,7 @@ static ga_block *merge_insert(ga_allocator_t *a, ga_block *b) {
 }
 
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   size_t size = b->size, requested = b->requested;
   int pool = b->pool;
   b->free_seq = ++a->pol.streams.free_clock;
@@ -181,6 +185,7 @@ void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
  * made before this existed. */
 
 int ga_block_free_keep_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   GA_ASSERT(!a->pol.kept && b->state == GA_BLOCK_PENDING);
   ga_block *p = b->prev;
   /* Not when the next allocation would first do something else: retire
@@ -197,6 +202,7 @@ int ga_block_free_keep_locked(ga_allocator_t *a, ga_block *b) {
 }
 
 __attribute__((noinline)) void ga_block_keep_flush_slow_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   ga_block *b = a->pol.kept;
   size_t size = b->size, requested = b->requested;
   int pool = b->pool;
@@ -208,6 +214,7 @@ __attribute__((noinline)) void ga_block_keep_flush_slow_locked(ga_allocator_t *a
 }
 
 ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t stream) {
+  GA_ASSERT_LOCKED(a);
   ga_block *b = a->pol.kept, *n = b->next;
   size_t rounded = ga_round_size(&a->cfg, size);
   if (rounded != b->size || stream != b->stream) return NULL;

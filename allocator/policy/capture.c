@@ -18,6 +18,7 @@
 #include "policy.h"
 
 ga_status_t ga_capture_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t stream) {
+  GA_ASSERT_LOCKED(a);
   ga_private *v = ga_private_find_locked(a, id);
   if (v && v->released) {
     ga_error_set("ga_begin_allocate_to_pool: pool %llu was released", (unsigned long long)id);
@@ -57,6 +58,7 @@ static int stop_routing(ga_allocator_t *a, ga_private *v) {
 static ga_status_t flush_failed(ga_allocator_t *a, const char *fn, ga_err rc);
 
 ga_status_t ga_capture_announce_locked(ga_allocator_t *a, int begin) {
+  GA_ASSERT_LOCKED(a);
   if (begin) {
     a->pol.capture.routing++;
     return GA_OK;
@@ -88,12 +90,14 @@ static ga_status_t flush_failed(ga_allocator_t *a, const char *fn, ga_err rc) {
 }
 
 ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id) {
+  GA_ASSERT_LOCKED(a);
   int rc;
   if (!stop(a, id, "ga_end_allocate_to_pool", &rc)) return GA_ERR_INVALID;
   return rc ? flush_failed(a, "ga_end_allocate_to_pool", rc) : GA_OK;
 }
 
 ga_status_t ga_capture_release_locked(ga_allocator_t *a, uint64_t id) {
+  GA_ASSERT_LOCKED(a);
   int flush_rc, rc = 0;
   ga_private *v = stop(a, id, "ga_release_pool", &flush_rc);
   if (!v) return GA_ERR_INVALID;

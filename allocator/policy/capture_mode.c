@@ -13,6 +13,7 @@
 #include "policy.h"
 
 int ga_capture_relax_locked(ga_allocator_t *a, ga_relax *r) {
+  GA_ASSERT_LOCKED(a);
   r->on = 0;
   if (!a->pol.capture.routing) return 0;
   int rc = ga_dev_capture_mode(a->dev, 1, &r->prev);
@@ -21,11 +22,13 @@ int ga_capture_relax_locked(ga_allocator_t *a, ga_relax *r) {
 }
 
 void ga_capture_unrelax_locked(ga_allocator_t *a, ga_relax *r) {
+  GA_ASSERT_LOCKED(a);
   if (r->on) (void)ga_dev_capture_mode(a->dev, r->prev, NULL);
   r->on = 0;
 }
 
 int ga_capture_is_capturing_locked(ga_allocator_t *a, ga_stream_t stream) {
+  GA_ASSERT_LOCKED(a);
   int capturing = 1;
   if (!a->pol.capture.routing) return 0;
   return ga_dev_stream_capturing(a->dev, stream, &capturing) || capturing;

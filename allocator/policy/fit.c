@@ -308,6 +308,7 @@ static int one(fmodel *m, size_t size, ga_stream_t stream) {
 
 ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
                                     size_t *fit) {
+  GA_ASSERT_LOCKED(a);
   size_t dev_free = 0, total = 0;
   int rc = ga_dev_mem_info(a->dev, &dev_free, &total);
   if (rc) {
@@ -343,6 +344,7 @@ static size_t largest_block(const fmodel *m, ga_stream_t stream) {
 }
 
 ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t *cached, size_t *with_call) {
+  GA_ASSERT_LOCKED(a);
   size_t dev_free = 0, total = 0;
   if (with_call) {
     int rc = ga_dev_mem_info(a->dev, &dev_free, &total);

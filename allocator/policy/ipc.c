@@ -61,7 +61,10 @@ static ipc_export *export_find(ga_allocator_t *a, uintptr_t p) {
   return NULL;
 }
 
-int ga_ipc_exported_locked(ga_allocator_t *a, uintptr_t p) { return export_find(a, p) != NULL; }
+int ga_ipc_exported_locked(ga_allocator_t *a, uintptr_t p) {
+  GA_ASSERT_LOCKED(a);
+  return export_find(a, p) != NULL;
+}
 
 /* The lease's first byte: 1 once the exporter freed the allocation. */
 #define LEASE_REVOKED 1
@@ -72,6 +75,7 @@ static void close_pieces(ga_ipc_desc_t *d, uint32_t n) {
 }
 
 ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *desc) {
+  GA_ASSERT_LOCKED(a);
   ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
   if (!b) {
     ga_error_set(
@@ -158,6 +162,7 @@ ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *de
 /* ga_free of ptr: GA_OK when it may go on (not exported, or no import
  * holds it: the export is then dropped), else the refusal. */
 ga_status_t ga_ipc_free_check_locked(ga_allocator_t *a, void *ptr) {
+  GA_ASSERT_LOCKED(a);
   ipc_export *e = export_find(a, (uintptr_t)ptr);
   if (!e) return GA_OK;
   if (flock(e->lease, LOCK_EX | LOCK_NB) != 0) {
@@ -187,6 +192,7 @@ static void unwind(ga_allocator_t *a, ipc_import *m, size_t nmapped) {
 }
 
 ga_status_t ga_ipc_import_locked(ga_allocator_t *a, const ga_ipc_desc_t *d, void **out) {
+  GA_ASSERT_LOCKED(a);
   size_t g = a->space.gran, total = 0;
   if (d->version != GA_IPC_VERSION || d->npieces == 0 || d->npieces > GA_IPC_MAX_PIECES || d->lease_fd < 0) {
     ga_error_set("ga_ipc_import: not a descriptor ga_ipc_export wrote (version %u, %u pieces, lease fd %d)",
@@ -266,6 +272,7 @@ ga_status_t ga_ipc_import_locked(ga_allocator_t *a, const ga_ipc_desc_t *d, void
 }
 
 ga_status_t ga_ipc_close_locked(ga_allocator_t *a, void *ptr) {
+  GA_ASSERT_LOCKED(a);
   struct ga_ipc *x = a->pol.ipc;
   for (size_t i = 0; x && i < x->nim; i++) {
     if (x->im[i].ptr != (uintptr_t)ptr) continue;
@@ -284,6 +291,7 @@ ga_status_t ga_ipc_close_locked(ga_allocator_t *a, void *ptr) {
 }
 
 void ga_ipc_usage_locked(ga_allocator_t *a, size_t *handles, size_t *mappings, size_t *reservations) {
+  GA_ASSERT_LOCKED(a);
   struct ga_ipc *x = a->pol.ipc;
   *handles = *mappings = *reservations = 0;
   for (size_t i = 0; x && i < x->nim; i++) {
@@ -294,6 +302,7 @@ void ga_ipc_usage_locked(ga_allocator_t *a, size_t *handles, size_t *mappings, s
 }
 
 void ga_ipc_teardown_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   struct ga_ipc *x = a->pol.ipc;
   if (!x) return;
   while (x->nim) {

@@ -10,6 +10,7 @@
 
 /* Completes the free kept back, if any. */
 static inline void ga_block_keep_flush_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   if (a->pol.kept) ga_block_keep_flush_slow_locked(a);
 }
 

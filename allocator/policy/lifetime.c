@@ -6,6 +6,7 @@
 #include "policy.h"
 
 int ga_policy_init_locked(ga_allocator_t *a, size_t total) {
+  GA_ASSERT_LOCKED(a);
   ga_policy *p = &a->pol;
   const ga_config *c = &a->cfg;
   a->dev->shareable = c->shareable_handles; /* handles created from now on can be exported */
@@ -32,6 +33,7 @@ int ga_policy_init_locked(ga_allocator_t *a, size_t total) {
 }
 
 void ga_policy_set_fraction_locked(ga_allocator_t *a, double fraction) {
+  GA_ASSERT_LOCKED(a);
   ga_policy *p = &a->pol;
   p->fraction = fraction;
   p->allowed_max = fraction < 1.0 ? (size_t)(fraction * (double)p->device_total) : SIZE_MAX;
@@ -39,6 +41,7 @@ void ga_policy_set_fraction_locked(ga_allocator_t *a, double fraction) {
 }
 
 void ga_policy_teardown_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   (void)ga_stream_sync_all_locked(a);
   ga_ipc_teardown_locked(a);
   ga_stream_teardown_locked(a);

@@ -49,6 +49,7 @@ static int whole_granules(const ga_block *b, size_t gran, size_t *g0, size_t *g1
 /* ---- Moving whole free granules into the page cache ---- */
 
 int ga_move_unmap_free_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1) {
+  GA_ASSERT_LOCKED(a);
   ga_block *front, *back;
   ga_block_from_free_tree_locked(a, b);
   int rc = ga_expandable_unmap_locked(a, b, g0, g1, &front, &back);
@@ -205,6 +206,7 @@ static int create_until(ga_allocator_t *a, size_t n, int pool, size_t page, int 
 
 int ga_move_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
                           uintptr_t keep_hi, int *fraction_refused) {
+  GA_ASSERT_LOCKED(a);
   *fraction_refused = 0;
   if (a->space.ncache >= n) return 0;
   /* expandable_move_pages:when_full: new memory first, moves only when the
@@ -287,6 +289,7 @@ static uintptr_t reach(const ga_block *run, uintptr_t hi_g, int extend) {
 
 int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
                         int *fraction_refused, ga_block **out) {
+  GA_ASSERT_LOCKED(a);
   size_t g = a->space.gran;
   *fraction_refused = 0;
   ga_block *run = find_run(a, priv, pool, stream, size);
@@ -358,6 +361,7 @@ static int add_stranded(ga_block *b, void *arg) {
 }
 
 size_t ga_move_stranded_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   size_t sum[2] = {0, a->space.gran};
   for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], add_stranded, sum);
   return sum[0];

@@ -8,6 +8,7 @@
 #include "policy.h"
 
 ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer) {
+  GA_ASSERT_LOCKED(a);
   int count = 0;
   if (ga_dev_device_count(a->dev, &count)) {
     ga_error_set("ga_enable_peer_access: cannot count the devices: %s", a->dev->error);

@@ -10,6 +10,7 @@
 #include "policy.h"
 
 int ga_reclaim_native_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   ga_private *owner = b->seg->priv;
   int rc = ga_native_release_locked(a, b);
   if (!rc && owner) ga_private_segment_gone_locked(a, owner); /* may free a released pool */
@@ -43,6 +44,7 @@ static int collect_unsplit(ga_block *b, void *arg) {
 /* ---- Garbage collection ---- */
 
 int ga_reclaim_gc_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   if (!ga_limit_gc_on(a)) return 0;
   ga_free_tree *p = &a->pol.trees[GA_P_LARGE];
   size_t threshold = ga_limit_gc_threshold(a);
@@ -80,6 +82,7 @@ int ga_reclaim_gc_locked(ga_allocator_t *a) {
 /* ---- Oversize blocks (step 4.4 of the ladder) ---- */
 
 int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size, int *enough) {
+  GA_ASSERT_LOCKED(a);
   size_t max_split = a->cfg.max_split_size;
   *enough = 0;
   if (max_split == SIZE_MAX) return 0;
@@ -142,6 +145,7 @@ static int reclaim_all(ga_allocator_t *a) {
 }
 
 int ga_reclaim_all_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   ga_relax r;
   int rc = ga_capture_relax_locked(a, &r), before = a->pol.capture.flush_deferred;
   if (rc) return rc; /* nothing safe to do: the mode cannot be relaxed */
@@ -208,6 +212,7 @@ static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
 }
 
 int ga_reclaim_expandable_locked(ga_allocator_t *a, ga_private *only) {
+  GA_ASSERT_LOCKED(a);
   int rc = 0;
   frees f = {0};
   for (ga_segment *s = a->space.segs, *next; s && !rc; s = next) {
@@ -222,6 +227,7 @@ int ga_reclaim_expandable_locked(ga_allocator_t *a, ga_private *only) {
 /* ---- Private pools: their free native segments ---- */
 
 int ga_reclaim_private_locked(ga_allocator_t *a, ga_private *v) {
+  GA_ASSERT_LOCKED(a);
   for (int p = 0; p < 2; p++) {
     for (;;) {
       ga_block *b = NULL;

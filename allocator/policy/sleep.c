@@ -28,6 +28,7 @@ static int tag_index(ga_allocator_t *a, const char *tag, size_t len, int create)
 }
 
 ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag) {
+  GA_ASSERT_LOCKED(a);
   ga_status_t st = GA_OK;
   ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
   int idx = b && tag && *tag ? tag_index(a, tag, strlen(tag), 1) : -1;
@@ -47,6 +48,7 @@ ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag) {
 }
 
 ga_status_t ga_sleep_mode_locked(ga_allocator_t *a, const char *tag, int mode) {
+  GA_ASSERT_LOCKED(a);
   if (mode != GA_RESTORE_NONE && mode != GA_RESTORE_ZERO && mode != GA_RESTORE_HOST) {
     ga_error_set("ga_sleep_mode: mode %d is not GA_RESTORE_NONE, GA_RESTORE_ZERO or GA_RESTORE_HOST", mode);
     return GA_ERR_INVALID;
@@ -159,6 +161,7 @@ static void all_awake(ga_allocator_t *a) {
 }
 
 ga_status_t ga_free_at_wake_locked(ga_allocator_t *a, void *ptr) {
+  GA_ASSERT_LOCKED(a);
   ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
   if (!b || !b->asleep) return ga_free_locked(a, ptr);
   if (!b->free_at_wake) a->pol.sleep.nfree_at_wake++;
@@ -209,6 +212,7 @@ static int restore_pending(ga_allocator_t *a) {
 static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags);
 
 ga_status_t ga_sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags) {
+  GA_ASSERT_LOCKED(a);
   ga_relax r;
   /* The arguments first: a refused call makes no device call. */
   if (tags && *tags && !a->cfg.expandable_segments) {
@@ -264,6 +268,7 @@ static int wait_sleepers(ga_allocator_t *a, uint32_t mask) {
 }
 
 static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned flags) {
+  GA_ASSERT_LOCKED(a);
   ga_status_t st = GA_OK;
   int rc = 0;
   uint32_t mask = tag_mask(a, tags);
@@ -351,6 +356,7 @@ static ga_status_t wake_locked(ga_allocator_t *a);
 /* During a capture, in the relaxed capture mode (nothing moves then, as in
  * ga_malloc: the memory comes from the cache or new handles). */
 ga_status_t ga_wake_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   ga_relax r;
   if (ga_capture_relax_locked(a, &r)) {
     ga_error_set("ga_wake: cannot enter the relaxed capture mode during a capture: %s", a->dev->error);
@@ -362,6 +368,7 @@ ga_status_t ga_wake_locked(ga_allocator_t *a) {
 }
 
 static ga_status_t wake_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   int refused = 0, rc = restore_pending(a), restore_failed = rc != 0;
   size_t g = a->space.gran;
   if (a->pol.sleep.nsleepers && !rc) {
@@ -391,6 +398,7 @@ static ga_status_t wake_locked(ga_allocator_t *a) {
 }
 
 void ga_sleep_teardown_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   for (size_t i = 0; i < a->pol.sleep.nsleepers; i++) free(a->pol.sleep.sleepers[i].host);
   free(a->pol.sleep.sleepers);
   a->pol.sleep.sleepers = NULL;

@@ -18,6 +18,7 @@
 #include "policy.h"
 
 ga_err ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
+  GA_ASSERT_LOCKED(a);
   (void)a;
   if (s == b->stream) return 0;
   for (uint32_t i = 0; i < b->nuses; i++)
@@ -85,10 +86,12 @@ static int defer_on(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
 }
 
 int ga_stream_free_room_locked(ga_allocator_t *a, const ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   return GA_VEC_ROOM(a->pol.streams.pending, a->pol.streams.cap_pending, a->pol.streams.npending + b->nuses);
 }
 
 int ga_stream_free_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   int quarantined = 0;
   b->state = GA_BLOCK_PENDING;
   if (b->nuses && a->pol.capture.routing) {
@@ -117,6 +120,7 @@ static void retire(ga_allocator_t *a, size_t i) {
 }
 
 void ga_stream_process_events_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   for (size_t i = 0; i < a->pol.streams.npending;) {
     ga_pending *p = &a->pol.streams.pending[i];
     if (!p->ev) { /* quarantined: an event recorded now follows the work it waits for */
@@ -134,6 +138,7 @@ void ga_stream_process_events_locked(ga_allocator_t *a) {
 }
 
 int ga_stream_sync_all_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   a->stats.num_sync_all_streams++;
   int rc = 0;
   for (size_t i = 0; i < a->pol.streams.npending;) {
@@ -148,6 +153,7 @@ int ga_stream_sync_all_locked(ga_allocator_t *a) {
 }
 
 void ga_stream_capture_ended_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   size_t n = a->pol.capture.ndeferred, kept = 0;
   a->pol.capture.ndeferred = 0;
   for (size_t i = 0; i < n; i++) {
@@ -193,6 +199,7 @@ static ga_err fence_record(ga_allocator_t *a, struct ga_fence *f) {
 
 int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_seq, int wait, int *idle,
                            int *waited) {
+  GA_ASSERT_LOCKED(a);
   struct ga_fence *f = fence_of(a, stream, 1);
   *idle = *waited = 0;
   if (f && free_seq <= f->safe_seq) return *idle = 1, 0;
@@ -214,9 +221,13 @@ int ga_stream_fence_locked(ga_allocator_t *a, ga_stream_t stream, uint64_t free_
   return 0;
 }
 
-void ga_stream_fence_watch_locked(ga_allocator_t *a, ga_stream_t stream) { (void)fence_of(a, stream, 1); }
+void ga_stream_fence_watch_locked(ga_allocator_t *a, ga_stream_t stream) {
+  GA_ASSERT_LOCKED(a);
+  (void)fence_of(a, stream, 1);
+}
 
 void ga_stream_fences_refresh_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   for (int i = 0; i < a->pol.streams.nfences; i++) {
     struct ga_fence *f = &a->pol.streams.fences[i];
     if (f->ev && f->ev_seq == a->pol.streams.free_clock) continue; /* nothing freed since */
@@ -225,6 +236,7 @@ void ga_stream_fences_refresh_locked(ga_allocator_t *a) {
 }
 
 void ga_stream_teardown_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   for (int i = 0; i < a->pol.streams.nfences; i++)
     if (a->pol.streams.fences[i].ev) (void)ga_dev_event_destroy(a->dev, a->pol.streams.fences[i].ev);
   a->pol.streams.nfences = 0;

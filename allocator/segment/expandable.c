@@ -67,6 +67,7 @@ static int granules_room(ga_segment *s, size_t n) {
 
 int ga_expandable_new_locked(ga_allocator_t *a, ga_private *owner, int pool, ga_stream_t stream,
                              size_t min_size, ga_segment **out) {
+  GA_ASSERT_LOCKED(a);
   size_t g = a->space.gran;
   size_t size = a->space.reserve_size > min_size ? a->space.reserve_size : round_up(min_size, g);
   ga_segment *s;
@@ -90,6 +91,7 @@ int ga_expandable_new_locked(ga_allocator_t *a, ga_private *owner, int pool, ga_
 }
 
 int ga_expandable_delete_locked(ga_allocator_t *a, ga_segment *s) {
+  GA_ASSERT_LOCKED(a);
   GA_ASSERT(s->expandable && !s->head->next && s->head->state == GA_BLOCK_UNMAPPED);
   int rc = ga_dev_unreserve(a->dev, (void *)s->base, s->size);
   if (rc) return rc;
@@ -218,6 +220,7 @@ static int grant_new(ga_allocator_t *a, ga_segment *s, size_t i, size_t *n) {
 /* ---- One granule ---- */
 
 int ga_expandable_fill_locked(ga_allocator_t *a, ga_segment *s, size_t i, const void *host) {
+  GA_ASSERT_LOCKED(a);
   ga_space *sp = &a->space;
   void *va = granule_va(a, s, i);
   /* A new mapping has no access yet: this device and its peers get it. */
@@ -232,6 +235,7 @@ int ga_expandable_fill_locked(ga_allocator_t *a, ga_segment *s, size_t i, const 
 
 int ga_expandable_map_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i, const void *host,
                                      int *stuck) {
+  GA_ASSERT_LOCKED(a);
   size_t g = a->space.gran;
   void *va = granule_va(a, s, i);
   GA_ASSERT(a->space.ncache > 0 && i < s->ngranules && !s->granules[i].handle);
@@ -260,6 +264,7 @@ int ga_expandable_mapping_locked(const ga_segment *s, size_t i, size_t *start, s
 }
 
 int ga_expandable_sleep_locked(ga_allocator_t *a, ga_segment *s, size_t i, void *const *hosts) {
+  GA_ASSERT_LOCKED(a);
   size_t g = a->space.gran, n = s->granules[i].len;
   GA_ASSERT(i < s->ngranules && s->granules[i].handle && s->granules[i].off == 0);
   int rc = ga_pages_room_locked(a, n);
@@ -304,6 +309,7 @@ static int map_granules(ga_allocator_t *a, ga_block *u, size_t want, size_t room
 }
 
 int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi, int extend) {
+  GA_ASSERT_LOCKED(a);
   size_t g = a->space.gran;
   uintptr_t hi_g = round_up(hi, g);
   GA_ASSERT(run->seg->expandable && (!run->prev || run->prev->state != GA_BLOCK_FREE));
@@ -331,6 +337,7 @@ int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi, int
 /* ---- Unmapping ---- */
 
 int ga_expandable_movable_locked(const ga_allocator_t *a, const ga_block *b, size_t *g0, size_t *g1) {
+  GA_ASSERT_LOCKED(a);
   const ga_segment *s = b->seg;
   size_t g = a->space.gran, bg = s->base / g;
   size_t i0 = (b->ptr + g - 1) / g - bg, i1 = (b->ptr + b->size) / g - bg;
@@ -361,6 +368,7 @@ static int remap(ga_allocator_t *a, ga_segment *s, size_t i, ga_handle *h, uint3
 
 int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1, ga_block **front,
                                ga_block **back) {
+  GA_ASSERT_LOCKED(a);
   ga_segment *s = b->seg;
   size_t g = a->space.gran, bg = s->base / g, i0 = g0 - bg, i1 = g1 - bg;
   GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree && s->expandable);
@@ -402,6 +410,7 @@ int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t
 /* ---- Access for peer devices ---- */
 
 int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n, size_t *ranges) {
+  GA_ASSERT_LOCKED(a);
   size_t g = a->space.gran;
   *ranges = 0;
   for (ga_segment *s = a->space.segs; s; s = s->next) {
@@ -422,6 +431,7 @@ int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n, siz
 }
 
 int ga_expandable_access_add_locked(ga_allocator_t *a, int peer) {
+  GA_ASSERT_LOCKED(a);
   ga_space *sp = &a->space;
   size_t ranges = 0;
   GA_ASSERT(sp->naccess < (int)(sizeof sp->access / sizeof sp->access[0]));
@@ -442,6 +452,7 @@ int ga_expandable_access_add_locked(ga_allocator_t *a, int peer) {
 }
 
 int ga_expandable_regrant_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   size_t ranges = 0;
   int rc = ga_expandable_grant_locked(a, a->space.access, a->space.naccess, &ranges);
   if (rc == GA_DEV_EINVAL && a->space.nproven < a->space.naccess) refuse_unproven(a);

@@ -24,6 +24,7 @@ static void account(ga_allocator_t *a, const ga_segment *seg, int sign) {
 }
 
 int ga_native_new_locked(ga_allocator_t *a, size_t size, int pool, ga_stream_t stream, ga_block **out) {
+  GA_ASSERT_LOCKED(a);
   ga_segment *seg;
   ga_block *b;
   void *ptr = NULL;
@@ -42,6 +43,7 @@ int ga_native_new_locked(ga_allocator_t *a, size_t size, int pool, ga_stream_t s
 }
 
 int ga_native_release_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   ga_segment *seg = b->seg;
   GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree && !ga_tiles_is_split(b) && !seg->expandable);
   int rc = ga_dev_free(a->dev, (void *)seg->base);

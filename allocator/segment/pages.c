@@ -15,11 +15,13 @@
 /* ---- The cache ---- */
 
 int ga_pages_room_locked(ga_allocator_t *a, size_t n) {
+  GA_ASSERT_LOCKED(a);
   ga_space *sp = &a->space;
   return GA_VEC_ROOM(sp->cache, sp->cap_cache, sp->ncache + n);
 }
 
 int ga_pages_put_locked(ga_allocator_t *a, ga_granule g) {
+  GA_ASSERT_LOCKED(a);
   int rc = ga_pages_room_locked(a, 1);
   if (rc) return rc;
   a->space.cache[a->space.ncache++] = g;
@@ -28,12 +30,14 @@ int ga_pages_put_locked(ga_allocator_t *a, ga_granule g) {
 }
 
 ga_granule ga_pages_take_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   GA_ASSERT(a->space.ncache > 0);
   ga_stat_dec(&a->stats.page_cache_bytes, a->space.gran);
   return a->space.cache[--a->space.ncache];
 }
 
 void ga_pages_attribute_locked(ga_allocator_t *a, const ga_handle *h, int pool, int mapped) {
+  GA_ASSERT_LOCKED(a);
   if (h->pool == pool) return;
   ga_stat_t *to = ga_pool_stat(a->stats.reserved_bytes, mapped ? pool : h->pool);
   ga_stat_t *from = ga_pool_stat(a->stats.reserved_bytes, mapped ? h->pool : pool);
@@ -42,6 +46,7 @@ void ga_pages_attribute_locked(ga_allocator_t *a, const ga_handle *h, int pool, 
 }
 
 size_t ga_pages_cached_bytes_locked(const ga_allocator_t *a, int pool) {
+  GA_ASSERT_LOCKED(a);
   size_t n = 0;
   for (size_t i = 0; i < a->space.ncache; i++) n += a->space.cache[i].handle->pool == pool;
   return n * a->space.gran;
@@ -78,6 +83,7 @@ static int handle_release(ga_allocator_t *a, ga_handle *h) {
 }
 
 int ga_pages_trim_locked(ga_allocator_t *a, size_t keep) {
+  GA_ASSERT_LOCKED(a);
   for (ga_handle *h = a->space.handles, *next; h && a->space.ncache * a->space.gran > keep; h = next) {
     next = h->next;
     if (h->nmapped) continue;
@@ -88,6 +94,7 @@ int ga_pages_trim_locked(ga_allocator_t *a, size_t keep) {
 }
 
 int ga_pages_create_locked(ga_allocator_t *a, size_t size, int pool) {
+  GA_ASSERT_LOCKED(a);
   ga_space *sp = &a->space;
   GA_ASSERT(size > 0 && size % sp->gran == 0);
   ga_handle *h = ga_host_calloc(1, sizeof *h);

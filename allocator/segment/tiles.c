@@ -12,6 +12,7 @@
 /* ---- Records ---- */
 
 ga_block *ga_tiles_new_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   ga_block *b = a->space.block_cache;
   if (b)
     a->space.block_cache = b->next;
@@ -22,6 +23,7 @@ ga_block *ga_tiles_new_locked(ga_allocator_t *a) {
 }
 
 void ga_tiles_delete_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   if (b->uses) {
     free(b->uses);
     b->uses = NULL;
@@ -31,6 +33,7 @@ void ga_tiles_delete_locked(ga_allocator_t *a, ga_block *b) {
 }
 
 int ga_tiles_reserve_locked(ga_allocator_t *a, int n) {
+  GA_ASSERT_LOCKED(a);
   ga_block *got[4];
   GA_ASSERT(n <= 4);
   int k = 0;
@@ -44,6 +47,7 @@ int ga_tiles_reserve_locked(ga_allocator_t *a, int n) {
 /* ---- Tiling ---- */
 
 ga_block *ga_tiles_split_locked(ga_allocator_t *a, ga_block *b, size_t at) {
+  GA_ASSERT_LOCKED(a);
   GA_ASSERT(at > 0 && at < b->size);
   ga_block *rest = ga_tiles_new_locked(a);
   if (!rest) return NULL;
@@ -72,11 +76,13 @@ ga_block *ga_tiles_unlink_next(ga_block *x) {
 }
 
 void ga_tiles_absorb_next_locked(ga_allocator_t *a, ga_block *x) {
+  GA_ASSERT_LOCKED(a);
   x->size += x->next->size;
   ga_tiles_delete_locked(a, ga_tiles_unlink_next(x));
 }
 
 ga_block *ga_tiles_merge_unmapped_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   b->state = GA_BLOCK_UNMAPPED;
   if (b->prev && b->prev->state == GA_BLOCK_UNMAPPED) {
     b = b->prev;
@@ -87,6 +93,7 @@ ga_block *ga_tiles_merge_unmapped_locked(ga_allocator_t *a, ga_block *b) {
 }
 
 ga_block *ga_tiles_merge_free_locked(ga_allocator_t *a, ga_block *b) {
+  GA_ASSERT_LOCKED(a);
   GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree);
   if (b->prev && b->prev->state == GA_BLOCK_FREE) {
     GA_ASSERT(!b->prev->in_tree);
@@ -103,6 +110,7 @@ ga_block *ga_tiles_merge_free_locked(ga_allocator_t *a, ga_block *b) {
 /* ---- The segment list ---- */
 
 void ga_tiles_link_locked(ga_allocator_t *a, ga_segment *s) {
+  GA_ASSERT_LOCKED(a);
   s->prev = NULL;
   s->next = a->space.segs;
   if (a->space.segs) a->space.segs->prev = s;
@@ -111,6 +119,7 @@ void ga_tiles_link_locked(ga_allocator_t *a, ga_segment *s) {
 }
 
 void ga_tiles_unlink_locked(ga_allocator_t *a, ga_segment *s) {
+  GA_ASSERT_LOCKED(a);
   if (s->prev)
     s->prev->next = s->next;
   else
@@ -122,6 +131,7 @@ void ga_tiles_unlink_locked(ga_allocator_t *a, ga_segment *s) {
 /* ---- A segment and the block that tiles it ---- */
 
 int ga_tiles_segment_records_locked(ga_allocator_t *a, ga_segment **seg, ga_block **head) {
+  GA_ASSERT_LOCKED(a);
   *seg = calloc(1, sizeof **seg);
   *head = *seg ? ga_tiles_new_locked(a) : NULL;
   if (*head) return 0;
@@ -130,11 +140,13 @@ int ga_tiles_segment_records_locked(ga_allocator_t *a, ga_segment **seg, ga_bloc
 }
 
 void ga_tiles_segment_drop_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head) {
+  GA_ASSERT_LOCKED(a);
   free(seg);
   ga_tiles_delete_locked(a, head);
 }
 
 void ga_tiles_segment_open_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head, int state) {
+  GA_ASSERT_LOCKED(a);
   seg->head = head;
   head->ptr = seg->base;
   head->size = seg->size;
@@ -148,6 +160,7 @@ void ga_tiles_segment_open_locked(ga_allocator_t *a, ga_segment *seg, ga_block *
 /* ---- The layer as a whole ---- */
 
 int ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page) {
+  GA_ASSERT_LOCKED(a);
   ga_space *sp = &a->space;
   sp->access[0] = a->dev->ordinal;
   sp->naccess = sp->nproven = 1;
@@ -179,6 +192,7 @@ static void expandable_teardown(ga_allocator_t *a, ga_segment *s) {
 }
 
 void ga_space_teardown_locked(ga_allocator_t *a) {
+  GA_ASSERT_LOCKED(a);
   ga_space *sp = &a->space;
   for (ga_segment *s = sp->segs; s; s = s->next)
     if (s->expandable) expandable_teardown(a, s);
