@@ -172,6 +172,34 @@ static int check_pages(ga_allocator_t *a, totals *t, size_t *reserved) {
   return broken;
 }
 
+/* The unmapped index of s holds each of its UNMAPPED blocks once, each with
+ * a bound at least its reach, and its counters equal a recount. */
+static int check_unmapped(const ga_segment *s) {
+  int broken = 0;
+  size_t n = 0, bytes = 0, in = 0, in_bytes = 0;
+  for (const ga_block *b = s->head; b; b = b->next) {
+    if (b->state != GA_BLOCK_UNMAPPED) continue;
+    n++;
+    bytes += b->size;
+    if (ga_unmapped_lookup(s, b->ptr) != b) {
+      BROKEN("unmapped block %p of segment %p is not in its unmapped index", (void *)b->ptr, (void *)s->base);
+      continue;
+    }
+    size_t reach = ga_unmapped_reach(b);
+    if (b->reach < reach)
+      BROKEN("unmapped block %p: its bound %zu is below its reach %zu", (void *)b->ptr, b->reach, reach);
+  }
+  if (!ga_unmapped_valid(s, &in, &in_bytes))
+    BROKEN("the unmapped index of segment %p is out of order", (void *)s->base);
+  if (in != n || in_bytes != bytes)
+    BROKEN("the unmapped index of segment %p holds %zu blocks (%zu bytes), the segment %zu (%zu bytes)",
+           (void *)s->base, in, in_bytes, n, bytes);
+  if (s->nunmapped != n || s->unmapped_bytes != bytes)
+    BROKEN("segment %p counts %zu unmapped blocks (%zu bytes), a recount %zu (%zu bytes)", (void *)s->base,
+           s->nunmapped, s->unmapped_bytes, n, bytes);
+  return broken;
+}
+
 int ga_check_locked(ga_allocator_t *a) {
   GA_ASSERT_LOCKED(a);
   int broken = 0;
@@ -197,6 +225,7 @@ int ga_check_locked(ga_allocator_t *a) {
       add3(t.reserved, s->pool, (int64_t)s->size);
       if (s->size >= a->cfg.max_split_size) t.oversize_seg++;
     }
+    broken += check_unmapped(s);
     if (s->next && s->next->prev != s) BROKEN("segment list broken at %p", (void *)s->base);
     if (!s->head || s->head->prev) BROKEN("segment %p: bad head block", (void *)s->base);
     uintptr_t at = s->base;

@@ -58,14 +58,17 @@ typedef struct ga_segment ga_segment;
 typedef struct ga_block ga_block;
 
 struct ga_block {
-  uintptr_t ptr;          /* first byte */
-  size_t size;            /* rounded size (bytes of the segment it covers) */
-  size_t requested;       /* what the client asked for (active blocks) */
+  uintptr_t ptr; /* first byte */
+  size_t size;   /* rounded size (bytes of the segment it covers) */
+  union {
+    size_t requested; /* what the client asked for (active blocks) */
+    size_t reach;     /* UNMAPPED: its bound in the unmapped index (segment/unmapped.c) */
+  };
   ga_stream_t stream;     /* allocation stream; free blocks are reused only on it */
   ga_segment *seg;        /* owning segment */
   ga_block *prev, *next;  /* address neighbours inside the segment */
-  ga_block *left, *right; /* free tree links */
-  uint32_t prio;          /* free tree heap priority */
+  ga_block *left, *right; /* free tree links (FREE), unmapped index links (UNMAPPED) */
+  uint32_t prio;          /* their heap priority */
   uint8_t pool;           /* GA_P_SMALL or GA_P_LARGE */
   uint8_t state;          /* GA_BLOCK_* */
   uint8_t counted_split;  /* counted in inactive_split while in the free tree */
@@ -73,7 +76,10 @@ struct ga_block {
   uint32_t event_count;   /* pending events before a PENDING block is free */
   ga_stream_t *uses;      /* other streams that used the block (record_stream) */
   uint32_t nuses, capuses;
-  uint64_t gc_base;      /* pool's get_free_block count when it became free */
+  union {
+    uint64_t gc_base; /* FREE: pool's get_free_block count when it became free */
+    size_t reach_max; /* UNMAPPED: the largest reach in its subtree of the unmapped index */
+  };
   uint64_t free_seq;     /* a->pol.streams.free_clock when its memory was last freed by a client */
   uint8_t tag;           /* 0 = none, else index + 1 in a->pol.sleep.tags */
   uint8_t asleep;        /* some of its granules are asleep (ga_sleep) */
@@ -135,6 +141,9 @@ struct ga_segment {
   size_t keep_mapped;      /* policy: mapped bytes that no longer move out (0: all may) */
   size_t above_keep;       /* policy: scratch of a move, mapped bytes above keep_mapped */
   ga_granule *granules;    /* expandable: the memory behind granule i (handle NULL: none) */
+  ga_block *unmapped_root; /* expandable: its UNMAPPED blocks by address (segment/unmapped.c) */
+  size_t unmapped_bytes;   /* expandable: their bytes */
+  size_t nunmapped;        /* expandable: their number */
   size_t ngranules;        /* entries allocated in granules */
 };
 

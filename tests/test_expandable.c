@@ -725,3 +725,65 @@ Test(expandable, pytorch_policy_never_moves_pages) {
   fx_free(p[0]);
   fx_free(p[2]);
 }
+
+/* ---- The unmapped index stays exact ----
+ * Growth, moves (steal), frees next to unmapped space and empty_cache on
+ * many segments (six streams, both pools, two reservations' worth of
+ * requests on a small device), with ga_check after every step: it checks
+ * that each unmapped block is in its segment's index once, with a bound at
+ * least its reach, and that the counters equal a recount. */
+static void index_workload(const char *conf, int moves) {
+  fx_open(conf, 96 * MiB);
+  enum { SLOTS = 40 };
+  struct {
+    void *p;
+    ga_stream_t s;
+  } live[SLOTS] = {0};
+  unsigned seed = 20261205;
+  int64_t freed_next_to_unmapped = 0;
+  for (int step = 0; step < 2500; step++) {
+    int i = rand_r(&seed) % SLOTS;
+    if (live[i].p) {
+      if (rand_r(&seed) % 6 == 0) ga_record_stream(fx_a, live[i].p, fx_stream(1 + rand_r(&seed) % 6));
+      fx_free(live[i].p);
+      live[i].p = NULL;
+    } else {
+      int r = rand_r(&seed) % 8;
+      size_t n = r < 3   ? 1 + (size_t)rand_r(&seed) % MiB /* small pool */
+                 : r < 7 ? 1 + (size_t)rand_r(&seed) % (6 * MiB)
+                         : 1 + (size_t)rand_r(&seed) % (40 * MiB);
+      ga_stream_t s = fx_stream(1 + rand_r(&seed) % 6);
+      ga_status_t st = ga_malloc(fx_a, n, s, &live[i].p);
+      if (st == GA_ERR_OOM)
+        live[i].p = NULL;
+      else
+        cr_assert_eq(st, GA_OK, "%s", ga_last_error());
+      live[i].s = s;
+    }
+    if (step % 300 == 299) cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
+    if (step % 400 == 399) { /* free a whole stream: its runs reach unmapped space */
+      ga_stream_t s = fx_stream(1 + rand_r(&seed) % 6);
+      for (int j = 0; j < SLOTS; j++)
+        if (live[j].p && live[j].s == s) fx_free(live[j].p), live[j].p = NULL, freed_next_to_unmapped++;
+    }
+    cr_assert_eq(ga_check(fx_a), 0, "step %d", step);
+  }
+  ga_stats_t st = fx_stats();
+  cr_assert_geq(st.device_calls[GA_CALL_RESERVE], 12, "many segments (%llu reserved)",
+                (unsigned long long)st.device_calls[GA_CALL_RESERVE]);
+  cr_assert_geq(st.device_calls[GA_CALL_UNRESERVE], 1, "empty_cache gave segments back");
+  if (moves) cr_assert_gt(st.num_granules_moved, 50, "moved %lld", (long long)st.num_granules_moved);
+  cr_assert_gt(freed_next_to_unmapped, 0);
+  for (int j = 0; j < SLOTS; j++)
+    if (live[j].p) fx_free(live[j].p);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  cr_assert_eq(ga_check(fx_a), 0);
+}
+
+Test(expandable, the_unmapped_index_stays_exact_with_moves_on_many_segments) { index_workload(EXP2S, 1); }
+Test(expandable, the_unmapped_index_stays_exact_with_moves_always) { index_workload(EXP2A, 1); }
+Test(expandable, the_unmapped_index_stays_exact_with_20MiB_pages) { index_workload(EXPS, 1); }
+Test(expandable, the_unmapped_index_stays_exact_by_default) { index_workload(EXP, 0); }
+Test(expandable, the_unmapped_index_stays_exact_in_pytorch_policy) {
+  index_workload(EXP ",expandable_policy:pytorch", 0);
+}

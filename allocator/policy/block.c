@@ -119,6 +119,14 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   return handed(a, b, size);
 }
 
+/* m, just freed or grown, touches unmapped space: the runs that growth
+ * looks for hold more now (the segment layer's unmapped index). */
+static ga_block *touched(ga_block *m) {
+  if ((m->next && m->next->state == GA_BLOCK_UNMAPPED) || (m->prev && m->prev->state == GA_BLOCK_UNMAPPED))
+    ga_unmapped_touch_locked(m);
+  return m;
+}
+
 /* Merges a FREE-to-be block with its FREE neighbours and inserts it (no stats). */
 static ga_block *merge_insert(ga_allocator_t *a, ga_block *b) {
   b->requested = 0;
@@ -138,7 +146,7 @@ static ga_block *merge_insert(ga_allocator_t *a, ga_block *b) {
     ga_tiles_absorb_next_locked(a, p);
     if (n) ga_tiles_absorb_next_locked(a, p);
     retree(a, p, psize, p->ptr, p, gone, gone_bytes);
-    return p;
+    return touched(p);
   }
   if (n) {
     /* b takes n's node; n's struct (and key) lives until the tree is updated. */
@@ -146,10 +154,10 @@ static ga_block *merge_insert(ga_allocator_t *a, ga_block *b) {
     (void)ga_tiles_unlink_next(b);
     retree(a, n, n->size, n->ptr, b, 0, 0);
     ga_tiles_delete_locked(a, n);
-    return b;
+    return touched(b);
   }
   ga_block_to_free_tree_locked(a, b);
-  return b;
+  return touched(b);
 }
 
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {

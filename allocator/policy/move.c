@@ -63,21 +63,16 @@ int ga_move_unmap_free_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t 
 }
 
 typedef struct cand {
-  struct one {
-    ga_block *b;
-    size_t g0, g1; /* whole free granules of b that may move */
-  } * v;
-  size_t n, cap;
   size_t klo, khi; /* granules that must stay: the range being mapped */
   const ga_allocator_t *a;
   uint64_t hold; /* frees during which memory that moved in stays (0: none) */
   int keep;      /* segments keep what they swung back to (see above) */
   int edge;      /* only free blocks at the end of a mapped run give memory */
-  int oom;
 } cand;
 
-static int collect(ga_block *b, void *arg) {
-  cand *c = arg;
+/* Whether free block b may give memory, and which of its whole granules:
+ * [*pg0, *pg1). */
+static int movable(const cand *c, const ga_block *b, size_t *pg0, size_t *pg1) {
   size_t g0, g1;
   if (!b->seg->expandable || !ga_expandable_movable_locked(c->a, b, &g0, &g1)) return 0;
   /* Memory that moved into this segment lately stays a while (expandable_move_hold). */
@@ -97,18 +92,14 @@ static int collect(ga_block *b, void *arg) {
     else
       return 0;
   }
-  if (GA_VEC_ROOM(c->v, c->cap, c->n + 1)) return c->oom = 1;
-  c->v[c->n++] = (struct one){b, g0, g1};
-  return 0;
+  *pg0 = g0;
+  *pg1 = g1;
+  return 1;
 }
 
-/* Mapped bytes of expandable segment s. */
-static size_t mapped_bytes(const ga_segment *s) {
-  size_t n = 0;
-  for (const ga_block *b = s->head; b; b = b->next)
-    if (b->state != GA_BLOCK_UNMAPPED) n += b->size;
-  return n;
-}
+/* Mapped bytes of expandable segment s (asleep granules count: their
+ * blocks hold them). */
+static size_t mapped_bytes(const ga_segment *s) { return s->size - s->unmapped_bytes; }
 
 /* Whether segments keep memory they swung back to (expandable_move_pages:
  * settle): not while moving only because the device is full (`wait`), nor
@@ -118,17 +109,66 @@ static int keeps(const ga_allocator_t *a, int wait) {
   return !wait && !a->cfg.expandable_move_when_full && !a->cfg.expandable_move_always;
 }
 
-static int by_size(const void *x, const void *y) {
-  const struct one *a = x, *b = y;
-  if (a->b->size != b->b->size) return a->b->size < b->b->size ? -1 : 1;
-  return a->b->ptr < b->b->ptr ? -1 : a->b->ptr > b->b->ptr;
+/* The free blocks of one stream in one general free tree that may give
+ * memory, in (size, address) order: b is the next one (NULL: none left),
+ * found under the key (size, ptr), and may give [g0, g1). Blocks smaller
+ * than a granule hold no whole granule and are skipped by the tree. */
+typedef struct cursor {
+  const ga_free_tree *t;
+  ga_stream_t stream;
+  ga_block *b;
+  size_t size, g0, g1;
+  uintptr_t ptr;
+} cursor;
+
+/* k's next block from the key (size, ptr) on. */
+static void advance(const cand *c, cursor *k, size_t size, uintptr_t ptr) {
+  ga_block *b = ga_free_tree_lower_bound(k->t, k->stream, size, ptr);
+  while (b && b->stream == k->stream && !movable(c, b, &k->g0, &k->g1))
+    b = ga_free_tree_lower_bound(k->t, k->stream, b->size, b->ptr + 1);
+  k->b = b && b->stream == k->stream ? b : NULL;
+  if (k->b) k->size = b->size, k->ptr = b->ptr;
+}
+
+static int before(const cursor *x, const cursor *y) {
+  return x->size != y->size ? x->size < y->size : x->ptr < y->ptr;
+}
+
+static int by_head(const void *x, const void *y) {
+  const cursor *a = x, *b = y;
+  return before(a, b) ? -1 : before(b, a);
+}
+
+/* A cursor for every stream of the general free trees with a block that may
+ * give memory, sorted by that block. */
+static int cursors(const cand *c, cursor **v, size_t *n) {
+  size_t cap = 0;
+  *v = NULL;
+  *n = 0;
+  for (int p = 0; p < 2; p++) {
+    const ga_free_tree *t = &c->a->pol.trees[p];
+    for (ga_block *f = ga_free_tree_lower_bound(t, NULL, 0, 0); f;) {
+      cursor k = {.t = t, .stream = f->stream};
+      advance(c, &k, c->a->space.gran, 0);
+      if (k.b) {
+        if (GA_VEC_ROOM(*v, cap, *n + 1)) return GA_DEV_ENOMEM;
+        (*v)[(*n)++] = k;
+      }
+      uintptr_t st = (uintptr_t)f->stream;
+      f = st == UINTPTR_MAX ? NULL : ga_free_tree_lower_bound(t, (ga_stream_t)(st + 1), 0, 0);
+    }
+  }
+  if (*n > 1) qsort(*v, *n, sizeof **v, by_head);
+  return 0;
 }
 
 /* Moves up to `want` free granules of the general pools into the page
  * cache, smallest free blocks first (the large ones stay able to serve large
  * requests). Only granules whose stream is known to be past their free move,
  * unless `wait`: then their streams are synchronised as needed (a stall on a
- * GPU, counted in num_unmap_syncs). */
+ * GPU, counted in num_unmap_syncs). The blocks are visited in order, each
+ * stream's free tree from where it was, until enough moved: what moves
+ * never depends on more than the blocks visited. */
 static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t keep_hi, int wait) {
   size_t g = a->space.gran;
   int keep = keeps(a, wait);
@@ -144,38 +184,53 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
         size_t m = mapped_bytes(s);
         s->above_keep = m > s->keep_mapped ? m - s->keep_mapped : 0;
       }
-  for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], collect, &c);
-  if (c.oom) {
-    free(c.v);
-    return GA_DEV_ENOMEM;
+  cursor *v;
+  size_t nv;
+  int rc = cursors(&c, &v, &nv);
+  /* The streams with memory that may move, for the fences below (taken now:
+   * the blocks change as they give). */
+  ga_stream_t *streams = rc || !nv ? NULL : ga_host_malloc(nv * sizeof *streams);
+  if (!rc && nv && !streams) rc = GA_DEV_ENOMEM;
+  if (rc) {
+    free(v);
+    return rc;
   }
-  if (c.n) qsort(c.v, c.n, sizeof *c.v, by_size);
-  int rc = 0;
-  for (size_t i = 0; i < c.n && want > 0 && !rc; i++) {
-    ga_block *b = c.v[i].b;
-    size_t g0 = c.v[i].g0, g1 = c.v[i].g1;
-    size_t k = g1 - g0 < want ? g1 - g0 : want;
-    if (c.keep && b->seg->keep_mapped && k > b->seg->above_keep / g) k = b->seg->above_keep / g;
-    if (!k) continue;
-    /* Work queued on the block's stream before its free may still touch it:
-     * unmap only once the stream is known to be past that free. */
-    int idle, waited;
-    /* deterministic:True: what moves may not depend on which fences the GPU
-     * has passed, so a stream not known to be past the free is waited for. */
-    int must = wait || a->cfg.deterministic;
-    if ((rc = ga_stream_fence_locked(a, b->stream, b->free_seq, must, &idle, &waited))) break;
-    a->stats.num_unmap_syncs += waited;
-    if (!idle) continue;
-    if ((rc = ga_move_unmap_free_locked(a, b, g1 - k, g1))) break;
-    a->stats.num_granules_moved += (int64_t)k;
-    b->seg->gave = 1;
-    if (c.keep && b->seg->keep_mapped) b->seg->above_keep -= k * g;
-    want -= k;
+  for (size_t i = 0; i < nv; i++) streams[i] = v[i].stream;
+  while (want > 0 && !rc) {
+    cursor *k = NULL;
+    for (size_t i = 0; i < nv; i++)
+      if (v[i].b && (!k || before(&v[i], k))) k = &v[i];
+    if (!k) break;
+    ga_block *b = k->b;
+    size_t g0 = k->g0, g1 = k->g1, bsize = k->size;
+    uintptr_t bptr = k->ptr;
+    size_t n = g1 - g0 < want ? g1 - g0 : want;
+    if (c.keep && b->seg->keep_mapped && n > b->seg->above_keep / g) n = b->seg->above_keep / g;
+    if (n) {
+      /* Work queued on the block's stream before its free may still touch it:
+       * unmap only once the stream is known to be past that free. */
+      int idle, waited;
+      /* deterministic:True: what moves may not depend on which fences the GPU
+       * has passed, so a stream not known to be past the free is waited for. */
+      int must = wait || a->cfg.deterministic;
+      if ((rc = ga_stream_fence_locked(a, b->stream, b->free_seq, must, &idle, &waited))) break;
+      a->stats.num_unmap_syncs += waited;
+      if (idle) {
+        if ((rc = ga_move_unmap_free_locked(a, b, g1 - n, g1))) break;
+        a->stats.num_granules_moved += (int64_t)n;
+        b->seg->gave = 1;
+        if (c.keep && b->seg->keep_mapped) b->seg->above_keep -= n * g;
+        want -= n;
+      }
+    }
+    /* What b left in the tree is smaller than b: behind the cursor. */
+    advance(&c, k, bsize, bptr + 1);
   }
   /* Fence every stream with free memory that may move: a later move of
    * memory freed before this point then needs no wait once it has passed. */
-  for (size_t i = 0; i < c.n; i++) ga_stream_fence_watch_locked(a, c.v[i].b->stream);
-  free(c.v);
+  for (size_t i = 0; i < nv; i++) ga_stream_fence_watch_locked(a, streams[i]);
+  free(streams);
+  free(v);
   ga_stream_fences_refresh_locked(a);
   return rc;
 }
@@ -236,23 +291,14 @@ int ga_move_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, ui
  * reaches unmapped space. For both policies this is PyTorch's
  * find_expandable_block: each unmapped block of the stream, lowest address
  * first, with the free block before it, walking forward over free and
- * unmapped blocks; none: a new segment (one reservation per stream and pool). */
+ * unmapped blocks; none: a new segment (one reservation per stream and pool).
+ * Each segment answers from its unmapped index (segment/unmapped.c), in
+ * O(log n), in the order of the segment list. */
 static ga_block *find_run(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size) {
   for (ga_segment *s = a->space.segs; s; s = s->next) {
     if (!s->expandable || s->pool != pool || s->stream != stream || s->priv != priv) continue;
-    ga_block *start = NULL;
-    size_t total = 0;
-    int unmapped = 0;
-    for (ga_block *b = s->head; b; b = b->next) {
-      if (b->state != GA_BLOCK_FREE && b->state != GA_BLOCK_UNMAPPED) {
-        start = NULL;
-        continue;
-      }
-      if (!start) start = b, total = 0, unmapped = 0;
-      total += b->size;
-      unmapped |= b->state == GA_BLOCK_UNMAPPED;
-      if (total >= size && unmapped) return start;
-    }
+    ga_block *run = ga_unmapped_find_run_locked(s, size);
+    if (run) return run;
   }
   return NULL;
 }

@@ -95,6 +95,7 @@ int ga_expandable_delete_locked(ga_allocator_t *a, ga_segment *s) {
   GA_ASSERT(s->expandable && !s->head->next && s->head->state == GA_BLOCK_UNMAPPED);
   int rc = ga_dev_unreserve(a->dev, (void *)s->base, s->size);
   if (rc) return rc;
+  ga_unmapped_remove_locked(s->head);
   ga_tiles_unlink_locked(a, s);
   ga_tiles_delete_locked(a, s->head);
   free(s->granules);
@@ -323,10 +324,14 @@ int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi, int
     int rc = ga_tiles_reserve_locked(a, 1); /* the split below cannot fail */
     if (!rc) rc = map_granules(a, b, want, room, &done);
     if (done) {
-      /* The mapped prefix becomes FREE and joins its FREE neighbours. */
-      if (done * g < b->size) (void)ga_tiles_split_locked(a, b, done * g);
+      /* The mapped prefix becomes FREE and joins its FREE neighbours; the
+       * rest stays in the unmapped index. */
+      ga_block *rest = NULL;
+      ga_unmapped_remove_locked(b);
+      if (done * g < b->size) rest = ga_tiles_split_locked(a, b, done * g);
       b->state = GA_BLOCK_FREE;
       b = ga_tiles_merge_free_locked(a, b);
+      if (rest) ga_unmapped_add_locked(rest);
     }
     if (rc) return rc;
     b = b->next;

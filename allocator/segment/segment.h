@@ -153,6 +153,34 @@ int ga_expandable_access_add_locked(ga_allocator_t *a, int peer);
 /* Grants the current set again everywhere; clears a->space.regrant. */
 int ga_expandable_regrant_locked(ga_allocator_t *a);
 
+/* ---- The unmapped index (unmapped.c) ----
+ * Each expandable segment keeps its UNMAPPED blocks in an index by address,
+ * with s->unmapped_bytes and s->nunmapped their sum and number; tiles.c and
+ * expandable.c keep it as blocks become unmapped, mapped, split or merged.
+ * Each entry bounds its reach: the bytes from the FREE blocks just before it
+ * (itself when none) to the end of the run of FREE and UNMAPPED blocks that
+ * holds it. A bound may be too high (a FREE block of the run was cut since),
+ * never too low: the policy reports a FREE block that grew or appeared next
+ * to unmapped space with ga_unmapped_touch_locked. */
+
+/* u (UNMAPPED, its neighbours final) enters / leaves its segment's index. */
+void ga_unmapped_add_locked(ga_block *u);
+void ga_unmapped_remove_locked(ga_block *u);
+/* b (FREE) grew or became free: the bounds of the unmapped blocks of its run
+ * are set to their reach (nothing when b's segment has no unmapped block). */
+void ga_unmapped_touch_locked(ga_block *b);
+/* The first block of the lowest-address run of FREE and UNMAPPED blocks of s
+ * that holds an UNMAPPED block and at least `size` bytes; NULL when none.
+ * O(log n) amortised: stale bounds it meets are tightened. */
+ga_block *ga_unmapped_find_run_locked(ga_segment *s, size_t size);
+/* u's exact reach (a walk over its run). */
+size_t ga_unmapped_reach(const ga_block *u);
+/* For ga_check: whether s's index is ordered by address, a heap, its maxima
+ * right and every entry an UNMAPPED block of s; *n and *bytes count them. */
+int ga_unmapped_valid(const ga_segment *s, size_t *n, size_t *bytes);
+/* The entry at ptr in s's index, or NULL. */
+const ga_block *ga_unmapped_lookup(const ga_segment *s, uintptr_t ptr);
+
 /* ---- The layer as a whole (tiles.c) ---- */
 
 /* Sets up the segment layer of a new allocator for a device of `total`

@@ -85,10 +85,15 @@ ga_block *ga_tiles_merge_unmapped_locked(ga_allocator_t *a, ga_block *b) {
   GA_ASSERT_LOCKED(a);
   b->state = GA_BLOCK_UNMAPPED;
   if (b->prev && b->prev->state == GA_BLOCK_UNMAPPED) {
+    ga_unmapped_remove_locked(b->prev);
     b = b->prev;
     ga_tiles_absorb_next_locked(a, b);
   }
-  if (b->next && b->next->state == GA_BLOCK_UNMAPPED) ga_tiles_absorb_next_locked(a, b);
+  if (b->next && b->next->state == GA_BLOCK_UNMAPPED) {
+    ga_unmapped_remove_locked(b->next);
+    ga_tiles_absorb_next_locked(a, b);
+  }
+  ga_unmapped_add_locked(b);
   return b;
 }
 
@@ -155,6 +160,7 @@ void ga_tiles_segment_open_locked(ga_allocator_t *a, ga_segment *seg, ga_block *
   head->seg = seg;
   head->state = (uint8_t)state;
   ga_tiles_link_locked(a, seg);
+  if (state == GA_BLOCK_UNMAPPED) ga_unmapped_add_locked(head);
 }
 
 /* ---- The layer as a whole ---- */
