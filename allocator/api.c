@@ -257,6 +257,26 @@ ga_status_t ga_ipc_close(ga_allocator_t *a, void *ptr) {
   return leave(a, ga_ipc_close_locked(a, ptr));
 }
 
+ga_status_t ga_ipc_export_fabric(ga_allocator_t *a, void *ptr, ga_ipc_fabric_desc_t *desc) {
+  ENTER("ga_ipc_export_fabric");
+  if (!desc) return leave(a, invalid("ga_ipc_export_fabric", "desc is NULL"));
+  if (!ptr) return leave(a, invalid("ga_ipc_export_fabric", "ptr is NULL"));
+  return leave(a, ga_ipc_export_fabric_locked(a, ptr, desc));
+}
+
+ga_status_t ga_ipc_import_fabric(ga_allocator_t *a, const ga_ipc_fabric_desc_t *desc, void **ptr) {
+  if (ptr) *ptr = NULL;
+  ENTER("ga_ipc_import_fabric");
+  if (!desc || !ptr) return leave(a, invalid("ga_ipc_import_fabric", desc ? "ptr is NULL" : "desc is NULL"));
+  return leave(a, ga_ipc_import_fabric_locked(a, desc, ptr));
+}
+
+ga_status_t ga_ipc_unexport(ga_allocator_t *a, void *ptr) {
+  ENTER("ga_ipc_unexport");
+  if (!ptr) return leave(a, invalid("ga_ipc_unexport", "ptr is NULL"));
+  return leave(a, ga_ipc_unexport_locked(a, ptr));
+}
+
 void ga_ipc_desc_close(ga_ipc_desc_t *desc) {
   if (!desc) return;
   for (uint32_t i = 0; i < desc->npieces && i < GA_IPC_MAX_PIECES; i++)

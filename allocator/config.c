@@ -377,13 +377,15 @@ static int opt_headroom_mb(ctx *x) {
 static int opt_shareable_handles(ctx *x) {
   const tok *v = NULL;
   char buf[64];
-  if (value(x, &v, "none or posix_fd")) return GA_DEV_EINVAL;
+  if (value(x, &v, "none, posix_fd or fabric")) return GA_DEV_EINVAL;
   if (tok_is(v, "none"))
     x->c->shareable_handles = 0;
   else if (tok_is(v, "posix_fd"))
     x->c->shareable_handles = 1;
+  else if (tok_is(v, "fabric"))
+    x->c->shareable_handles = 2;
   else
-    return fail(x, "'%s' is not a handle type (allowed: none or posix_fd)", tok_str(v, buf));
+    return fail(x, "'%s' is not a handle type (allowed: none, posix_fd or fabric)", tok_str(v, buf));
   return 0;
 }
 

@@ -57,7 +57,7 @@ typedef struct ga_config {
   size_t max_reserved;           /* bytes the allocator may reserve; 0 = no limit */
   size_t headroom;               /* bytes of the device kept for others; 0 = none */
   int deterministic;             /* placement a function of the request sequence alone */
-  int shareable_handles;         /* shareable_handles:posix_fd: handles other processes can import */
+  int shareable_handles;         /* shareable_handles: 1 posix_fd, 2 fabric (GA_DEV_SHARE_*) */
 } ga_config;
 
 /* X(key, type, default, origin, doc). `origin` is "pytorch" or "gardenalloc". */
@@ -90,9 +90,11 @@ typedef struct ga_config {
   X(headroom_mb, "int MiB 0..2^40", "0", "gardenalloc",                                                      \
     "keep this much of the device's memory for what is not ours (NCCL, the CUDA context, other "             \
     "processes): reserve at most the device's memory less this; past it, GA_ERR_OOM before any device call") \
-  X(shareable_handles, "none|posix_fd", "none", "gardenalloc",                                               \
-    "expandable segments: create physical memory that another process can map (a POSIX file descriptor "     \
-    "per handle; ga_ipc_export, ga_ipc_import)")                                                             \
+  X(shareable_handles, "none|posix_fd|fabric", "none", "gardenalloc",                                        \
+    "expandable segments: create physical memory that another process can map (posix_fd: a POSIX file "      \
+    "descriptor per handle, ga_ipc_export; fabric: also a fabric handle, plain bytes for another node of "   \
+    "an "                                                                                                    \
+    "NVLink/IMEX domain, ga_ipc_export_fabric; it needs an IMEX channel)")                                   \
   X(deterministic, "True|False", "False", "gardenalloc",                                                     \
     "the same placement on every rank: offsets depend on the request sequence alone, never on the GPU's "    \
     "timing (a free waiting on another stream is reused from the next cache miss on, waiting for it there; " \

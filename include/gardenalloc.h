@@ -240,7 +240,9 @@ GA_API ga_status_t ga_mem_ranges(ga_allocator_t *a, void *ptr, ga_mem_range_t *o
  * (cuMemImportFromShareableHandle, cuMemMap): both see the same bytes.
  * Native memory (cudaMalloc'd: native mode, or GA_ALLOC_CONTIGUOUS_HANDLE)
  * is not exported (GA_ERR_UNSUPPORTED): cudaIpcGetMemHandle works on the
- * cudaMalloc'd range ga_mem_ranges names. Fabric handles are not offered. */
+ * cudaMalloc'd range ga_mem_ranges names. With shareable_handles:fabric the
+ * handles are also fabric handles (CU_MEM_HANDLE_TYPE_FABRIC), for another
+ * node of an NVLink/IMEX domain: ga_ipc_export_fabric below. */
 
 #define GA_IPC_VERSION    1
 #define GA_IPC_MAX_PIECES 64
@@ -298,6 +300,72 @@ GA_API ga_status_t ga_ipc_close(ga_allocator_t *a, void *ptr);
  *  an import is done with them). NULL is a no-op. */
 GA_API void ga_ipc_desc_close(ga_ipc_desc_t *desc);
 
+/* ---- Across nodes: fabric handles -------------------------------------- */
+/* With expandable_segments:True and shareable_handles:fabric, every
+ * physical allocation is created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+ * | CU_MEM_HANDLE_TYPE_FABRIC (so ga_ipc_export keeps working), and
+ * ga_ipc_export_fabric describes an allocation as fabric handles
+ * (CUmemFabricHandle): plain bytes, no file descriptors, which a process on
+ * any node of the same NVLink/IMEX domain (GB200 NVL72 and the like) maps
+ * with ga_ipc_import_fabric. Send the struct by any transport (a socket, MPI,
+ * NCCL, a file). The driver makes fabric handles only for a process that has
+ * an IMEX channel (/dev/nvidia-caps-imex-channels/channelN) on a device with
+ * fabric support: without, the first growth of the pool fails
+ * (GA_ERR_UNSUPPORTED, the error naming fabric handles, the IMEX channel and
+ * shareable_handles:posix_fd) and the allocator stays usable.
+ *
+ * An importer on another node holds nothing the exporter can see, so the
+ * exporter keeps the memory alive by contract: ga_free of an allocation
+ * exported this way is refused (GA_ERR_INVALID, nothing changes) until the
+ * exporter calls ga_ipc_unexport, which it does once every peer has said
+ * that its import is closed (as NCCL's buffer registration requires). A
+ * descriptor used after ga_ipc_unexport may map memory that has been reused
+ * since, or be refused if the memory has gone back to the device. */
+
+#define GA_IPC_FABRIC_VERSION 0x46414201u
+#define GA_IPC_FABRIC_BYTES   64
+
+/** One piece of a fabric export: bytes [offset, offset+size) of the
+ *  physical allocation the fabric handle names. */
+typedef struct ga_ipc_fabric_piece {
+  unsigned char handle[GA_IPC_FABRIC_BYTES]; /**< a CUmemFabricHandle's bytes */
+  uint64_t offset;
+  uint64_t size;
+} ga_ipc_fabric_piece_t;
+
+/** An allocation exported as fabric handles: plain bytes, valid in any
+ *  process of the domain (copy it whole). */
+typedef struct ga_ipc_fabric_desc {
+  uint32_t version; /**< GA_IPC_FABRIC_VERSION */
+  uint32_t npieces; /**< pieces used, in address order */
+  uint64_t size;    /**< bytes of the allocation (its block) */
+  uint64_t start;   /**< where it starts in the pieces laid end to end */
+  ga_ipc_fabric_piece_t pieces[GA_IPC_MAX_PIECES];
+} ga_ipc_fabric_desc_t;
+
+/** Describes the live allocation at `ptr` as fabric handles (the whole
+ *  granules it lies in, as ga_ipc_export) and marks it exported: from now
+ *  on ga_free(ptr) is refused until ga_ipc_unexport(ptr), and it cannot sleep
+ *  (ga_tag refuses it). Exporting again is allowed (one ga_ipc_unexport ends
+ *  it). GA_ERR_UNSUPPORTED for native memory or without
+ *  shareable_handles:fabric; GA_ERR_BAD_POINTER for anything but a live
+ *  allocation; GA_ERR_INVALID past GA_IPC_MAX_PIECES pieces. */
+GA_API ga_status_t ga_ipc_export_fabric(ga_allocator_t *a, void *ptr, ga_ipc_fabric_desc_t *desc);
+
+/** Maps an allocation that a process of the domain (this one included)
+ *  exported with ga_ipc_export_fabric: *ptr reads and writes its bytes, until
+ *  ga_ipc_close or ga_destroy, as ga_ipc_import. GA_ERR_INVALID for bytes
+ *  ga_ipc_export_fabric did not write or whose memory is gone (the driver
+ *  refuses the handle); a device failure leaves nothing mapped. */
+GA_API ga_status_t ga_ipc_import_fabric(ga_allocator_t *a, const ga_ipc_fabric_desc_t *desc, void **ptr);
+
+/** Ends the fabric export of `ptr`: ga_free may then free it. Call it once
+ *  every importer has closed (ga_ipc_close) or ended. An import over
+ *  ga_ipc_export (a file descriptor) still holds the memory as before.
+ *  GA_ERR_INVALID for a live allocation not exported as fabric handles,
+ *  GA_ERR_BAD_POINTER for anything else. */
+GA_API ga_status_t ga_ipc_unexport(ga_allocator_t *a, void *ptr);
+
 /** Sends a descriptor over a connected Unix socket, its file descriptors
  *  as SCM_RIGHTS; ga_ipc_recv receives it with this process's numbers (close
  *  them with ga_ipc_desc_close). GA_ERR_INVALID when the socket fails or
@@ -314,7 +382,8 @@ GA_API ga_status_t ga_ipc_recv(int sock, ga_ipc_desc_t *desc);
  *  waited for (a sticky driver error): as with close(2), the pointer is freed
  *  all the same, and its memory stays out of use (quarantined_bytes) until a
  *  later event or wait on that stream succeeds. GA_ERR_INVALID, changing
- *  nothing, while another process holds an import of it (ga_ipc_export). */
+ *  nothing, while another process holds an import of it (ga_ipc_export) or
+ *  while it is exported as fabric handles (until ga_ipc_unexport). */
 GA_API ga_status_t ga_free(ga_allocator_t *a, void *ptr);
 
 /** Marks the allocation at `ptr` as used on `stream` (torch's record_stream):

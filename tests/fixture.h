@@ -92,7 +92,8 @@ static inline int fx_on_cuda(void) {
   X(cudadouble_leaks)                  \
   X(cudadouble_last_refusal)           \
   X(cudadouble_quiet)                  \
-  X(cudadouble_set_vmm)
+  X(cudadouble_set_vmm)                \
+  X(cudadouble_set_fabric)
 #define FX_STR_(x) #x
 #define FX_STR(x)  FX_STR_(x)
 static struct {
@@ -367,6 +368,22 @@ static inline uint64_t fx_calls(ga_device_call_t kind) {
   ga_stats_t s;
   cr_assert_eq(ga_stats(fx_a, &s), GA_OK);
   return s.device_calls[kind];
+}
+
+/* Makes fx_dev refuse fabric handles at create, as the driver does without
+ * an IMEX channel (not_permitted) or fabric support; 0 puts them back. */
+static inline void fx_refuse_fabric(int refused) {
+#ifdef GA_HAVE_CUDA
+  if (fx_on_cuda()) {
+    FX_CU_OK(fx_cu.cudadouble_set_fabric(0, refused == GA_SIM_FABRIC_NOT_PERMITTED ? CUDA_ERROR_NOT_PERMITTED
+                                            : refused == GA_SIM_FABRIC_NOT_SUPPORTED
+                                                ? CUDA_ERROR_NOT_SUPPORTED
+                                                : CUDA_SUCCESS));
+    fx_cu.cudadouble_quiet(refused != 0);
+    return;
+  }
+#endif
+  cr_assert_eq(ga_sim_set_fabric(fx_dev, refused), 0);
 }
 
 /* The devices with read/write access to the mapping holding va (bit =

@@ -8,7 +8,9 @@
  *   'R'                 every byte read 0x5a (what the exporter wrote)
  *   'W'                 it wrote 0xc3 over every byte
  * MODE "close": then waits for 'C' and closes the import ('D'); MODE "exit":
- * exits holding the import (as a crash would). */
+ * exits holding the import (as a crash would). MODE "fabric": as "close",
+ * but what arrives is a ga_ipc_fabric_desc_t as plain bytes (read(2), no
+ * file descriptor passed), imported with ga_ipc_import_fabric. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +32,28 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ipc_peer: %s\n", ga_last_error());
     return 4;
   }
+  int fabric = !strcmp(argv[3], "fabric");
   ga_ipc_desc_t d;
-  if (ga_ipc_recv(sock, &d) != GA_OK) {
-    fprintf(stderr, "ipc_peer: %s\n", ga_last_error());
-    return 5;
-  }
+  ga_ipc_fabric_desc_t fd;
   void *p = NULL;
-  ga_status_t st = ga_ipc_import(a, &d, &p);
-  ga_ipc_desc_close(&d);
+  ga_status_t st;
+  if (fabric) {
+    size_t got = 0;
+    while (got < sizeof fd) {
+      ssize_t k = read(sock, (char *)&fd + got, sizeof fd - got);
+      if (k <= 0) return 5;
+      got += (size_t)k;
+    }
+    st = ga_ipc_import_fabric(a, &fd, &p);
+    d.size = fd.size;
+  } else {
+    if (ga_ipc_recv(sock, &d) != GA_OK) {
+      fprintf(stderr, "ipc_peer: %s\n", ga_last_error());
+      return 5;
+    }
+    st = ga_ipc_import(a, &d, &p);
+    ga_ipc_desc_close(&d);
+  }
   say('S');
   say((char)st);
   if (st != GA_OK) {

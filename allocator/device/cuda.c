@@ -172,7 +172,16 @@ static int cuda_create(ga_device *d, size_t size, ga_mem_handle *h) {
   CUmemGenericAllocationHandle x = 0;
   CUmemAllocationProp prop = cd(d)->prop;
   if (d->shareable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  int rc = CALL(d, cu.cuMemCreate(&x, size, &prop, 0), "cuMemCreate");
+  if (d->shareable == GA_DEV_SHARE_FABRIC)
+    prop.requestedHandleTypes =
+        (CUmemAllocationHandleType)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC);
+  if (ctx_enter(d)) return ctx_rc;
+  CUresult r = cu.cuMemCreate(&x, size, &prop, 0);
+  if (d->shareable == GA_DEV_SHARE_FABRIC &&
+      (r == CUDA_ERROR_NOT_PERMITTED || r == CUDA_ERROR_NOT_SUPPORTED)) {
+    return ctx_leave(ga_dev_fabric_refused(d, "cuMemCreate", r == CUDA_ERROR_NOT_PERMITTED));
+  }
+  int rc = ctx_leave(check(d, r, "cuMemCreate"));
   if (!rc) *h = (ga_mem_handle)x;
   return rc;
 }
@@ -223,6 +232,36 @@ static int cuda_import(ga_device *d, int fd, ga_mem_handle *h) {
       d,
       cu.cuMemImportFromShareableHandle(&x, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
       "cuMemImportFromShareableHandle");
+  if (!rc) *h = (ga_mem_handle)x;
+  return rc;
+}
+/* One piece: the handle's fabric handle, at `offset` in it. */
+static int cuda_share_fabric(ga_device *d, ga_mem_handle h, size_t offset, size_t size, ga_dev_fabric *out,
+                             size_t cap, size_t *n) {
+  *n = 0;
+  if (cap < 1) {
+    ga_dev_set_error(d, "cuMemExportToShareableHandle: more than %zu pieces", cap);
+    return GA_DEV_EINVAL;
+  }
+  CUmemFabricHandle fh;
+  memset(&fh, 0, sizeof fh);
+  _Static_assert(sizeof fh.data == GA_DEV_FABRIC_BYTES, "CUmemFabricHandle is 64 bytes");
+  int rc = CALL(
+      d, cu.cuMemExportToShareableHandle(&fh, (CUmemGenericAllocationHandle)h, CU_MEM_HANDLE_TYPE_FABRIC, 0),
+      "cuMemExportToShareableHandle");
+  if (rc) return rc;
+  memcpy(out[0].handle, fh.data, GA_DEV_FABRIC_BYTES);
+  out[0].offset = offset;
+  out[0].size = size;
+  *n = 1;
+  return 0;
+}
+static int cuda_import_fabric(ga_device *d, const unsigned char *handle, ga_mem_handle *h) {
+  CUmemGenericAllocationHandle x = 0;
+  CUmemFabricHandle fh;
+  memcpy(fh.data, handle, GA_DEV_FABRIC_BYTES);
+  int rc = CALL(d, cu.cuMemImportFromShareableHandle(&x, &fh, CU_MEM_HANDLE_TYPE_FABRIC),
+                "cuMemImportFromShareableHandle");
   if (!rc) *h = (ga_mem_handle)x;
   return rc;
 }
@@ -303,6 +342,8 @@ static const ga_device_ops cuda_ops = {
     .device_count = cuda_device_count,
     .share = cuda_share,
     .import = cuda_import,
+    .share_fabric = cuda_share_fabric,
+    .import_fabric = cuda_import_fabric,
     .destroy = cuda_destroy,
 };
 

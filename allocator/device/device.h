@@ -44,6 +44,20 @@ typedef struct ga_dev_piece {
   uint64_t offset, size;
 } ga_dev_piece;
 
+/* A fabric handle (CUmemFabricHandle: 64 bytes that name a physical
+ * allocation across the nodes of an NVLink/IMEX domain, no fd needed) and
+ * the bytes [offset, offset+size) of the allocation it names. */
+#define GA_DEV_FABRIC_BYTES 64
+typedef struct ga_dev_fabric {
+  unsigned char handle[GA_DEV_FABRIC_BYTES];
+  uint64_t offset, size;
+} ga_dev_fabric;
+
+/* ga_device.shareable: what create() makes. */
+#define GA_DEV_SHARE_NONE   0
+#define GA_DEV_SHARE_FD     1 /* a POSIX file descriptor */
+#define GA_DEV_SHARE_FABRIC 2 /* a POSIX file descriptor and a fabric handle */
+
 typedef struct ga_device_ops {
   const char *name; /* "cuda" or "sim" */
 
@@ -70,7 +84,10 @@ typedef struct ga_device_ops {
   int (*unreserve)(ga_device *d, void *va, size_t size);
 
   /* cuMemCreate: physical memory on the device. pre: size is a positive
-   * multiple of the granularity (EINVAL). EOOM when the device is full. */
+   * multiple of the granularity (EINVAL). EOOM when the device is full.
+   * With shareable GA_DEV_SHARE_FABRIC, ENOTSUP when the device cannot make
+   * fabric handles or the process may not (no IMEX channel), the text
+   * naming both and shareable_handles:posix_fd. */
   int (*create)(ga_device *d, size_t size, ga_mem_handle *h);
 
   /* cuMemRelease. The memory goes back to the device once no mapping uses it. */
@@ -139,6 +156,19 @@ typedef struct ga_device_ops {
                size_t *n);
   int (*import)(ga_device *d, int fd, ga_mem_handle *h);
 
+  /* Optional (NULL: not supported): the same with fabric handles, plain
+   * bytes that need no fd passing (cuMemExportToShareableHandle and
+   * cuMemImportFromShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC; the
+   * simulated device: its memfd, named by the exporter's pid and fd number).
+   * share_fabric: like share (handles created while shareable was
+   * GA_DEV_SHARE_FABRIC), each piece a fabric handle with the offset of its
+   * bytes in the allocation it names. import_fabric: a handle for the
+   * allocation a fabric handle names; map it at the piece's offset, release
+   * it. EINVAL for bytes that name no exported allocation. */
+  int (*share_fabric)(ga_device *d, ga_mem_handle h, size_t offset, size_t size, ga_dev_fabric *out,
+                      size_t cap, size_t *n);
+  int (*import_fabric)(ga_device *d, const unsigned char handle[GA_DEV_FABRIC_BYTES], ga_mem_handle *h);
+
   /* Optional: the clock calls are timed with, in nanoseconds (the simulated
    * device's virtual clock). NULL: the host's monotonic clock. A backend with
    * a clock of its own counts its stalls itself (ga_device.stalls). */
@@ -163,7 +193,7 @@ struct ga_device {
   uint64_t stall_ns;                /* and how long they waited */
   char error[512];                  /* text of the last failure */
   int vmm_unsupported;              /* no reserve/create/map (the driver's VMM attribute is 0) */
-  int shareable;                    /* create() makes handles share() can export (POSIX fd) */
+  int shareable;                    /* GA_DEV_SHARE_*: handles create() makes, for share/share_fabric */
 };
 
 /* Opens a backend. `backend` is "auto", "cuda" or "sim". For "auto" a missing
@@ -298,6 +328,29 @@ static inline int ga_dev_share(ga_device *d, ga_mem_handle h, size_t off, size_t
 static inline int ga_dev_import(ga_device *d, int fd, ga_mem_handle *h) {
   if (d->ops->import) return d->ops->import(d, fd, h);
   ga_dev_set_error(d, "import: the %s backend cannot import memory of another process", d->ops->name);
+  return GA_DEV_ENOTSUP;
+}
+/* For create(): fabric handles refused (the driver's NOT_PERMITTED or
+ * NOT_SUPPORTED), named with what to do. Returns GA_DEV_ENOTSUP. */
+static inline int ga_dev_fabric_refused(ga_device *d, const char *call, int not_permitted) {
+  ga_dev_set_error(d,
+                   "%s: %s: fabric handles (CU_MEM_HANDLE_TYPE_FABRIC) are %s (%s); use "
+                   "shareable_handles:posix_fd to share within one node",
+                   call, not_permitted ? "CUDA_ERROR_NOT_PERMITTED" : "CUDA_ERROR_NOT_SUPPORTED",
+                   not_permitted ? "not permitted" : "not supported",
+                   not_permitted ? "this process has no IMEX channel, /dev/nvidia-caps-imex-channels/channelN"
+                                 : "the device or driver has no fabric support");
+  return GA_DEV_ENOTSUP;
+}
+static inline int ga_dev_share_fabric(ga_device *d, ga_mem_handle h, size_t off, size_t size,
+                                      ga_dev_fabric *out, size_t cap, size_t *n) {
+  if (d->ops->share_fabric) return d->ops->share_fabric(d, h, off, size, out, cap, n);
+  ga_dev_set_error(d, "share: the %s backend has no fabric handles", d->ops->name);
+  return GA_DEV_ENOTSUP;
+}
+static inline int ga_dev_import_fabric(ga_device *d, const unsigned char *handle, ga_mem_handle *h) {
+  if (d->ops->import_fabric) return d->ops->import_fabric(d, handle, h);
+  ga_dev_set_error(d, "import: the %s backend has no fabric handles", d->ops->name);
   return GA_DEV_ENOTSUP;
 }
 static inline void ga_dev_destroy(ga_device *d) {

@@ -130,6 +130,7 @@ typedef struct sim_device {
   int ndevices;                      /* devices of the simulated machine */
   int capturing;                     /* streams capturing a graph now */
   uint64_t captures_broken;          /* calls that would have invalidated a capture */
+  int fabric_refused;                /* GA_SIM_FABRIC_*: create() refuses fabric handles */
 } sim_device;
 
 static _Thread_local int thread_relaxed; /* this thread's capture mode */
@@ -787,6 +788,10 @@ static int sim_create(ga_device *d, size_t size, ga_mem_handle *h) {
     rc = GA_DEV_EINVAL;
     goto out;
   }
+  if (d->shareable == GA_DEV_SHARE_FABRIC && s->fabric_refused) {
+    rc = ga_dev_fabric_refused(d, "create", s->fabric_refused == GA_SIM_FABRIC_NOT_PERMITTED);
+    goto out;
+  }
   spend_units(s, GA_CALL_CREATE, granules_of(size));
   rc = do_create(s, "create", size, 0, h);
 out:
@@ -1208,6 +1213,80 @@ static int sim_import(ga_device *d, int fd, ga_mem_handle *h) {
   return rc;
 }
 
+/* Fabric handles: 64 bytes that name the exporter's memfd by its process,
+ * its fd number there and the file's identity, so that another process of
+ * the machine opens it (/proc/PID/fd/N) with no fd passed, as a node of an
+ * IMEX domain imports with no fd. Each piece is a run of the memfd, at its
+ * offset in the file. */
+#define SIM_FABRIC_MAGIC 0x47414642u /* "GAFB" */
+typedef struct sim_fabric {
+  uint32_t magic;
+  int32_t pid, fd;
+  uint32_t zero;
+  uint64_t dev, ino; /* the memfd's st_dev and st_ino: a stale or foreign name is refused */
+  unsigned char pad[GA_DEV_FABRIC_BYTES - 32];
+} sim_fabric;
+_Static_assert(sizeof(sim_fabric) == GA_DEV_FABRIC_BYTES, "a fabric handle is 64 bytes");
+
+static int sim_share_fabric(ga_device *d, ga_mem_handle h, size_t offset, size_t size, ga_dev_fabric *out,
+                            size_t cap, size_t *n) {
+  sim_device *s = sim_of(d);
+  *n = 0;
+  if (d->shareable != GA_DEV_SHARE_FABRIC) {
+    ga_dev_set_error(d,
+                     "share: CUDA_ERROR_INVALID_VALUE (handle %llu was created without a fabric handle type)",
+                     (unsigned long long)h);
+    return GA_DEV_EINVAL;
+  }
+  struct stat st;
+  if (fstat(s->fd, &st) != 0) {
+    ga_dev_set_error(d, "share: host: cannot stat the memory (%s)", strerror(errno));
+    return GA_DEV_ENOMEM;
+  }
+  ga_dev_piece tmp[64];
+  size_t k = 0;
+  int rc = sim_share(d, h, offset, size, tmp, cap < 64 ? cap : 64, &k);
+  if (rc) return rc;
+  sim_fabric f = {.magic = SIM_FABRIC_MAGIC,
+                  .pid = (int32_t)getpid(),
+                  .fd = s->fd,
+                  .dev = (uint64_t)st.st_dev,
+                  .ino = (uint64_t)st.st_ino};
+  for (size_t i = 0; i < k; i++) {
+    close(tmp[i].fd);
+    memcpy(out[i].handle, &f, sizeof f);
+    out[i].offset = tmp[i].offset;
+    out[i].size = tmp[i].size;
+  }
+  *n = k;
+  return 0;
+}
+
+static int sim_import_fabric(ga_device *d, const unsigned char *handle, ga_mem_handle *h) {
+  sim_fabric f;
+  memcpy(&f, handle, sizeof f);
+  if (f.magic != SIM_FABRIC_MAGIC || f.pid <= 0 || f.fd < 0 || f.zero) {
+    ga_dev_set_error(d, "import: CUDA_ERROR_INVALID_VALUE (not a fabric handle of the simulated device)");
+    return GA_DEV_EINVAL;
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)f.pid, (int)f.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_dev != f.dev || (uint64_t)st.st_ino != f.ino) {
+    ga_dev_set_error(
+        d,
+        "import: CUDA_ERROR_INVALID_VALUE (the fabric handle names memory that is gone: process %d's "
+        "fd %d %s)",
+        (int)f.pid, (int)f.fd, fd < 0 ? strerror(errno) : "is another file now");
+    if (fd >= 0) close(fd);
+    return GA_DEV_EINVAL;
+  }
+  int rc = sim_import(d, fd, h);
+  close(fd);
+  return rc;
+}
+
 /* The CPU's virtual clock; locked, as test controls may move it from another thread. */
 static uint64_t sim_clock_ns(ga_device *d) {
   sim_device *s = sim_of(d);
@@ -1250,6 +1329,8 @@ static const ga_device_ops sim_ops = {
     .usage = sim_usage,
     .share = sim_share,
     .import = sim_import,
+    .share_fabric = sim_share_fabric,
+    .import_fabric = sim_import_fabric,
     .clock_ns = sim_clock_ns,
     .event_destroy = sim_event_destroy,
     .stream_synchronize = sim_stream_synchronize,
@@ -1406,6 +1487,15 @@ int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing) {
   if (ss) ss->capturing = capturing != 0;
   pthread_mutex_unlock(&s->mu);
   return ss ? 0 : GA_DEV_EDRIVER;
+}
+
+int ga_sim_set_fabric(ga_device *d, int refused) {
+  sim_device *s = sim_of(d);
+  if (!s || refused < 0 || refused > GA_SIM_FABRIC_NOT_SUPPORTED) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  s->fabric_refused = refused;
+  pthread_mutex_unlock(&s->mu);
+  return 0;
 }
 
 /* ---- Time controls ---- */

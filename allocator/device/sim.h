@@ -71,6 +71,15 @@ int ga_sim_access(ga_device *d, void *va, uint64_t *mask);
 /* Marks `stream` as capturing a CUDA graph (stream_capturing reports it). */
 int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing);
 
+/* Whether create() makes fabric handles (shareable_handles:fabric): the
+ * default, GA_SIM_FABRIC_OK, does; GA_SIM_FABRIC_NOT_PERMITTED refuses as
+ * the driver does for a process without an IMEX channel,
+ * GA_SIM_FABRIC_NOT_SUPPORTED as for a device without fabric support. */
+#define GA_SIM_FABRIC_OK            0
+#define GA_SIM_FABRIC_NOT_PERMITTED 1
+#define GA_SIM_FABRIC_NOT_SUPPORTED 2
+int ga_sim_set_fabric(ga_device *d, int refused);
+
 /* ---- Time (see sim.c: a virtual clock for the CPU, streams that lag) ---- */
 
 /* Work queued from now on completes at least lag_ns after it was queued. */

@@ -11,9 +11,15 @@
  * the lease is marked revoked (a later import refuses it) and the memory is
  * freed as any other. Exporting again reuses the lease.
  *
- * Import: a reservation of the pieces' size, each piece imported (a handle)
- * and mapped in turn, access granted to this device; the records are kept
- * until ga_ipc_close (or ga_destroy) unmaps, releases and unreserves.
+ * Fabric export (ga_ipc_export_fabric): the same granules as fabric handles,
+ * plain bytes that cross nodes. An importer on another node can hold no
+ * lease, so the exporter's ga_free is refused until ga_ipc_unexport says its
+ * peers are done.
+ *
+ * Import: a reservation of the pieces' size, each piece imported (a handle,
+ * from its fd or its fabric handle) and mapped in turn, access granted to
+ * this device; the records are kept until ga_ipc_close (or ga_destroy)
+ * unmaps, releases and unreserves.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -30,7 +36,8 @@
 
 typedef struct ipc_export {
   uintptr_t ptr; /* the allocation */
-  int lease;     /* the lease memfd */
+  int lease;     /* the lease memfd (ga_ipc_export); -1: none yet */
+  int fabric;    /* exported as fabric handles, not yet ga_ipc_unexport'ed */
 } ipc_export;
 
 typedef struct ipc_import {
@@ -74,35 +81,65 @@ static void close_pieces(ga_ipc_desc_t *d, uint32_t n) {
     if (d->pieces[i].fd >= 0) close(d->pieces[i].fd), d->pieces[i].fd = -1;
 }
 
-ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *desc) {
-  GA_ASSERT_LOCKED(a);
+/* The live allocation at ptr, if `fn` may export it (else NULL, the error set). */
+static ga_block *exportable(ga_allocator_t *a, void *ptr, const char *fn, int fabric, ga_status_t *st) {
   ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
+  *st = GA_OK;
   if (!b) {
-    ga_error_set(
-        "ga_ipc_export: %p is not a live allocation of this allocator (pass the pointer ga_malloc "
-        "returned)",
-        ptr);
-    return GA_ERR_BAD_POINTER;
+    ga_error_set("%s: %p is not a live allocation of this allocator (pass the pointer ga_malloc returned)",
+                 fn, ptr);
+    *st = GA_ERR_BAD_POINTER;
+    return NULL;
   }
+  const char *need = fabric ? "shareable_handles:fabric" : "shareable_handles:posix_fd";
   if (!b->seg->expandable) {
     ga_error_set(
-        "ga_ipc_export: %p lies in native memory (cudaMalloc), which gardenalloc does not export: "
-        "use expandable_segments:True with shareable_handles:posix_fd (and no GA_ALLOC_CONTIGUOUS_HANDLE), "
+        "%s: %p lies in native memory (cudaMalloc), which gardenalloc does not export: "
+        "use expandable_segments:True with %s (and no GA_ALLOC_CONTIGUOUS_HANDLE), "
         "or cudaIpcGetMemHandle on the base ga_mem_ranges gives",
-        ptr);
-    return GA_ERR_UNSUPPORTED;
+        fn, ptr, need);
+    *st = GA_ERR_UNSUPPORTED;
+    return NULL;
   }
-  if (!a->cfg.shareable_handles) {
-    ga_error_set(
-        "ga_ipc_export: the allocator's memory is not shareable: create it with "
-        "shareable_handles:posix_fd");
-    return GA_ERR_UNSUPPORTED;
+  if (a->cfg.shareable_handles < (fabric ? GA_DEV_SHARE_FABRIC : GA_DEV_SHARE_FD)) {
+    ga_error_set("%s: the allocator's memory is not shareable%s: create it with %s", fn,
+                 fabric && a->cfg.shareable_handles ? " as fabric handles" : "", need);
+    *st = GA_ERR_UNSUPPORTED;
+    return NULL;
   }
   if (b->asleep || b->tag) {
-    ga_error_set("ga_ipc_export: %p is %s: an exported allocation must not sleep (untag it first)", ptr,
+    ga_error_set("%s: %p is %s: an exported allocation must not sleep (untag it first)", fn, ptr,
                  b->asleep ? "asleep" : "tagged");
-    return GA_ERR_INVALID;
+    *st = GA_ERR_INVALID;
+    return NULL;
   }
+  return b;
+}
+
+/* The export record of b, made if there is none (-1 lease, not fabric). */
+static ipc_export *export_get(ga_allocator_t *a, uintptr_t p) {
+  struct ga_ipc *x = ipc_of(a);
+  if (!x) return NULL;
+  ipc_export *e = export_find(a, p);
+  if (e) return e;
+  if (GA_VEC_ROOM(x->ex, x->capex, x->nex + 1)) return NULL;
+  e = &x->ex[x->nex++];
+  *e = (ipc_export){p, -1, 0};
+  return e;
+}
+
+/* Drops b's record when nothing is left in it. */
+static void export_drop_if_idle(ga_allocator_t *a, ipc_export *e) {
+  if (e->lease >= 0 || e->fabric) return;
+  struct ga_ipc *x = a->pol.ipc;
+  *e = x->ex[--x->nex];
+}
+
+ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *desc) {
+  GA_ASSERT_LOCKED(a);
+  ga_status_t st;
+  ga_block *b = exportable(a, ptr, "ga_ipc_export", 0, &st);
+  if (!b) return st;
   struct ga_ipc *x = ipc_of(a);
   if (!x) {
     return ga_fail(GA_DEV_ENOMEM, "ga_ipc_export", NULL, NULL);
@@ -134,17 +171,17 @@ ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *de
     ga_error_set("ga_ipc_export: %p: %s (at most %d pieces)", ptr, a->dev->error, GA_IPC_MAX_PIECES);
     return rc == GA_DEV_ENOTSUP ? GA_ERR_UNSUPPORTED : rc == GA_DEV_EINVAL ? GA_ERR_INVALID : GA_ERR_DEVICE;
   }
-  ipc_export *e = export_find(a, b->ptr);
-  if (!e) {
-    int lease = memfd_create("gardenalloc-ipc-lease", MFD_CLOEXEC);
-    if (lease < 0 || ftruncate(lease, 4096) != 0 || GA_VEC_ROOM(x->ex, x->capex, x->nex + 1)) {
-      if (lease >= 0) close(lease);
-      close_pieces(desc, (uint32_t)n);
-      ga_error_set("ga_ipc_export: host: cannot make the lease (%s)", strerror(errno));
-      return GA_ERR_HOST_MEMORY;
-    }
-    e = &x->ex[x->nex++];
-    *e = (ipc_export){b->ptr, lease};
+  ipc_export *e = export_get(a, b->ptr);
+  if (e && e->lease < 0) {
+    e->lease = memfd_create("gardenalloc-ipc-lease", MFD_CLOEXEC);
+    if (e->lease >= 0 && ftruncate(e->lease, 4096) != 0) close(e->lease), e->lease = -1;
+  }
+  if (!e || e->lease < 0) {
+    int err = errno;
+    if (e) export_drop_if_idle(a, e);
+    close_pieces(desc, (uint32_t)n);
+    ga_error_set("ga_ipc_export: host: cannot make the lease (%s)", e ? strerror(err) : "out of host memory");
+    return GA_ERR_HOST_MEMORY;
   }
   desc->lease_fd = fcntl(e->lease, F_DUPFD_CLOEXEC, 0);
   if (desc->lease_fd < 0) {
@@ -165,6 +202,14 @@ ga_status_t ga_ipc_free_check_locked(ga_allocator_t *a, void *ptr) {
   GA_ASSERT_LOCKED(a);
   ipc_export *e = export_find(a, (uintptr_t)ptr);
   if (!e) return GA_OK;
+  if (e->fabric) {
+    ga_error_set(
+        "ga_free: %p is exported as fabric handles (ga_ipc_export_fabric): an importer on another node "
+        "holds no lease, so it stays allocated until ga_ipc_unexport(a, ptr), called once every peer has "
+        "closed its import",
+        ptr);
+    return GA_ERR_INVALID;
+  }
   if (flock(e->lease, LOCK_EX | LOCK_NB) != 0) {
     ga_error_set(
         "ga_free: %p is exported (ga_ipc_export) and still imported by another process: it stays "
@@ -180,6 +225,10 @@ ga_status_t ga_ipc_free_check_locked(ga_allocator_t *a, void *ptr) {
   *e = x->ex[--x->nex];
   return GA_OK;
 }
+
+static ga_status_t map_pieces(ga_allocator_t *a, struct ga_ipc *x, ipc_import *m, uint32_t n,
+                              const ga_ipc_piece_t *fds, const ga_ipc_fabric_piece_t *fab, uint64_t start,
+                              void **out);
 
 /* Undoes an import: unmaps its first `nmapped` bytes, releases its handles,
  * unreserves, lets the lease go. */
@@ -234,41 +283,148 @@ ga_status_t ga_ipc_import_locked(ga_allocator_t *a, const ga_ipc_desc_t *d, void
     ga_error_set("ga_ipc_import: the exporter has freed this allocation");
     return GA_ERR_INVALID;
   }
-  m.h = ga_host_calloc(d->npieces, sizeof *m.h);
-  if (!m.h) {
-    close(m.lease);
-    return ga_fail(GA_DEV_ENOMEM, "ga_ipc_import", NULL, NULL);
+  return map_pieces(a, x, &m, d->npieces, d->pieces, NULL, d->start, out);
+}
+
+/* Maps n pieces (each from its fd, or from its fabric handle when fab is
+ * set) into a reservation, grants access, records the import m (its size
+ * and lease set) and gives its start + `start`; on failure undoes all. */
+static ga_status_t map_pieces(ga_allocator_t *a, struct ga_ipc *x, ipc_import *m, uint32_t n,
+                              const ga_ipc_piece_t *fds, const ga_ipc_fabric_piece_t *fab, uint64_t start,
+                              void **out) {
+  const char *fn = fab ? "ga_ipc_import_fabric" : "ga_ipc_import";
+  m->h = ga_host_calloc(n, sizeof *m->h);
+  if (!m->h) {
+    if (m->lease >= 0) close(m->lease);
+    return ga_fail(GA_DEV_ENOMEM, fn, NULL, NULL);
   }
   void *va = NULL;
-  int rc = ga_dev_reserve(a->dev, total, 0, &va);
+  int rc = ga_dev_reserve(a->dev, m->size, 0, &va);
   const char *what = "reserving addresses";
   size_t mapped = 0;
   if (!rc) {
-    m.va = (uintptr_t)va;
-    for (uint32_t i = 0; i < d->npieces && !rc; i++) {
+    m->va = (uintptr_t)va;
+    for (uint32_t i = 0; i < n && !rc; i++) {
       what = "importing a piece";
-      if ((rc = ga_dev_import(a->dev, d->pieces[i].fd, &m.h[m.nh]))) break;
-      m.nh++;
+      rc = fab ? ga_dev_import_fabric(a->dev, fab[i].handle, &m->h[m->nh])
+               : ga_dev_import(a->dev, fds[i].fd, &m->h[m->nh]);
+      if (rc) break;
+      m->nh++;
       what = "mapping a piece";
-      if ((rc = ga_dev_map(a->dev, (void *)(m.va + mapped), d->pieces[i].size, m.h[m.nh - 1],
-                           d->pieces[i].offset)))
-        break;
-      mapped += d->pieces[i].size;
+      uint64_t size = fab ? fab[i].size : fds[i].size, off = fab ? fab[i].offset : fds[i].offset;
+      if ((rc = ga_dev_map(a->dev, (void *)(m->va + mapped), size, m->h[m->nh - 1], off))) break;
+      mapped += size;
     }
     if (!rc) {
       what = "granting access";
-      rc = ga_dev_set_access(a->dev, va, total, &a->dev->ordinal, 1);
+      rc = ga_dev_set_access(a->dev, va, m->size, &a->dev->ordinal, 1);
     }
   }
   if (rc) {
-    ga_error_set("ga_ipc_import: %s: %s", what, a->dev->error);
-    unwind(a, &m, mapped);
-    return rc == GA_DEV_ENOTSUP ? GA_ERR_UNSUPPORTED : rc == GA_DEV_EOOM ? GA_ERR_OOM : GA_ERR_DEVICE;
+    ga_error_set("%s: %s: %s", fn, what, a->dev->error);
+    unwind(a, m, mapped);
+    return rc == GA_DEV_ENOTSUP         ? GA_ERR_UNSUPPORTED
+           : rc == GA_DEV_EOOM          ? GA_ERR_OOM
+           : rc == GA_DEV_EINVAL && fab ? GA_ERR_INVALID
+                                        : GA_ERR_DEVICE;
   }
-  m.ptr = m.va + d->start;
-  x->im[x->nim++] = m;
-  *out = (void *)m.ptr;
+  m->ptr = m->va + start;
+  x->im[x->nim++] = *m;
+  *out = (void *)m->ptr;
   return GA_OK;
+}
+
+ga_status_t ga_ipc_export_fabric_locked(ga_allocator_t *a, void *ptr, ga_ipc_fabric_desc_t *desc) {
+  GA_ASSERT_LOCKED(a);
+  ga_status_t st;
+  ga_block *b = exportable(a, ptr, "ga_ipc_export_fabric", 1, &st);
+  if (!b) return st;
+  memset(desc, 0, sizeof *desc);
+  size_t g = a->space.gran;
+  const ga_segment *s = b->seg;
+  uintptr_t lo = b->ptr / g * g, hi = (b->ptr + b->size + g - 1) / g * g;
+  size_t n = 0;
+  int rc = 0;
+  for (uintptr_t p = lo; p < hi && !rc;) {
+    size_t i = (p - s->base) / g, run = 1;
+    const ga_granule *m = &s->granules[i];
+    while (p + run * g < hi && s->granules[i + run].handle == m->handle &&
+           s->granules[i + run].idx == m->idx + run)
+      run++;
+    ga_dev_fabric pieces[GA_IPC_MAX_PIECES];
+    size_t k = 0;
+    rc = ga_dev_share_fabric(a->dev, m->handle->h, (size_t)m->idx * g, run * g, pieces, GA_IPC_MAX_PIECES - n,
+                             &k);
+    for (size_t j = 0; !rc && j < k; j++, n++) {
+      memcpy(desc->pieces[n].handle, pieces[j].handle, GA_IPC_FABRIC_BYTES);
+      desc->pieces[n].offset = pieces[j].offset;
+      desc->pieces[n].size = pieces[j].size;
+    }
+    p += run * g;
+  }
+  if (rc) {
+    memset(desc, 0, sizeof *desc);
+    ga_error_set("ga_ipc_export_fabric: %p: %s (at most %d pieces)", ptr, a->dev->error, GA_IPC_MAX_PIECES);
+    return rc == GA_DEV_ENOTSUP ? GA_ERR_UNSUPPORTED : rc == GA_DEV_EINVAL ? GA_ERR_INVALID : GA_ERR_DEVICE;
+  }
+  ipc_export *e = export_get(a, b->ptr);
+  if (!e) {
+    memset(desc, 0, sizeof *desc);
+    return ga_fail(GA_DEV_ENOMEM, "ga_ipc_export_fabric", NULL, NULL);
+  }
+  e->fabric = 1;
+  desc->version = GA_IPC_FABRIC_VERSION;
+  desc->npieces = (uint32_t)n;
+  desc->size = b->size;
+  desc->start = b->ptr - lo;
+  return GA_OK;
+}
+
+ga_status_t ga_ipc_unexport_locked(ga_allocator_t *a, void *ptr) {
+  GA_ASSERT_LOCKED(a);
+  ipc_export *e = export_find(a, (uintptr_t)ptr);
+  if (!e || !e->fabric) {
+    int live = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr) != NULL;
+    ga_error_set("ga_ipc_unexport: %p is %s", ptr,
+                 live ? "not exported as fabric handles (ga_ipc_export_fabric)"
+                      : "not a live allocation of this allocator (pass the pointer ga_malloc returned)");
+    return live ? GA_ERR_INVALID : GA_ERR_BAD_POINTER;
+  }
+  e->fabric = 0;
+  export_drop_if_idle(a, e);
+  return GA_OK;
+}
+
+ga_status_t ga_ipc_import_fabric_locked(ga_allocator_t *a, const ga_ipc_fabric_desc_t *d, void **out) {
+  GA_ASSERT_LOCKED(a);
+  size_t g = a->space.gran, total = 0;
+  if (d->version != GA_IPC_FABRIC_VERSION || d->npieces == 0 || d->npieces > GA_IPC_MAX_PIECES) {
+    ga_error_set(
+        "ga_ipc_import_fabric: not a descriptor ga_ipc_export_fabric wrote (version 0x%x, %u pieces)",
+        d->version, d->npieces);
+    return GA_ERR_INVALID;
+  }
+  for (uint32_t i = 0; i < d->npieces; i++) {
+    if (d->pieces[i].size == 0 || d->pieces[i].size % g || d->pieces[i].offset % g ||
+        d->pieces[i].size > SIZE_MAX - total) {
+      ga_error_set("ga_ipc_import_fabric: piece %u (%llu+%llu) is not whole granules", i,
+                   (unsigned long long)d->pieces[i].offset, (unsigned long long)d->pieces[i].size);
+      return GA_ERR_INVALID;
+    }
+    total += d->pieces[i].size;
+  }
+  if (d->start >= total || d->size == 0 || d->size > total - d->start) {
+    ga_error_set(
+        "ga_ipc_import_fabric: the allocation (%llu bytes at %llu) is not inside its pieces (%zu bytes)",
+        (unsigned long long)d->size, (unsigned long long)d->start, total);
+    return GA_ERR_INVALID;
+  }
+  struct ga_ipc *x = ipc_of(a);
+  if (!x || GA_VEC_ROOM(x->im, x->capim, x->nim + 1)) {
+    return ga_fail(GA_DEV_ENOMEM, "ga_ipc_import_fabric", NULL, NULL);
+  }
+  ipc_import m = {.size = total, .lease = -1};
+  return map_pieces(a, x, &m, d->npieces, NULL, d->pieces, d->start, out);
 }
 
 ga_status_t ga_ipc_close_locked(ga_allocator_t *a, void *ptr) {
@@ -309,7 +465,8 @@ void ga_ipc_teardown_locked(ga_allocator_t *a) {
     ipc_import m = x->im[--x->nim];
     unwind(a, &m, m.size);
   }
-  for (size_t i = 0; i < x->nex; i++) close(x->ex[i].lease);
+  for (size_t i = 0; i < x->nex; i++)
+    if (x->ex[i].lease >= 0) close(x->ex[i].lease);
   free(x->ex);
   free(x->im);
   free(x);

@@ -203,6 +203,10 @@ ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer);
 ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *desc);
 ga_status_t ga_ipc_import_locked(ga_allocator_t *a, const ga_ipc_desc_t *desc, void **ptr);
 ga_status_t ga_ipc_close_locked(ga_allocator_t *a, void *ptr);
+/* ga_ipc_export_fabric, ga_ipc_import_fabric, ga_ipc_unexport. */
+ga_status_t ga_ipc_export_fabric_locked(ga_allocator_t *a, void *ptr, ga_ipc_fabric_desc_t *desc);
+ga_status_t ga_ipc_import_fabric_locked(ga_allocator_t *a, const ga_ipc_fabric_desc_t *desc, void **ptr);
+ga_status_t ga_ipc_unexport_locked(ga_allocator_t *a, void *ptr);
 /* Before ga_free of ptr: GA_OK, or the refusal while another process holds
  * an import of it (the error text set). */
 ga_status_t ga_ipc_free_check_locked(ga_allocator_t *a, void *ptr);

@@ -483,6 +483,14 @@ CD_EXPORT CUresult cudadouble_set_vmm(int ordinal, int supported) {
   return r;
 }
 
+CD_EXPORT CUresult cudadouble_set_fabric(int ordinal, CUresult result) {
+  pthread_mutex_lock(&cd.mu);
+  CUresult r = ordinal < 0 || ordinal >= cd.ndev ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+  if (!r) cd.dev[ordinal].fabric = result;
+  pthread_mutex_unlock(&cd.mu);
+  return r;
+}
+
 CD_EXPORT CUresult cudadouble_usage_get(int ordinal, cudadouble_usage *u) {
   pthread_mutex_lock(&cd.mu);
   if (ordinal < 0 || ordinal >= cd.ndev || !u) {

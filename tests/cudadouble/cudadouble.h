@@ -47,6 +47,14 @@ CUresult cudadouble_configure(int devices, size_t bytes);
  * without it. Reset by cudadouble_configure. */
 CUresult cudadouble_set_vmm(int ordinal, int supported);
 
+/* What cuMemCreate on device `ordinal` gives when requestedHandleTypes
+ * has CU_MEM_HANDLE_TYPE_FABRIC: CUDA_SUCCESS (the default) makes it, with
+ * fabric handles that another process of this machine imports with no fd
+ * passed; CUDA_ERROR_NOT_PERMITTED is a process without an IMEX channel,
+ * CUDA_ERROR_NOT_SUPPORTED a device without fabric support. Reset by
+ * cudadouble_configure. */
+CUresult cudadouble_set_fabric(int ordinal, CUresult result);
+
 /* Fills *u for device `ordinal`. */
 CUresult cudadouble_usage_get(int ordinal, cudadouble_usage *u);
 

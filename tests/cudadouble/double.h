@@ -94,6 +94,7 @@ typedef struct cd_phys {
   int fd;         /* -1: its granules are in the device's memory file; else a file of its own (a
                      POSIX-fd shareable handle, or one imported: gran NULL, no device granules) */
   int imported;   /* cuMemImportFromShareableHandle: another process's memory */
+  unsigned types; /* the requestedHandleTypes it was created with */
 } cd_phys;
 
 /* A range of addresses: a reservation, a mapping or a cuMemAlloc. */
@@ -149,6 +150,7 @@ typedef struct cd_device {
   size_t ngran, used;
   unsigned char *taken; /* per granule */
   int no_vmm;           /* without virtual memory management (cudadouble_set_vmm) */
+  CUresult fabric;      /* what cuMemCreate with CU_MEM_HANDLE_TYPE_FABRIC gives (cudadouble_set_fabric) */
   struct CUctx_st ctx;
 } cd_device;
 

@@ -164,6 +164,17 @@ static int host_prot(const cd_range *m) {
                                                  : PROT_NONE;
 }
 
+/* ---- Fabric handles ---- */
+
+#define CD_FABRIC_MAGIC 0x43444642u /* "CDFB" */
+typedef struct cd_fabric {
+  uint32_t magic;
+  int32_t pid, fd; /* the exporting process and its fd of the handle's file */
+  uint32_t zero;
+  uint64_t dev, ino; /* that file's identity: a stale or foreign handle is refused */
+} cd_fabric;
+_Static_assert(sizeof(cd_fabric) <= sizeof(CUmemFabricHandle), "fits a CUmemFabricHandle");
+
 /* ---- Allocation properties ---- */
 
 /* Checks prop as cuMemCreate and cuMemGetAllocationGranularity do. */
@@ -189,9 +200,9 @@ static CUresult prop_check(cd_entry e, const CUmemAllocationProp *prop) {
                   CU_MEM_HANDLE_TYPE_WIN32_KMT | CU_MEM_HANDLE_TYPE_FABRIC))
     return cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "prop->requestedHandleTypes 0x%x",
                      (unsigned)prop->requestedHandleTypes);
-  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE &&
-      prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-    cd_die(e, "shareable handle types other than a POSIX fd (0x%x) are not modelled",
+  if (prop->requestedHandleTypes &
+      ~(unsigned)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC))
+    cd_die(e, "shareable handle types other than a POSIX fd and fabric (0x%x) are not modelled",
            (unsigned)prop->requestedHandleTypes);
   if (prop->win32HandleMetaData)
     return cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "prop->win32HandleMetaData must be NULL on Linux");
@@ -337,13 +348,18 @@ CD_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, siz
   if (d->no_vmm)
     return cd_leave(cd_refuse(e, CUDA_ERROR_NOT_SUPPORTED, "device %d has no virtual memory management",
                               prop->location.id));
+  if ((prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) && d->fabric)
+    return cd_leave(cd_refuse(
+        e, d->fabric, "device %d: fabric handles are %s", prop->location.id,
+        d->fabric == CUDA_ERROR_NOT_PERMITTED ? "not permitted (no IMEX channel)" : "not supported"));
   if (size / CD_GRAN > d->ngran - d->used) return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
   cd_phys *ph = phys_new(prop->location.id, size);
   if (!ph || cd_ptrs_add(&cd.handles, ph)) {
     if (ph) phys_free(ph);
     return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
   }
-  if (prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+  ph->types = (unsigned)prop->requestedHandleTypes;
+  if (ph->types) {
     /* Exportable: its memory is a file of its own, which the fd names. */
     ph->fd = memfd_create("cuda-double-shareable", MFD_CLOEXEC);
     if (ph->fd < 0 || ftruncate(ph->fd, (off_t)size) != 0) {
@@ -369,14 +385,32 @@ CD_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
   if (flags) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "flags 0x%llx (must be 0)", flags));
   cd_phys *ph = handle_find(handle);
   if (!ph) cd_die(e, "handle 0x%llx was never created or is gone", (unsigned long long)handle);
-  if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-    return cd_leave(cd_refuse(e, CUDA_ERROR_NOT_SUPPORTED, "handle type 0x%x is not modelled (POSIX fd only)",
+  if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && handleType != CU_MEM_HANDLE_TYPE_FABRIC)
+    return cd_leave(cd_refuse(e, CUDA_ERROR_NOT_SUPPORTED,
+                              "handle type 0x%x is not modelled (POSIX fd and fabric only)",
                               (unsigned)handleType));
-  if (ph->fd < 0 || ph->imported)
+  if (ph->fd < 0 || ph->imported || !(ph->types & (unsigned)handleType))
     return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE,
-                              "handle 0x%llx was not created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
-                              (unsigned long long)handle));
+                              "handle 0x%llx was not created with handle type 0x%x",
+                              (unsigned long long)handle, (unsigned)handleType));
   if ((r = cd_fault_hit(e))) return cd_leave(r);
+  if (handleType == CU_MEM_HANDLE_TYPE_FABRIC) {
+    /* The 64 bytes name the handle's file by this process, its fd number
+     * and the file's identity: another process of the machine opens it
+     * through /proc, with no fd passed (as a node of an IMEX domain would). */
+    struct stat st;
+    if (fstat(ph->fd, &st) != 0) return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
+    cd_fabric f = {.magic = CD_FABRIC_MAGIC,
+                   .pid = (int32_t)getpid(),
+                   .fd = ph->fd,
+                   .dev = (uint64_t)st.st_dev,
+                   .ino = (uint64_t)st.st_ino};
+    CUmemFabricHandle out;
+    memset(&out, 0, sizeof out);
+    memcpy(out.data, &f, sizeof f);
+    memcpy(shareableHandle, &out, sizeof out);
+    return cd_leave(r);
+  }
   int fd = dup(ph->fd);
   if (fd < 0) return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
   *(int *)shareableHandle = fd;
@@ -391,20 +425,42 @@ CD_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocation
   struct CUctx_st *ctx = NULL;
   if (r || (r = cd_need_context(e, &ctx))) return cd_leave(r);
   if (!handle) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "handle is NULL"));
-  if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-    return cd_leave(cd_refuse(e, CUDA_ERROR_NOT_SUPPORTED, "handle type 0x%x is not modelled (POSIX fd only)",
+  if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && shHandleType != CU_MEM_HANDLE_TYPE_FABRIC)
+    return cd_leave(cd_refuse(e, CUDA_ERROR_NOT_SUPPORTED,
+                              "handle type 0x%x is not modelled (POSIX fd and fabric only)",
                               (unsigned)shHandleType));
-  int fd = (int)(intptr_t)osHandle;
+  int fd = (int)(intptr_t)osHandle, opened = -1;
   struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size % (off_t)CD_GRAN)
+  if (shHandleType == CU_MEM_HANDLE_TYPE_FABRIC) {
+    if (!osHandle) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "osHandle is NULL"));
+    cd_fabric f;
+    memcpy(&f, osHandle, sizeof f);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)f.pid, (int)f.fd);
+    if (f.magic != CD_FABRIC_MAGIC || f.pid <= 0 || f.fd < 0 ||
+        (opened = open(path, O_RDWR | O_CLOEXEC)) < 0 || fstat(opened, &st) != 0 ||
+        (uint64_t)st.st_dev != f.dev || (uint64_t)st.st_ino != f.ino) {
+      if (opened >= 0) close(opened);
+      return cd_leave(
+          cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "the fabric handle names no exported allocation"));
+    }
+    fd = opened;
+  }
+  if (fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size % (off_t)CD_GRAN) {
+    if (opened >= 0) close(opened);
     return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "fd %d names no exported allocation", fd));
-  if ((r = cd_fault_hit(e))) return cd_leave(r);
+  }
+  if ((r = cd_fault_hit(e))) {
+    if (opened >= 0) close(opened);
+    return cd_leave(r);
+  }
   cd_phys *ph = calloc(1, sizeof *ph);
   if (!ph) return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
   *ph = (cd_phys){.ordinal = ctx->ordinal,
                   .ngran = (size_t)st.st_size / CD_GRAN,
                   .imported = 1,
                   .fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)};
+  if (opened >= 0) close(opened);
   ph->id = cd.next_handle;
   if (ph->fd < 0 || cd_ptrs_add(&cd.handles, ph)) {
     if (ph->fd >= 0) close(ph->fd);

@@ -9,6 +9,11 @@
  *      lengths queued between requests (cuMemsetD8Async) and record_stream on
  *      a second stream, ends with the same snapshot once addresses are left
  *      out (the default mode's result is printed, not checked).
+ *   3. (ipc_check fabric) fabric handles: ga_ipc_export_fabric here, the
+ *      descriptor written to a child as plain bytes, ga_ipc_import_fabric
+ *      there: each reads the other's bytes, and the free is refused until
+ *      ga_ipc_unexport. Without an IMEX channel or fabric support the driver
+ *      refuses the handles: exit status 77 (a skip) with the reason.
  * Exit status 0 when every check passes. */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -130,6 +135,90 @@ static void ipc(const char *self) {
   ga_destroy(a);
 }
 
+/* The importing process of the fabric check: ipc_check fchild FD. */
+static int fabric_child(int sock) {
+  if (cuda_up()) return 10;
+  ga_allocator_t *a;
+  ga_ipc_fabric_desc_t d;
+  void *p = NULL;
+  if (ga_create("backend:cuda", 0, &a) != GA_OK) return 11;
+  for (size_t got = 0; got < sizeof d;) {
+    ssize_t k = read(sock, (char *)&d + got, sizeof d - got);
+    if (k <= 0) return 11;
+    got += (size_t)k;
+  }
+  if (ga_ipc_import_fabric(a, &d, &p) != GA_OK) {
+    fprintf(stderr, "child: %s\n", ga_last_error());
+    return 12;
+  }
+  char c = all((uintptr_t)p, d.size, 0x5a) ? 'R' : 'r';
+  unsigned char *w = malloc(d.size);
+  memset(w, 0xc3, d.size);
+  htod((uintptr_t)p, w, d.size);
+  free(w);
+  if (write(sock, &c, 1) != 1 || read(sock, &c, 1) != 1) return 13;
+  c = ga_ipc_close(a, p) == GA_OK ? 'D' : 'F';
+  if (write(sock, &c, 1) != 1) return 14;
+  ga_destroy(a);
+  if (cu_release) cu_release(0);
+  return 0;
+}
+
+/* 0: checked (failures counted); 77: the driver makes no fabric handles here. */
+static int fabric(const char *self) {
+  ga_allocator_t *a;
+  if (ga_create("backend:cuda,expandable_segments:True,shareable_handles:fabric", 0, &a) != GA_OK) {
+    CHECK(0, "ga_create with shareable_handles:fabric: %s", ga_last_error());
+    return 0;
+  }
+  size_t size = 64 * MiB + 4096;
+  void *p = NULL;
+  ga_status_t st = ga_malloc(a, size, NULL, &p);
+  if (st == GA_ERR_UNSUPPORTED && strstr(ga_last_error(), "fabric handles")) {
+    printf("skip: %s\n", ga_last_error());
+    ga_destroy(a);
+    return 77;
+  }
+  CHECK(st == GA_OK, "malloc with fabric handles%s%s", st ? ": " : "", st ? ga_last_error() : "");
+  if (st) {
+    ga_destroy(a);
+    return 0;
+  }
+  unsigned char *w = malloc(size);
+  memset(w, 0x5a, size);
+  htod((uintptr_t)p, w, size);
+  free(w);
+  ga_ipc_fabric_desc_t d;
+  st = ga_ipc_export_fabric(a, p, &d);
+  CHECK(st == GA_OK, "export_fabric: %u piece(s): %s", d.npieces, st ? ga_last_error() : "");
+  int sv[2];
+  if (st || socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return 0;
+  pid_t pid = fork();
+  if (pid == 0) {
+    char fd[16];
+    snprintf(fd, sizeof fd, "%d", sv[1]);
+    execl(self, self, "fchild", fd, (char *)NULL);
+    _exit(127);
+  }
+  close(sv[1]);
+  CHECK(write(sv[0], &d, sizeof d) == (ssize_t)sizeof d, "the descriptor sent as plain bytes");
+  char c = 0;
+  CHECK(read(sv[0], &c, 1) == 1 && c == 'R', "the child read the exporter's bytes (%c)", c);
+  CHECK(all((uintptr_t)p, size, 0xc3), "the exporter reads the child's bytes");
+  CHECK(ga_free(a, p) == GA_ERR_INVALID, "free refused while exported");
+  CHECK(write(sv[0], "C", 1) == 1 && read(sv[0], &c, 1) == 1 && c == 'D', "the child closed");
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child ended well (0x%x)", status);
+  CHECK(ga_free(a, p) == GA_ERR_INVALID, "free still refused before ga_ipc_unexport");
+  CHECK(ga_ipc_unexport(a, p) == GA_OK, "unexport");
+  st = ga_free(a, p);
+  CHECK(st == GA_OK, "free after unexport%s%s", st ? ": " : "", st ? ga_last_error() : "");
+  close(sv[0]);
+  ga_destroy(a);
+  return 0;
+}
+
 /* A snapshot without addresses: where everything lies, relative to its segment. */
 static char *shape(ga_allocator_t *a) {
   size_t n = ga_snapshot_json(a, NULL, 0) + 1;
@@ -203,9 +292,16 @@ static void deterministic(void) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 3 && !strcmp(argv[1], "child")) return child(atoi(argv[2]));
+  if (argc == 3 && !strcmp(argv[1], "fchild")) return fabric_child(atoi(argv[2]));
   if (cuda_up()) {
     printf("no CUDA context on device 0\n");
     return 2;
+  }
+  if (argc == 2 && !strcmp(argv[1], "fabric")) {
+    if (fabric(argv[0]) == 77) return 77;
+    if (cu_release) cu_release(0);
+    printf("%d failure(s)\n", failures);
+    return failures != 0;
   }
   ipc(argv[0]);
   deterministic();

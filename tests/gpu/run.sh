@@ -142,6 +142,21 @@ if cc -O2 -Iinclude tests/gpu/ipc_check.c -o "$out/ipc_check" -Lbuild -lgardenal
   -Wl,-rpath,"$PWD/build" >"$out/ipc_check_build.txt" 2>&1; then
   step "engines: IPC across two processes (POSIX fd handles), deterministic placement under GPU timing" \
     ipc_check.txt 120 "$out/ipc_check"
+  # Fabric handles need an IMEX channel and fabric support: exit 77 without, a skip with the reason.
+  name="engines: IPC across two processes with fabric handles (plain bytes, ga_ipc_unexport)"
+  say "== $name: $out/ipc_check fabric"
+  timeout 120 "$out/ipc_check" fabric >"$out/fabric_check.txt" 2>&1
+  rc=$?
+  tail -n 25 "$out/fabric_check.txt" | tee -a "$log" >/dev/null
+  if [ $rc = 0 ]; then
+    say "PASS $name ($out/fabric_check.txt)"
+    pass=$((pass + 1))
+  elif [ $rc = 77 ]; then
+    skipped "$name" "$(grep -m1 '^skip: ' "$out/fabric_check.txt" | cut -c7-)"
+  else
+    say "FAIL $name (exit $rc; $out/fabric_check.txt)"
+    fail=$((fail + 1))
+  fi
 else
   say "FAIL ipc check build ($out/ipc_check_build.txt)"
   fail=$((fail + 1))
