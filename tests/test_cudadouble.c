@@ -593,7 +593,7 @@ Test(double, unmodelled_properties_end_the_process, .signal = SIGABRT) {
   need_double();
   setup();
   CUmemAllocationProp p = device_prop(0);
-  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_WIN32_KMT; /* fabric and POSIX fd are modelled */
   CUmemGenericAllocationHandle h;
   cu.cuMemCreate(&h, cu.gran, &p, 0);
 }
