@@ -72,11 +72,30 @@ static inline ga_status_t enter_all(ga_allocator_t *a, const char *fn) {
     if (enter_st_) return enter_st_;        \
   } while (0)
 
-/* Releases the lock taken by ENTER and returns st. */
-static inline ga_status_t leave(ga_allocator_t *a, ga_status_t st) {
+#ifdef GA_CHECK_EVERY_CALL
+/* The expensive tier (CMake's GA_CHECK_EVERY_CALL, on in CI's sanitizer
+ * build and the fuzzers): every invariant ga_check knows, after every call
+ * that took the lock. A broken one is described on stderr and aborts. */
+static void check_every_call(ga_allocator_t *a, const char *fn) {
+  int broken = ga_check_locked(a);
+  if (broken) {
+    fprintf(stderr, "gardenalloc: %s left %d broken invariant(s) (GA_CHECK_EVERY_CALL)\n", fn, broken);
+    abort();
+  }
+}
+#endif
+
+/* Releases the lock taken by ENTER and returns st; `leave` names the caller. */
+static inline ga_status_t leave_from(ga_allocator_t *a, ga_status_t st, const char *fn) {
+#ifdef GA_CHECK_EVERY_CALL
+  check_every_call(a, fn);
+#else
+  (void)fn;
+#endif
   ga_lock_release(&a->mu);
   return st;
 }
+#define leave(a, st) leave_from((a), (st), __func__)
 
 static ga_status_t invalid(const char *fn, const char *what) {
   ga_error_set("%s: %s", fn, what);
