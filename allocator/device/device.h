@@ -332,16 +332,7 @@ static inline int ga_dev_import(ga_device *d, int fd, ga_mem_handle *h) {
 }
 /* For create(): fabric handles refused (the driver's NOT_PERMITTED or
  * NOT_SUPPORTED), named with what to do. Returns GA_DEV_ENOTSUP. */
-static inline int ga_dev_fabric_refused(ga_device *d, const char *call, int not_permitted) {
-  ga_dev_set_error(d,
-                   "%s: %s: fabric handles (CU_MEM_HANDLE_TYPE_FABRIC) are %s (%s); use "
-                   "shareable_handles:posix_fd to share within one node",
-                   call, not_permitted ? "CUDA_ERROR_NOT_PERMITTED" : "CUDA_ERROR_NOT_SUPPORTED",
-                   not_permitted ? "not permitted" : "not supported",
-                   not_permitted ? "this process has no IMEX channel, /dev/nvidia-caps-imex-channels/channelN"
-                                 : "the device or driver has no fabric support");
-  return GA_DEV_ENOTSUP;
-}
+int ga_dev_fabric_refused(ga_device *d, const char *call, int not_permitted);
 static inline int ga_dev_share_fabric(ga_device *d, ga_mem_handle h, size_t off, size_t size,
                                       ga_dev_fabric *out, size_t cap, size_t *n) {
   if (d->ops->share_fabric) return d->ops->share_fabric(d, h, off, size, out, cap, n);

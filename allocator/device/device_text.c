@@ -29,3 +29,15 @@ const char *ga_dev_call_name(ga_device_call_t kind) {
   };
   return (unsigned)kind < GA_CALL_COUNT ? names[kind] : "unknown";
 }
+
+/* (device.h) */
+int ga_dev_fabric_refused(ga_device *d, const char *call, int not_permitted) {
+  ga_dev_set_error(d,
+                   "%s: %s: fabric handles (CU_MEM_HANDLE_TYPE_FABRIC) are %s (%s); use "
+                   "shareable_handles:posix_fd to share within one node",
+                   call, not_permitted ? "CUDA_ERROR_NOT_PERMITTED" : "CUDA_ERROR_NOT_SUPPORTED",
+                   not_permitted ? "not permitted" : "not supported",
+                   not_permitted ? "this process has no IMEX channel, /dev/nvidia-caps-imex-channels/channelN"
+                                 : "the device or driver has no fabric support");
+  return GA_DEV_ENOTSUP;
+}
