@@ -135,6 +135,17 @@ static void export_drop_if_idle(ga_allocator_t *a, ipc_export *e) {
   *e = x->ex[--x->nex];
 }
 
+/* The granules from p (below hi) that lie at consecutive places of one
+ * handle, which one piece describes: the first of them; *run their number. */
+static const ga_granule *handle_run(const ga_segment *s, size_t g, uintptr_t p, uintptr_t hi, size_t *run) {
+  size_t i = (p - s->base) / g, n = 1;
+  const ga_granule *m = &s->granules[i];
+  while (p + n * g < hi && s->granules[i + n].handle == m->handle && s->granules[i + n].idx == m->idx + n)
+    n++;
+  *run = n;
+  return m;
+}
+
 ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *desc) {
   GA_ASSERT_LOCKED(a);
   ga_status_t st;
@@ -154,11 +165,8 @@ ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *de
   size_t n = 0;
   int rc = 0;
   for (uintptr_t p = lo; p < hi && !rc;) {
-    size_t i = (p - s->base) / g, run = 1;
-    const ga_granule *m = &s->granules[i];
-    while (p + run * g < hi && s->granules[i + run].handle == m->handle &&
-           s->granules[i + run].idx == m->idx + run)
-      run++;
+    size_t run;
+    const ga_granule *m = handle_run(s, g, p, hi, &run);
     ga_dev_piece pieces[GA_IPC_MAX_PIECES];
     size_t k = 0;
     rc = ga_dev_share(a->dev, m->handle->h, (size_t)m->idx * g, run * g, pieces, GA_IPC_MAX_PIECES - n, &k);
@@ -346,11 +354,8 @@ ga_status_t ga_ipc_export_fabric_locked(ga_allocator_t *a, void *ptr, ga_ipc_fab
   size_t n = 0;
   int rc = 0;
   for (uintptr_t p = lo; p < hi && !rc;) {
-    size_t i = (p - s->base) / g, run = 1;
-    const ga_granule *m = &s->granules[i];
-    while (p + run * g < hi && s->granules[i + run].handle == m->handle &&
-           s->granules[i + run].idx == m->idx + run)
-      run++;
+    size_t run;
+    const ga_granule *m = handle_run(s, g, p, hi, &run);
     ga_dev_fabric pieces[GA_IPC_MAX_PIECES];
     size_t k = 0;
     rc = ga_dev_share_fabric(a->dev, m->handle->h, (size_t)m->idx * g, run * g, pieces, GA_IPC_MAX_PIECES - n,
