@@ -1,0 +1,95 @@
+/* state.h — the policy layer's state: the free trees, the private pools of
+ * CUDA-graph capture, stream-ordered reuse, sleep and wake (ga_policy), on
+ * top of the segment layer's records (segment/space.h). Its functions are
+ * declared in policy/policy.h.
+ */
+#ifndef GA_POLICY_STATE_H
+#define GA_POLICY_STATE_H
+
+#include "../blockmap.h"
+#include "../report.h"
+#include "../segment/space.h"
+
+typedef struct ga_free_tree {
+  ga_block *root;    /* a treap ordered by (stream, size, ptr) */
+  size_t count;      /* blocks in the tree */
+  uint64_t gc_calls; /* get_free_block calls, the GC age clock */
+} ga_free_tree;
+
+/* A private pool (CUDA-graph capture, ga_begin_allocate_to_pool): its own
+ * free trees and segments, kept out of general reuse until released. */
+typedef struct ga_private {
+  uint64_t id;
+  ga_free_tree trees[2];  /* by pool */
+  ga_stream_t streams[8]; /* streams whose allocations it serves now */
+  int nstreams;
+  int released; /* ga_release_pool called: segments go back once free */
+  size_t nsegs;
+  uint64_t generation; /* ga_pool_generation: bumped when memory under its addresses could change */
+  struct ga_private *next;
+} ga_private;
+
+/* A free waiting for a stream: ev recorded on it, or NULL when no event
+ * could be recorded and no wait succeeded (the block is quarantined: out of
+ * use until an event can be recorded on `stream` or a wait for it succeeds). */
+typedef struct ga_pending {
+  ga_event ev;
+  ga_block *block;
+  ga_stream_t stream;
+} ga_pending;
+
+/* A granule given back by ga_sleep: where it was, and its bytes if offloaded. */
+typedef struct ga_sleeper {
+  ga_segment *seg;
+  size_t granule; /* index in the segment */
+  void *host;     /* offloaded contents, or NULL (discarded) */
+  int restore;    /* mapped again, but the contents are not back yet */
+  int zero;       /* GA_RESTORE_ZERO: zeros at wake */
+} ga_sleeper;
+
+/* Per stream: what is known to have completed. */
+typedef struct ga_fence {
+  ga_stream_t stream;
+  uint64_t safe_seq; /* memory freed at or before this seq is no longer in use */
+  ga_event ev;       /* recorded when the stream was last checked, or NULL */
+  uint64_t ev_seq;   /* free_clock when ev was recorded */
+} ga_fence;
+
+/* What policy/ owns: what to hand out, to whom, and when. */
+typedef struct ga_policy {
+  ga_free_tree trees[2]; /* the general free trees, by pool */
+  ga_blockmap map;       /* pointer handed out -> its block */
+  ga_block *kept;        /* a client free kept back for the next allocation (policy/block.c), or NULL */
+  size_t device_total;   /* total device memory, from mem_info at create */
+  size_t allowed_max;    /* the limit on reserved bytes: the lower of the fraction's and budget_max */
+  size_t budget_max;     /* max_reserved_mb / headroom_mb in bytes; SIZE_MAX = none */
+  double fraction;
+  size_t large_page; /* bytes of a handle created for the large pool */
+  struct {           /* policy/stream.c: stream-ordered reuse */
+    ga_pending *pending;
+    size_t npending, cap_pending;
+    ga_event *event_cache; /* recycled events */
+    size_t nevent_cache, cap_event_cache;
+    uint64_t free_clock; /* counts client frees (free_seq) */
+    ga_fence fences[16];
+    int nfences;
+  } streams;
+  struct {                /* policy/private.c: CUDA-graph capture */
+    ga_private *privates; /* private pools */
+    int routing;          /* streams routed to private pools now: a capture is underway */
+    ga_block **deferred;  /* frees with stream uses made during a capture */
+    size_t ndeferred, cap_deferred;
+    int flush_deferred; /* an empty_cache during the capture left work for its end */
+  } capture;
+  struct {             /* policy/sleep.c: tags, sleep and wake */
+    char tags[32][32]; /* allocation tags, by index */
+    uint8_t modes[32]; /* restore mode + 1 of each tag (ga_sleep_mode); 0: the flags' */
+    int ntags;
+    ga_sleeper *sleepers; /* granules released by ga_sleep, to map again at wake */
+    size_t nsleepers, cap_sleepers;
+    size_t nfree_at_wake; /* blocks with free_at_wake set */
+  } sleep;
+  struct ga_ipc *ipc; /* policy/ipc.c: exports and imports (NULL until the first) */
+} ga_policy;
+
+#endif /* GA_POLICY_STATE_H */
