@@ -195,7 +195,10 @@ ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out) {
   if (rc) return ga_fail(rc, "ga_create", err, NULL);
   static atomic_int noticed;
   if (notice && atomic_exchange(&noticed, 1) == 0) fprintf(stderr, "%s\n", notice);
-  if (ga_sim_is(dev)) (void)ga_sim_set_cost_table(dev, cfg.sim_cost_table); /* a name the parser took */
+  if (ga_sim_is(dev)) {
+    (void)ga_sim_set_cost_table(dev, cfg.sim_cost_table); /* a name the parser took */
+    (void)ga_sim_scatter_addresses(dev, cfg.sim_scatter_addresses);
+  }
   st = create(conf, &cfg, dev, 1, out);
   if (st) ga_dev_destroy(dev);
   return st;

@@ -79,6 +79,9 @@ static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t 
   if (b->next && b->next->prev != b) BROKEN("block %p: next->prev is not the block", (void *)b->ptr);
   if (b->pool != s->pool || b->stream != s->stream)
     BROKEN("block %p: pool or stream differs from its segment's", (void *)b->ptr);
+  if (b->tie != (a->cfg.deterministic ? (uint32_t)s->created : 0))
+    BROKEN("block %p: free tree tie %u, not its segment's (created %llu)", (void *)b->ptr, b->tie,
+           (unsigned long long)s->created);
   if (s->expandable) broken += check_granules(a, s, b, t);
   if (b->state == GA_BLOCK_UNMAPPED) {
     if (!s->expandable) BROKEN("block %p is unmapped in a native segment", (void *)b->ptr);
@@ -90,7 +93,7 @@ static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t 
     t->free_blocks[b->pool]++;
     if (b->next && b->next->state == GA_BLOCK_FREE)
       BROKEN("free blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
-    if (ga_free_tree_lower_bound(&ga_trees_of(a, b)[b->pool], b->stream, b->size, b->ptr) != b)
+    if (!ga_free_tree_holds(&ga_trees_of(a, b)[b->pool], b))
       BROKEN("free block %p is not in its free tree", (void *)b->ptr);
     if (b->counted_split != (uint8_t)(ga_tiles_is_split(b) && !s->expandable))
       BROKEN("free block %p: split flag out of date", (void *)b->ptr);

@@ -236,6 +236,11 @@ static int opt_sim_cost_table(ctx *x) {
   return 0;
 }
 
+static int opt_sim_scatter_addresses(ctx *x) {
+  return value_uint(x, 0, (uint64_t)1 << 32, 0, "an integer from 0 (off) to 2^32",
+                    &x->c->sim_scatter_addresses);
+}
+
 static int opt_max_split_size_mb(ctx *x) {
   return value_mib(x, 0, GA_CONFIG_MAX_MIB, &x->c->max_split_size,
                    "an integer >= large_segment_size_mb (20) and <= " MAX_MIB);

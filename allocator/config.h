@@ -42,22 +42,23 @@ typedef struct ga_config {
   int pinned_num_register_threads;
   int pinned_use_background_threads;
   size_t pinned_reserve_segment_size_mb;
-  double memory_fraction;        /* 1.0 = unlimited */
-  size_t large_segment_size;     /* bytes */
-  size_t expandable_page_size;   /* bytes; 0 = large_segment_size */
-  size_t expandable_cache_max;   /* bytes of unmapped pages kept for reuse */
-  size_t expandable_move_hold;   /* frees during which memory moved into a segment stays there */
-  int expandable_move_when_full; /* expandable_move_pages:when_full (the default) */
-  int expandable_move_always;    /* expandable_move_pages:always (no settling) */
-  int expandable_pytorch;        /* expandable_policy:pytorch */
-  char backend[8];               /* "auto", "cuda" or "sim" */
-  size_t sim_capacity;           /* bytes */
-  int sim_devices;               /* devices the simulated machine has */
-  char sim_cost_table[16];       /* "blackwell" or "a100" */
-  size_t max_reserved;           /* bytes the allocator may reserve; 0 = no limit */
-  size_t headroom;               /* bytes of the device kept for others; 0 = none */
-  int deterministic;             /* placement a function of the request sequence alone */
-  int shareable_handles;         /* shareable_handles: 1 posix_fd, 2 fabric (GA_DEV_SHARE_*) */
+  double memory_fraction;         /* 1.0 = unlimited */
+  size_t large_segment_size;      /* bytes */
+  size_t expandable_page_size;    /* bytes; 0 = large_segment_size */
+  size_t expandable_cache_max;    /* bytes of unmapped pages kept for reuse */
+  size_t expandable_move_hold;    /* frees during which memory moved into a segment stays there */
+  int expandable_move_when_full;  /* expandable_move_pages:when_full (the default) */
+  int expandable_move_always;     /* expandable_move_pages:always (no settling) */
+  int expandable_pytorch;         /* expandable_policy:pytorch */
+  char backend[8];                /* "auto", "cuda" or "sim" */
+  size_t sim_capacity;            /* bytes */
+  int sim_devices;                /* devices the simulated machine has */
+  char sim_cost_table[16];        /* "blackwell" or "a100" */
+  uint64_t sim_scatter_addresses; /* seed of the simulated device's scattered addresses; 0 = off */
+  size_t max_reserved;            /* bytes the allocator may reserve; 0 = no limit */
+  size_t headroom;                /* bytes of the device kept for others; 0 = none */
+  int deterministic;              /* placement a function of the request sequence alone */
+  int shareable_handles;          /* shareable_handles: 1 posix_fd, 2 fabric (GA_DEV_SHARE_*) */
 } ga_config;
 
 /* X(key, type, default, origin, doc). `origin` is "pytorch" or "gardenalloc". */
@@ -70,6 +71,9 @@ typedef struct ga_config {
   X(sim_cost_table, "blackwell|a100", "blackwell", "gardenalloc",                                            \
     "the simulated device's driver cost table: the VMM probe on an RTX PRO 6000 Blackwell, or the A100 "     \
     "figures (docs/benchmarks.md gives each figure's source)")                                               \
+  X(sim_scatter_addresses, "int 0..2^32", "0 (off)", "gardenalloc",                                          \
+    "with a seed, the simulated device puts each segment at an address drawn from it, scattered, as the "    \
+    "GPUs of different ranks do (ga_sim_scatter_addresses)")                                                 \
   X(max_split_size_mb, "int MiB, large_segment_size_mb..2^40", "unlimited", "pytorch",                       \
     "blocks this large or larger are never split, and serve only requests within max_non_split_rounding_mb " \
     "of their size")                                                                                         \
@@ -98,7 +102,8 @@ typedef struct ga_config {
   X(deterministic, "True|False", "False", "gardenalloc",                                                     \
     "the same placement on every rank: offsets depend on the request sequence alone, never on the GPU's "    \
     "timing (a free waiting on another stream is reused from the next cache miss on, waiting for it there; " \
-    "free memory of other streams moves only after a wait)")                                                 \
+    "free memory of other streams moves only after a wait; equal free blocks go by their segments' "         \
+    "creation numbers, never by address)")                                                                   \
   X(expandable_segments, "True|False", "False", "pytorch",                                                   \
     "map pages into one growing reserved range per stream and pool instead of separate segments")            \
   X(expandable_page_size_mb, "int MiB, a multiple of 2, <= 2^40", "large_segment_size_mb", "gardenalloc",    \

@@ -66,8 +66,13 @@ static int segment_name(seen *s, const ga_segment *seg, uint64_t *name) {
 /* One rank: its placements into out (t->n entries at most), *nout of them. */
 static int one_rank(const trace *t, const char *conf, const ranks_opts *o, int rank, place *out, size_t *nout,
                     ranks_result *r, char *err, size_t errlen) {
-  char full[1024];
-  snprintf(full, sizeof full, "backend:sim%s%s", conf && conf[0] ? "," : "", conf ? conf : "");
+  char full[1024], scatter[64] = "";
+  uint64_t rng = o->seed * 0x100000001b3ULL + (uint64_t)rank * 0x9e3779b97f4a7c15ULL + 1;
+  uint64_t srng = rng ^ 0x5ca77e4ULL; /* its own draws: the lags stay those without --scatter */
+  if (o->scatter)                     /* a seed of the rank's own, never 0 (off) */
+    snprintf(scatter, sizeof scatter, ",sim_scatter_addresses:%llu",
+             (unsigned long long)(splitmix(&srng) % 0xffffffffULL + 1));
+  snprintf(full, sizeof full, "backend:sim%s%s%s", scatter, conf && conf[0] ? "," : "", conf ? conf : "");
   ga_allocator_t *a;
   if (ga_create(full, 0, &a) != GA_OK) {
     snprintf(err, errlen, "%s", ga_last_error());
@@ -79,7 +84,6 @@ static int one_rank(const trace *t, const char *conf, const ranks_opts *o, int r
     snprintf(err, errlen, "ranks: the ranks need the simulated device (its timing is drawn per rank)");
     return -1;
   }
-  uint64_t rng = o->seed * 0x100000001b3ULL + (uint64_t)rank * 0x9e3779b97f4a7c15ULL + 1;
   r->lag_ns[rank] = draw(&rng, o->lag_max_us);
   ga_sim_set_lag(dev, r->lag_ns[rank]);
   uint64_t pace_ns = (uint64_t)((o->pace_us > 0 ? o->pace_us : 10.0) * 1000.0);

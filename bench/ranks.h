@@ -10,7 +10,10 @@
  * that stream's progress. Each allocation is recorded as (segment, offset in
  * it, block size), a segment named by the order in which it first held an
  * allocation (so where the device put it does not matter), and each rank's
- * sequence is compared with rank 0's.
+ * sequence is compared with rank 0's. With `scatter`, each rank's device
+ * also puts its segments at addresses drawn for the rank
+ * (sim_scatter_addresses), so that the address order of the segments
+ * differs from rank to rank, as on the GPUs of different processes.
  */
 #ifndef GA_BENCH_RANKS_H
 #define GA_BENCH_RANKS_H
@@ -27,6 +30,7 @@ typedef struct ranks_opts {
   double kernel_max_us;  /* each event's kernel: uniform in [0, kernel_max_us] */
   double pace_us;        /* CPU time between events of a trace without times */
   unsigned record_every; /* every k-th allocation is used on a second stream; 0: none */
+  int scatter;           /* each rank's segments at addresses drawn for it (sim_scatter_addresses) */
 } ranks_opts;
 
 #define RANKS_MAX 64

@@ -12,14 +12,16 @@
 static void ranks_usage(FILE *f) {
   fprintf(f,
           "usage: ga-bench ranks PATH... [--conf STR] [--ranks N] [--lag-max-us US] [--kernel-max-us US]\n"
-          "                      [--record-every K] [--seed S]\n"
+          "                      [--record-every K] [--seed S] [--scatter]\n"
           "  Replays each RMM CSV trace (or each .csv of a folder) as N ranks (default 4) on simulated\n"
           "  GPUs: each rank's lag uniform in [0, --lag-max-us] (default 3000), each event's kernel in\n"
           "  [0, --kernel-max-us] (default 300), every K-th allocation (default 7; 0: none) also used on\n"
           "  a second stream (record_stream). Once under --conf as given (default: the defaults) and once\n"
           "  with deterministic:True added: whether every rank placed every allocation alike (segment,\n"
           "  offset, size), the peak reserved MiB (the lowest and highest rank), and the waits for the\n"
-          "  GPU (stalls, the most of any rank).\n");
+          "  GPU (stalls, the most of any rank). --scatter: each rank's simulated GPU also puts its\n"
+          "  segments at addresses drawn for the rank (sim_scatter_addresses), so that their address\n"
+          "  order differs from rank to rank, as on the GPUs of different processes.\n");
 }
 
 static int one_path(const char *path, const char *conf, const ranks_opts *o, int *header) {
@@ -86,6 +88,10 @@ int cmd_ranks(int argc, char **argv) {
       if (npaths < 256) paths[npaths++] = a;
       continue;
     }
+    if (!strcmp(a, "--scatter")) {
+      o.scatter = 1;
+      continue;
+    }
     if (i + 1 >= argc) {
       fprintf(stderr, "ga-bench ranks: %s needs a value\n", a);
       return 2;
@@ -123,8 +129,9 @@ int cmd_ranks(int argc, char **argv) {
   ga_strbuf about = {0};
   strbuf_put(&about,
              "# %d ranks, lag 0-%.0f us, kernels 0-%.0f us, every %u-th allocation also on a second stream, "
-             "seed %llu, conf '%s'\n",
-             o.ranks, o.lag_max_us, o.kernel_max_us, o.record_every, (unsigned long long)o.seed, conf);
+             "%saddresses, seed %llu, conf '%s'\n",
+             o.ranks, o.lag_max_us, o.kernel_max_us, o.record_every,
+             o.scatter ? "scattered " : "the device's ", (unsigned long long)o.seed, conf);
   print_wrapped(stdout, about.s, "# ");
   strbuf_free(&about);
   int header = 0, rc = 0;

@@ -182,9 +182,9 @@ GA_API ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out)
  * reuse agree). The price is those waits (a stall only when the GPU is
  * behind) and a different peak (docs/engines.md has both). What is not
  * timing stays an input: the device's memory (cudaMemGetInfo, with the
- * memory fraction and headroom), device failures, and ties between equal
- * free blocks of different segments, broken by address (the same where the
- * device hands out the same address order, as the simulated device does). */
+ * memory fraction and headroom) and device failures. Ties between equal
+ * free blocks of different segments go by the segments' creation numbers,
+ * never by address (which differs from rank to rank). */
 
 /** Destroys the allocator and gives every segment back to the device, including
  *  those still holding live allocations (their pointers become invalid).

@@ -131,6 +131,7 @@ typedef struct sim_device {
   int capturing;                     /* streams capturing a graph now */
   uint64_t captures_broken;          /* calls that would have invalidated a capture */
   int fabric_refused;                /* GA_SIM_FABRIC_*: create() refuses fabric handles */
+  uint64_t scatter;                  /* ga_sim_scatter_addresses: the state of its draws; 0 = off */
 } sim_device;
 
 static _Thread_local int thread_relaxed; /* this thread's capture mode */
@@ -551,6 +552,20 @@ static void protnone(uintptr_t va, size_t size) {
   (void)mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
+/* ga_sim_scatter_addresses: where to ask the host for the next range, a
+ * granule drawn from [32 TiB, 96 TiB) of the address space (above what
+ * sanitizers keep for themselves, below the host's own mappings). A hint
+ * only: the host puts the range elsewhere when that place is taken. */
+static void *scatter_hint(sim_device *s) {
+  if (!s->scatter) return NULL;
+  uint64_t z = (s->scatter += 0x9e3779b97f4a7c15ULL); /* splitmix64 */
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  const uint64_t lo = (uint64_t)32 << 40, slots = ((uint64_t)64 << 40) / SIM_GRAN;
+  return (void *)(uintptr_t)(lo + (z % slots) * SIM_GRAN);
+}
+
 /* Reserves size bytes aligned to align (0 = the granularity) of host address
  * space; `at` != 0: the range at `at` in the mirror, which the host already backs. */
 static int do_reserve(sim_device *s, const char *call, size_t size, size_t align, uintptr_t at, void **va) {
@@ -560,7 +575,8 @@ static int do_reserve(sim_device *s, const char *call, size_t size, size_t align
   size_t span = size + align;
   if (!at) {
     p = span < size ? MAP_FAILED
-                    : host_mmap(s, NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                    : host_mmap(s, scatter_hint(s), span, PROT_NONE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
       return host_failed(s, call, "reserving address space", size, span < size ? ENOMEM : errno);
     uintptr_t base = (uintptr_t)p;
@@ -699,7 +715,9 @@ static int sim_malloc(ga_device *d, size_t size, void **ptr) {
   if ((rc = do_create(s, "malloc", rsize, 1, &h))) goto out;
   sim_handle *x = &s->handles[h - 1];
   if (!s->mirror_tried) mirror_open(s);
-  uintptr_t at = s->mirror && gran_contiguous(x, 0, x->ngran) ? s->mirror + x->gran[0] * SIM_GRAN : 0;
+  /* Scattered addresses: a range of its own, where the draw puts it. */
+  uintptr_t at =
+      s->mirror && !s->scatter && gran_contiguous(x, 0, x->ngran) ? s->mirror + x->gran[0] * SIM_GRAN : 0;
   if ((rc = do_reserve(s, "malloc", rsize, SIM_GRAN, at, &va))) goto release;
   if ((rc = do_map(s, "malloc", (uintptr_t)va, rsize, h, 0, (uint64_t)1 << d->ordinal))) goto unreserve;
   if (!range_add(&s->mallocs, (sim_range){.node = {.va = (uintptr_t)va, .size = rsize}, .h = h})) {
@@ -1494,6 +1512,16 @@ int ga_sim_set_fabric(ga_device *d, int refused) {
   if (!s || refused < 0 || refused > GA_SIM_FABRIC_NOT_SUPPORTED) return GA_DEV_EINVAL;
   pthread_mutex_lock(&s->mu);
   s->fabric_refused = refused;
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+int ga_sim_scatter_addresses(ga_device *d, uint64_t seed) {
+  sim_device *s = sim_of(d);
+  if (!s) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  s->scatter = seed ? seed * 0x100000001b3ULL ^ 0x5ca77e4ULL : 0;
+  if (seed && !s->scatter) s->scatter = 1; /* on stays on */
   pthread_mutex_unlock(&s->mu);
   return 0;
 }

@@ -68,6 +68,15 @@ int ga_sim_clear_faults(ga_device *d);
  * EINVAL when va is not in a mapping (malloc'd memory included). */
 int ga_sim_access(ga_device *d, void *va, uint64_t *mask);
 
+/* With `seed` != 0, every address range the device hands out from now on
+ * (malloc, reserve) lies at a place drawn from the seed, scattered over the
+ * host's address space, instead of where the device would put it (the next
+ * free granules, or the host's choice): two devices with different seeds
+ * give the same requests different addresses in a different order, as the
+ * GPUs of two ranks do. Mallocs then leave the mirror (each gets a host
+ * mapping of its own). 0 turns it off. Config key sim_scatter_addresses. */
+int ga_sim_scatter_addresses(ga_device *d, uint64_t seed);
+
 /* Marks `stream` as capturing a CUDA graph (stream_capturing reports it). */
 int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing);
 

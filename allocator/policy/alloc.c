@@ -29,13 +29,13 @@ static size_t stranded(const ga_allocator_t *a, const ga_block *b, size_t size) 
  * block after it (PyTorch's expandable_size in get_free_block). */
 static size_t expandable_size(const ga_block *b) { return ga_alloc_growable(b->size, b->next); }
 
-/* Best fit on (stream, size, address) with the oversize rules; the block
+/* Best fit on (stream, size, tie, address) with the oversize rules; the block
  * found stays in its tree. */
 static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool, ga_stream_t stream,
                                 size_t size) {
   ga_free_tree *p = &trees[pool];
   if (ga_limit_gc_on(a)) p->gc_calls++;
-  ga_block *b = ga_free_tree_lower_bound(p, stream, size, 0);
+  ga_block *b = ga_free_tree_lower_bound(p, stream, size);
   if (!b || b->stream != stream) return NULL;
   if (a->cfg.expandable_pytorch || a->cfg.expandable_move_when_full) {
     /* PyTorch's get_free_block (DeviceCachingAllocator): best fit by the size
@@ -45,9 +45,9 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool
      * a free block at the growing end of a segment, which stays for growth.
      * expandable_move_pages:when_full is PyTorch's policy until the device
      * is full, so it walks too. */
-    for (ga_block *n = ga_free_tree_lower_bound(p, stream, b->size, b->ptr + 1);
+    for (ga_block *n = ga_free_tree_next(p, b);
          b->seg->expandable && n && n->stream == stream && expandable_size(n) < expandable_size(b);
-         n = ga_free_tree_lower_bound(p, stream, n->size, n->ptr + 1))
+         n = ga_free_tree_next(p, n))
       b = n;
   } else if (b->seg->expandable && a->pol.large_page == a->space.gran) {
     /* With pages of one granule (each free to move alone): among the few
@@ -56,9 +56,8 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool
     ga_block *best = b;
     size_t best_w = stranded(a, b, size);
     int k = 0;
-    for (ga_block *n = ga_free_tree_lower_bound(p, stream, b->size, b->ptr + 1);
-         n && n->stream == stream && k < 8;
-         n = ga_free_tree_lower_bound(p, stream, n->size, n->ptr + 1), k++) {
+    for (ga_block *n = ga_free_tree_next(p, b); n && n->stream == stream && k < 8;
+         n = ga_free_tree_next(p, n), k++) {
       size_t w = stranded(a, n, size);
       if (w < best_w) best = n, best_w = w;
     }
@@ -76,8 +75,8 @@ static ga_block *get_free_native(ga_allocator_t *a, ga_free_tree *trees, int poo
                                  size_t size) {
   ga_free_tree *p = &trees[pool];
   size_t max_split = a->cfg.max_split_size;
-  for (ga_block *b = ga_free_tree_lower_bound(p, stream, size, 0); b && b->stream == stream;
-       b = ga_free_tree_lower_bound(p, stream, b->size, b->ptr + 1)) {
+  for (ga_block *b = ga_free_tree_lower_bound(p, stream, size); b && b->stream == stream;
+       b = ga_free_tree_next(p, b)) {
     if (b->seg->expandable) continue;
     if (size < max_split && b->size >= max_split) return NULL;
     if (size >= max_split && b->size - size >= a->cfg.max_non_split_rounding) return NULL;

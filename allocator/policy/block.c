@@ -232,7 +232,7 @@ ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t
   /* get_free_block's answer (its walk past M when it walks) and its
    * oversize rules, then hand_out's split. */
   ga_block *after;
-  if (!ga_free_tree_first_is(p, stream, rounded, msize, b->ptr, n, &after)) return NULL;
+  if (!ga_free_tree_first_is(p, stream, rounded, msize, b, n, &after)) return NULL;
   if (after && after->stream == stream && ga_alloc_fit_walks(a, b->seg) &&
       ga_alloc_growable(after->size, after->next) < ga_alloc_growable(msize, n ? n->next : b->next))
     return NULL;

@@ -17,6 +17,7 @@
 
 typedef struct fblk {
   size_t size;
+  uint32_t tie; /* ga_block.tie */
   uintptr_t ptr;
   ga_stream_t stream;
   uint64_t gc_base;
@@ -36,6 +37,7 @@ typedef struct fmodel {
   size_t reserved, dev_free, cache; /* cache: granules in the page cache */
   uint64_t gc_calls;                /* the general large tree's clock */
   uint64_t next_ptr;                /* addresses for blocks of new segments */
+  uint64_t created;                 /* creation numbers given to new segments */
   ga_private *priv;
   int routing;
 } fmodel;
@@ -50,6 +52,7 @@ static int add(ga_block *b, void *arg) {
   fmodel *m = w->m;
   if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1;
   m->v[m->n++] = (fblk){.size = b->size,
+                        .tie = b->tie,
                         .ptr = b->ptr,
                         .stream = b->stream,
                         .gc_base = b->gc_base,
@@ -68,6 +71,7 @@ static int model_init(ga_allocator_t *a, ga_stream_t stream, size_t dev_free, fm
                 .cache = a->space.ncache,
                 .gc_calls = a->pol.trees[GA_P_LARGE].gc_calls,
                 .next_ptr = UINTPTR_MAX / 2,
+                .created = a->space.created,
                 .routing = a->pol.capture.routing};
   m->priv = m->routing ? ga_private_routed_locked(a, stream) : NULL;
   fwalk w = {m, (uint8_t)!m->priv, 1};
@@ -81,11 +85,18 @@ static int model_init(ga_allocator_t *a, ga_stream_t stream, size_t dev_free, fm
   return m->oom ? GA_DEV_ENOMEM : 0;
 }
 
-/* Tree order (stream, size, address): is x before y? */
+/* Tree order (stream, size, tie, address): is x before y? */
 static int before(const fblk *x, const fblk *y) {
   if (x->stream != y->stream) return (uintptr_t)x->stream < (uintptr_t)y->stream;
   if (x->size != y->size) return x->size < y->size;
+  if (x->tie != y->tie) return x->tie < y->tie;
   return x->ptr < y->ptr;
+}
+
+/* The tie of a block of a segment the model creates (tiles.c's rule). */
+static uint32_t new_tie(fmodel *m) {
+  m->created++;
+  return m->a->cfg.deterministic ? (uint32_t)m->created : 0;
 }
 
 /* get_free_block on the serving trees. */
@@ -136,6 +147,7 @@ static int new_segment(fmodel *m, size_t alloc_size, int pool, ga_stream_t strea
   m->reserved += alloc_size;
   m->dev_free -= alloc_size;
   fblk nb = {.size = alloc_size,
+             .tie = new_tie(m),
              .ptr = (uintptr_t)(m->next_ptr += alloc_size),
              .stream = stream,
              .gc_base = m->gc_calls,
@@ -280,7 +292,9 @@ static int expandable_one(fmodel *m, int pool, ga_stream_t stream, size_t rounde
   size_t tail = (rounded + g - 1) / g * g - rounded;
   if (tail >= GA_MIN_BLOCK) {
     if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1, 0;
+    /* Ordered after the blocks the model knows, as its address is. */
     m->v[m->n++] = (fblk){.size = tail,
+                          .tie = m->a->cfg.deterministic ? UINT32_MAX : 0,
                           .ptr = (uintptr_t)(m->next_ptr += (rounded + g - 1) / g * g),
                           .stream = stream,
                           .pool = (uint8_t)pool,

@@ -1,8 +1,13 @@
 /* free_tree.c — a free tree: the best-fit index of free blocks, a treap ordered by
- * (stream, size, address).
+ * (stream, size, tie, address).
  *
  * lower_bound(stream, size) gives PyTorch's best fit: the smallest block of
  * that stream at least `size` bytes long, the lowest address among equals.
+ * With deterministic:True, equals of different segments go by the creation
+ * number of their segment first (b->tie; 0 for every block otherwise), as
+ * PyTorch's deterministic mode breaks ties by an allocation counter: an
+ * address depends on where the device put the segment, which differs from
+ * one rank (process) to the next, and would make the offsets differ too.
  * Priorities are a hash of the block address (kept by a block that takes
  * another's node in ga_free_tree_rekey), so the shape is deterministic for a
  * given history and the expected depth is O(log n).
@@ -16,12 +21,17 @@ static uint32_t prio_of(uintptr_t p) {
 }
 
 /* -1, 0, 1 as block `b` orders before, equal to, after the key. */
-static int cmp(const ga_block *b, ga_stream_t stream, size_t size, uintptr_t ptr) {
+static int cmp(const ga_block *b, ga_stream_t stream, size_t size, uint32_t tie, uintptr_t ptr) {
   uintptr_t bs = (uintptr_t)b->stream, ks = (uintptr_t)stream;
   if (bs != ks) return bs < ks ? -1 : 1;
   if (b->size != size) return b->size < size ? -1 : 1;
+  if (b->tie != tie) return b->tie < tie ? -1 : 1;
   if (b->ptr != ptr) return b->ptr < ptr ? -1 : 1;
   return 0;
+}
+/* cmp against block k's key with the size ksize. */
+static int cmp_key(const ga_block *b, const ga_block *k, size_t ksize) {
+  return cmp(b, k->stream, ksize, k->tie, k->ptr);
 }
 
 static ga_block *rot_right(ga_block *t) {
@@ -40,7 +50,7 @@ static ga_block *rot_left(ga_block *t) {
 
 static ga_block *insert(ga_block *t, ga_block *b) {
   if (!t) return b;
-  if (cmp(t, b->stream, b->size, b->ptr) > 0) {
+  if (cmp_key(t, b, b->size) > 0) {
     t->left = insert(t->left, b);
     if (t->left->prio > t->prio) t = rot_right(t);
   } else {
@@ -64,7 +74,7 @@ static ga_block *merge(ga_block *l, ga_block *r) {
 static ga_block *remove_node(ga_block *t, ga_block *b) {
   if (!t) return NULL;
   if (t == b) return merge(t->left, t->right);
-  if (cmp(t, b->stream, b->size, b->ptr) > 0)
+  if (cmp_key(t, b, b->size) > 0)
     t->left = remove_node(t->left, b);
   else
     t->right = remove_node(t->right, b);
@@ -96,13 +106,13 @@ void ga_free_tree_remove(ga_free_tree *p, ga_block *b) {
  * from) and of a merge (the merged block replaces the neighbour it
  * absorbed). Otherwise x is removed and y inserted. */
 void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y) {
-  GA_ASSERT(x->in_tree && (y == x || !y->in_tree) && y->state == GA_BLOCK_FREE);
+  GA_ASSERT(x->in_tree && (y == x || !y->in_tree) && y->state == GA_BLOCK_FREE && y->tie == x->tie);
   x->in_tree = 0;
   y->in_tree = 1;
   ga_block **link = &p->root, *lo = NULL, *hi = NULL;
   while (*link && *link != x) {
     ga_block *t = *link;
-    if (cmp(t, x->stream, xsize, xptr) > 0) {
+    if (cmp(t, x->stream, xsize, x->tie, xptr) > 0) {
       hi = t;
       link = &t->left;
     } else {
@@ -115,8 +125,7 @@ void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xp
     for (pred = x->left; pred->right;) pred = pred->right;
   if (x->right)
     for (succ = x->right; succ->left;) succ = succ->left;
-  if ((!pred || cmp(pred, y->stream, y->size, y->ptr) < 0) &&
-      (!succ || cmp(succ, y->stream, y->size, y->ptr) > 0)) {
+  if ((!pred || cmp_key(pred, y, y->size) < 0) && (!succ || cmp_key(succ, y, y->size) > 0)) {
     if (y != x) {
       y->left = x->left;
       y->right = x->right;
@@ -133,10 +142,11 @@ void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xp
   p->root = insert(p->root, y);
 }
 
-ga_block *ga_free_tree_lower_bound(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr) {
+static ga_block *lower_bound(const ga_free_tree *p, ga_stream_t stream, size_t size, uint32_t tie,
+                             uintptr_t ptr) {
   ga_block *best = NULL;
   for (ga_block *t = p->root; t;) {
-    if (cmp(t, stream, size, ptr) >= 0) {
+    if (cmp(t, stream, size, tie, ptr) >= 0) {
       best = t;
       t = t->left;
     } else {
@@ -146,15 +156,31 @@ ga_block *ga_free_tree_lower_bound(const ga_free_tree *p, ga_stream_t stream, si
   return best;
 }
 
+ga_block *ga_free_tree_lower_bound(const ga_free_tree *p, ga_stream_t stream, size_t size) {
+  return lower_bound(p, stream, size, 0, 0);
+}
+
+ga_block *ga_free_tree_at(const ga_free_tree *p, ga_stream_t stream, size_t size, uint32_t tie,
+                          uintptr_t ptr) {
+  return lower_bound(p, stream, size, tie, ptr);
+}
+
+ga_block *ga_free_tree_next(const ga_free_tree *p, const ga_block *b) {
+  return lower_bound(p, b->stream, b->size, b->tie, b->ptr + 1);
+}
+
+int ga_free_tree_holds(const ga_free_tree *p, const ga_block *b) {
+  return lower_bound(p, b->stream, b->size, b->tie, b->ptr) == b;
+}
+
 /* As lower_bound, and *succ the next block in tree order after the one
  * returned (NULL when none, or when nothing is returned): the last node the
  * descent turned left at before the answer, or the leftmost of its right
  * subtree. */
-static ga_block *lower_bound_next(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr,
-                                  ga_block **succ) {
+static ga_block *lower_bound_next(const ga_free_tree *p, ga_stream_t stream, size_t size, ga_block **succ) {
   ga_block *best = NULL, *above = NULL;
   for (ga_block *t = p->root; t;) {
-    if (cmp(t, stream, size, ptr) >= 0) {
+    if (cmp(t, stream, size, 0, 0) >= 0) {
       above = best;
       best = t;
       t = t->left;
@@ -170,18 +196,18 @@ static ga_block *lower_bound_next(const ga_free_tree *p, ga_stream_t stream, siz
 }
 
 int ga_free_tree_first_is(const ga_free_tree *p, ga_stream_t stream, size_t size, size_t ksize,
-                          uintptr_t kptr, const ga_block *instead, ga_block **after) {
-  GA_ASSERT(ksize >= size);
-  ga_block *succ, *first = lower_bound_next(p, stream, size, 0, &succ);
+                          const ga_block *kb, const ga_block *instead, ga_block **after) {
+  GA_ASSERT(ksize >= size && kb->stream == stream);
+  ga_block *succ, *first = lower_bound_next(p, stream, size, &succ);
   if (first && first == instead) first = succ;
   *after = first; /* when the key is first, no block of the tree lies between the two */
-  return !first || cmp(first, stream, ksize, kptr) > 0;
+  return !first || cmp(first, stream, ksize, kb->tie, kb->ptr) > 0;
 }
 
-ga_block *ga_free_tree_before(const ga_free_tree *p, ga_stream_t stream, size_t size, uintptr_t ptr) {
+static ga_block *before(const ga_free_tree *p, ga_stream_t stream, size_t size, uint32_t tie, uintptr_t ptr) {
   ga_block *best = NULL;
   for (ga_block *t = p->root; t;) {
-    if (cmp(t, stream, size, ptr) < 0) {
+    if (cmp(t, stream, size, tie, ptr) < 0) {
       best = t;
       t = t->right;
     } else {
@@ -189,6 +215,14 @@ ga_block *ga_free_tree_before(const ga_free_tree *p, ga_stream_t stream, size_t 
     }
   }
   return best;
+}
+
+ga_block *ga_free_tree_before(const ga_free_tree *p, ga_stream_t stream, size_t size) {
+  return before(p, stream, size, 0, 0);
+}
+
+ga_block *ga_free_tree_prev(const ga_free_tree *p, const ga_block *b) {
+  return before(p, b->stream, b->size, b->tie, b->ptr);
 }
 
 static int walk(ga_block *t, int (*fn)(ga_block *, void *), void *arg) {
@@ -206,7 +240,7 @@ int ga_free_tree_walk(const ga_free_tree *p, int (*fn)(ga_block *, void *), void
 static int valid(const ga_block *t, const ga_block **last, size_t *n) {
   if (!t) return 1;
   if (!valid(t->left, last, n)) return 0;
-  if (*last && cmp(*last, t->stream, t->size, t->ptr) >= 0) return 0;
+  if (*last && cmp_key(*last, t, t->size) >= 0) return 0;
   if ((t->left && t->left->prio > t->prio) || (t->right && t->right->prio > t->prio)) return 0;
   if (!t->in_tree) return 0;
   *last = t;

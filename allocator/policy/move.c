@@ -110,28 +110,31 @@ static int keeps(const ga_allocator_t *a, int wait) {
 }
 
 /* The free blocks of one stream in one general free tree that may give
- * memory, in (size, address) order: b is the next one (NULL: none left),
- * found under the key (size, ptr), and may give [g0, g1). Blocks smaller
- * than a granule hold no whole granule and are skipped by the tree. */
+ * memory, in the tree's (size, tie, address) order: b is the next one (NULL:
+ * none left), found under the key (size, tie, ptr), and may give [g0, g1).
+ * Blocks smaller than a granule hold no whole granule and are skipped by the
+ * tree. */
 typedef struct cursor {
   const ga_free_tree *t;
   ga_stream_t stream;
   ga_block *b;
   size_t size, g0, g1;
+  uint32_t tie;
   uintptr_t ptr;
 } cursor;
 
-/* k's next block from the key (size, ptr) on. */
-static void advance(const cand *c, cursor *k, size_t size, uintptr_t ptr) {
-  ga_block *b = ga_free_tree_lower_bound(k->t, k->stream, size, ptr);
-  while (b && b->stream == k->stream && !movable(c, b, &k->g0, &k->g1))
-    b = ga_free_tree_lower_bound(k->t, k->stream, b->size, b->ptr + 1);
+/* k's next block from the key (size, tie, ptr) on. */
+static void advance(const cand *c, cursor *k, size_t size, uint32_t tie, uintptr_t ptr) {
+  ga_block *b = ga_free_tree_at(k->t, k->stream, size, tie, ptr);
+  while (b && b->stream == k->stream && !movable(c, b, &k->g0, &k->g1)) b = ga_free_tree_next(k->t, b);
   k->b = b && b->stream == k->stream ? b : NULL;
-  if (k->b) k->size = b->size, k->ptr = b->ptr;
+  if (k->b) k->size = b->size, k->tie = b->tie, k->ptr = b->ptr;
 }
 
+/* free_tree.c's order across streams. */
 static int before(const cursor *x, const cursor *y) {
-  return x->size != y->size ? x->size < y->size : x->ptr < y->ptr;
+  if (x->size != y->size) return x->size < y->size;
+  return x->tie != y->tie ? x->tie < y->tie : x->ptr < y->ptr;
 }
 
 static int by_head(const void *x, const void *y) {
@@ -147,15 +150,15 @@ static int cursors(const cand *c, cursor **v, size_t *n) {
   *n = 0;
   for (int p = 0; p < 2; p++) {
     const ga_free_tree *t = &c->a->pol.trees[p];
-    for (ga_block *f = ga_free_tree_lower_bound(t, NULL, 0, 0); f;) {
+    for (ga_block *f = ga_free_tree_lower_bound(t, NULL, 0); f;) {
       cursor k = {.t = t, .stream = f->stream};
-      advance(c, &k, c->a->space.gran, 0);
+      advance(c, &k, c->a->space.gran, 0, 0);
       if (k.b) {
         if (GA_VEC_ROOM(*v, cap, *n + 1)) return GA_DEV_ENOMEM;
         (*v)[(*n)++] = k;
       }
       uintptr_t st = (uintptr_t)f->stream;
-      f = st == UINTPTR_MAX ? NULL : ga_free_tree_lower_bound(t, (ga_stream_t)(st + 1), 0, 0);
+      f = st == UINTPTR_MAX ? NULL : ga_free_tree_lower_bound(t, (ga_stream_t)(st + 1), 0);
     }
   }
   if (*n > 1) qsort(*v, *n, sizeof **v, by_head);
@@ -203,6 +206,7 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
     if (!k) break;
     ga_block *b = k->b;
     size_t g0 = k->g0, g1 = k->g1, bsize = k->size;
+    uint32_t btie = k->tie;
     uintptr_t bptr = k->ptr;
     size_t n = g1 - g0 < want ? g1 - g0 : want;
     if (c.keep && b->seg->keep_mapped && n > b->seg->above_keep / g) n = b->seg->above_keep / g;
@@ -224,7 +228,7 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
       }
     }
     /* What b left in the tree is smaller than b: behind the cursor. */
-    advance(&c, k, bsize, bptr + 1);
+    advance(&c, k, bsize, btie, bptr + 1);
   }
   /* Fence every stream with free memory that may move: a later move of
    * memory freed before this point then needs no wait once it has passed. */

@@ -23,20 +23,34 @@
 void ga_free_tree_insert(ga_free_tree *t, ga_block *b);
 /* pre: b in t. */
 void ga_free_tree_remove(ga_free_tree *t, ga_block *b);
-/* x is in t under the key (x->stream, xsize, xptr); y (x itself, changed, or
- * a block that took its memory) goes there instead, in one descent when it
- * fits x's place. */
+/* Tree order is (stream, size, tie, ptr): among free blocks of one stream
+ * and size, with deterministic:True the one of the earliest created segment
+ * first (ga_block.tie), then (and always otherwise) the lowest address. */
+/* x is in t under the key (x->stream, xsize, x->tie, xptr); y (x itself,
+ * changed, or a block of its segment that took its memory) goes there
+ * instead, in one descent when it fits x's place. */
 void ga_free_tree_rekey(ga_free_tree *t, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y);
-/* Smallest block >= (stream, size, ptr) in tree order, or NULL. */
-ga_block *ga_free_tree_lower_bound(const ga_free_tree *t, ga_stream_t stream, size_t size, uintptr_t ptr);
-/* Would lower_bound(stream, size, 0) give a block keyed (stream, ksize,
- * kptr) (ksize >= size), were it in the tree, with `instead` (a block of the
- * tree, or NULL) taken out? One descent; *after is then the block that
- * would follow it in tree order (NULL when none). */
+/* The first block of `stream` at least `size` long in tree order (best fit),
+ * or the first block after them (another stream's, or NULL). */
+ga_block *ga_free_tree_lower_bound(const ga_free_tree *t, ga_stream_t stream, size_t size);
+/* The block after b's key in tree order (b in t or not), or NULL. */
+ga_block *ga_free_tree_next(const ga_free_tree *t, const ga_block *b);
+/* The first block at or after the key (stream, size, tie, ptr) in tree
+ * order, or NULL: a walk goes on from a key whose block has changed. */
+ga_block *ga_free_tree_at(const ga_free_tree *t, ga_stream_t stream, size_t size, uint32_t tie,
+                          uintptr_t ptr);
+/* Would lower_bound(stream, size) give a block keyed as kb (not in the tree)
+ * but with the size ksize >= size, were it in the tree, with `instead` (a
+ * block of the tree, or NULL) taken out? One descent; *after is then the
+ * block that would follow it in tree order (NULL when none). */
 int ga_free_tree_first_is(const ga_free_tree *t, ga_stream_t stream, size_t size, size_t ksize,
-                          uintptr_t kptr, const ga_block *instead, ga_block **after);
-/* Largest block < (stream, size, ptr), or NULL. */
-ga_block *ga_free_tree_before(const ga_free_tree *t, ga_stream_t stream, size_t size, uintptr_t ptr);
+                          const ga_block *kb, const ga_block *instead, ga_block **after);
+/* The last block before the first of (stream, size) in tree order, or NULL. */
+ga_block *ga_free_tree_before(const ga_free_tree *t, ga_stream_t stream, size_t size);
+/* The block before b's key in tree order (b in t or not), or NULL. */
+ga_block *ga_free_tree_prev(const ga_free_tree *t, const ga_block *b);
+/* Does t find b (FREE) under its key? */
+int ga_free_tree_holds(const ga_free_tree *t, const ga_block *b);
 /* Calls fn on every block in order; stops early when fn returns non-zero.
  * fn must not change the tree. */
 int ga_free_tree_walk(const ga_free_tree *t, int (*fn)(ga_block *, void *), void *arg);

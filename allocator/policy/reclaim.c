@@ -88,7 +88,7 @@ int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, 
   if (max_split == SIZE_MAX) return 0;
   ga_free_tree *t = &a->pol.trees[pool];
   size_t key = size < max_split ? max_split : size;
-  ga_block *b = ga_free_tree_lower_bound(t, stream, key, 0);
+  ga_block *b = ga_free_tree_lower_bound(t, stream, key);
   if (b && b->stream == stream && !ga_tiles_is_split(b) && !b->seg->expandable) {
     int rc = release_free_block(a, b);
     *enough = rc == 0;
@@ -98,9 +98,9 @@ int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, 
   /* No single block is large enough: free oversize blocks of this stream,
    * largest first, until enough was freed. */
   size_t released = 0;
-  ga_block *it = ga_free_tree_before(t, stream, key, 0);
+  ga_block *it = ga_free_tree_before(t, stream, key);
   while (it && released < key && it->size >= max_split && it->stream == stream) {
-    ga_block *prev = ga_free_tree_before(t, it->stream, it->size, it->ptr);
+    ga_block *prev = ga_free_tree_prev(t, it);
     if (!ga_tiles_is_split(it) && !it->seg->expandable) {
       size_t sz = it->size;
       int rc = release_free_block(a, it);
@@ -232,8 +232,8 @@ int ga_reclaim_private_locked(ga_allocator_t *a, ga_private *v) {
     for (;;) {
       ga_block *b = NULL;
       /* Take any unsplit free block (the tree changes after each release). */
-      for (ga_block *x = ga_free_tree_lower_bound(&v->trees[p], NULL, 0, 0); x;
-           x = ga_free_tree_lower_bound(&v->trees[p], x->stream, x->size, x->ptr + 1))
+      for (ga_block *x = ga_free_tree_lower_bound(&v->trees[p], NULL, 0); x;
+           x = ga_free_tree_next(&v->trees[p], x))
         if (!ga_tiles_is_split(x) && !x->seg->expandable) {
           b = x;
           break;

@@ -11,7 +11,7 @@
 #include "../segment/space.h"
 
 typedef struct ga_free_tree {
-  ga_block *root;    /* a treap ordered by (stream, size, ptr) */
+  ga_block *root;    /* a treap ordered by (stream, size, tie, ptr) */
   size_t count;      /* blocks in the tree */
   uint64_t gc_calls; /* get_free_block calls, the GC age clock */
 } ga_free_tree;

@@ -55,7 +55,8 @@ int ga_tiles_segment_records_locked(ga_allocator_t *a, ga_segment **seg, ga_bloc
 /* Gives back the records of a segment whose memory could not be obtained. */
 void ga_tiles_segment_drop_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head);
 /* seg (base, size, pool, stream and the rest set by the caller) gets head as
- * its one block, in `state`, and joins the segment list. */
+ * its one block, in `state`, and joins the segment list with the next
+ * creation number (seg->created; head->tie, see ga_block). */
 void ga_tiles_segment_open_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head, int state);
 /* Whether a block shares its segment with others (it has neighbours). */
 static inline int ga_tiles_is_split(const ga_block *b) { return b->prev || b->next; }

@@ -65,6 +65,8 @@ struct ga_block {
   uint8_t counted_split;  /* counted in inactive_split while in the free tree */
   uint8_t in_tree;        /* in a free tree now (kept by policy/free_tree.c) */
   uint32_t event_count;   /* pending events before a PENDING block is free */
+  uint32_t tie;           /* free tree key between size and address: with deterministic:True its
+                           * segment's creation number (seg->created), else 0 (policy/free_tree.c) */
   ga_stream_t *uses;      /* other streams that used the block (record_stream) */
   uint32_t nuses, capuses;
   union {
@@ -125,6 +127,7 @@ struct ga_segment {
   uint8_t expandable;      /* a reserved range mapped granule by granule */
   struct ga_private *priv; /* private pool owning it, or NULL (an opaque tag below policy/) */
   ga_stream_t stream;
+  uint64_t created;        /* its creation number: 1 for the allocator's first segment, then 2, ... */
   ga_block *head;          /* block at base */
   ga_segment *prev, *next; /* all segments of the allocator */
   uint64_t moved_in;       /* policy: the free count when memory last moved into it (0: never) */
@@ -142,6 +145,7 @@ struct ga_segment {
 typedef struct ga_space {
   ga_segment *segs; /* every segment */
   size_t nsegs;
+  uint64_t created;      /* segments created so far (the last one's ga_segment.created) */
   size_t reserved;       /* bytes obtained from the device (native segments + handles) */
   ga_block *block_cache; /* recycled block structs, linked by ->next */
   size_t gran;           /* device granularity (2 MiB): the unit of map/unmap */

@@ -55,6 +55,7 @@ ga_block *ga_tiles_split_locked(ga_allocator_t *a, ga_block *b, size_t at) {
   rest->size = b->size - at;
   rest->stream = b->stream;
   rest->seg = b->seg;
+  rest->tie = b->tie;
   rest->pool = b->pool;
   rest->free_seq = b->free_seq;
   rest->state = b->state;
@@ -153,6 +154,10 @@ void ga_tiles_segment_drop_locked(ga_allocator_t *a, ga_segment *seg, ga_block *
 void ga_tiles_segment_open_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head, int state) {
   GA_ASSERT_LOCKED(a);
   seg->head = head;
+  /* The creation number orders equal free blocks of different segments
+   * with deterministic:True (the address would depend on the device). */
+  seg->created = ++a->space.created;
+  head->tie = a->cfg.deterministic ? (uint32_t)seg->created : 0;
   head->ptr = seg->base;
   head->size = seg->size;
   head->stream = seg->stream;
