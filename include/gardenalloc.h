@@ -538,7 +538,9 @@ GA_API ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag);
  *  During a capture streams cannot be waited for without invalidating it:
  *  with tags, GA_ERR_INVALID and nothing sleeps; without, it releases the
  *  cache as ga_empty_cache does during a capture. A device failure midway
- *  leaves what slept asleep and the rest mapped (GA_ERR_DEVICE). */
+ *  leaves what slept asleep and the rest mapped (GA_ERR_DEVICE); a page
+ *  the device refuses to take back stays cached (GA_ERR_DEVICE, with
+ *  everything asleep; ga_empty_cache tries again). */
 GA_API ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags);
 
 /** Restore modes of sleeping memory (ga_sleep_mode). */

@@ -575,6 +575,7 @@ static void sleep_fault_sweep(ga_device_call_t kind) {
 }
 
 Test(serving, sleep_fault_sweep_unmap) { sleep_fault_sweep(GA_CALL_UNMAP); }
+Test(serving, sleep_fault_sweep_release) { sleep_fault_sweep(GA_CALL_RELEASE); }
 Test(serving, sleep_fault_sweep_copy) { sleep_fault_sweep(GA_CALL_COPY); }
 Test(serving, sleep_fault_sweep_stream_wait) { sleep_fault_sweep(GA_CALL_STREAM_SYNCHRONIZE); }
 

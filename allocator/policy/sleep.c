@@ -285,7 +285,15 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
                    a->pol.sleep.nsleepers);
       st = ga_err_status(rc);
     }
-    (void)ga_pages_trim_locked(a, 0); /* pages with nothing mapped go back */
+    /* Pages with nothing mapped go back. One the device refuses stays in
+     * the cache (ga_empty_cache tries again): the call says so. */
+    int trc = ga_pages_trim_locked(a, 0);
+    if (trc && st == GA_OK) {
+      ga_error_set(
+          "ga_sleep: everything tagged sleeps, but giving its pages back failed: %s; they stay cached",
+          ga_err_words(trc, a->dev->error));
+      st = ga_err_status(trc);
+    }
   }
   return st;
 }
