@@ -186,6 +186,14 @@ GA_API ga_status_t ga_create(const char *conf, int device, ga_allocator_t **out)
  * free blocks of different segments go by the segments' creation numbers,
  * never by address (which differs from rank to rank). */
 
+/* Memory that is not ours: max_reserved_mb:N in `conf` caps what the
+ * allocator reserves at N MiB, and headroom_mb:N keeps N MiB of the device
+ * for others (NCCL, the CUDA context, other processes: the cap is the
+ * device's memory less N). The lowest of these and the memory fraction
+ * wins. Cached memory is given back to make room under the cap; a request
+ * that cannot fit under it even then fails with GA_ERR_OOM before any
+ * device call (the report says so). */
+
 /** Destroys the allocator and gives every segment back to the device, including
  *  those still holding live allocations (their pointers become invalid).
  *  NULL is a no-op, and so is an allocator inherited through fork(). */
