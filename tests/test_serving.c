@@ -403,20 +403,53 @@ Test(serving, pool_generation_refuses_unknown_pools) {
   cr_assert_eq(ga_pool_generation(fx_a, 3, NULL), GA_ERR_INVALID);
 }
 
-/* Two devices: whatever device 0's allocator does, device 1 sees no call. */
+/* A stream of device 1 (the sim: a distinct value; the double: a real
+ * stream of device 1's context, destroyed by the caller). */
+static ga_stream_t device1_stream(void) {
+#ifdef GA_HAVE_CUDA
+  if (fx_on_cuda()) {
+    CUcontext cur = NULL;
+    CUstream s = NULL;
+    FX_CU_OK(fx_cu.cuCtxGetCurrent(&cur));
+    FX_CU_OK(fx_cu.cuCtxSetCurrent(fx_cu.ctx[1]));
+    FX_CU_OK(fx_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    FX_CU_OK(fx_cu.cuCtxSetCurrent(cur));
+    return (ga_stream_t)s;
+  }
+#endif
+  return (ga_stream_t)(uintptr_t)0x7001u;
+}
+
+/* Two devices: whatever device 0's allocator does, device 1 is neither
+ * synchronised nor unmapped, nor called at all. Device 1 has work running
+ * (a held stream with an event pending on it: any synchronisation of device
+ * 1 would complete it) and, on the driver double, its context is the
+ * thread's current one throughout, as when an engine drives device 1: a
+ * call that ran in the current context instead of the segment's device's
+ * would land on device 1 (pytorch/pytorch #196258). */
 Test(serving, no_call_synchronises_or_unmaps_on_another_device) {
   fx_open_on(2, "expandable_segments:True,expandable_page_size_mb:2", 256 * MiB);
   ga_allocator_t *a1 = NULL;
   char conf[160];
   snprintf(conf, sizeof conf, "%s,expandable_segments:True", fx_machine_conf(2, 256));
   cr_assert_eq(ga_create(conf, 1, &a1), GA_OK, "%s", ga_last_error());
-  void *q = NULL;
-  cr_assert_eq(ga_malloc(a1, 20 * MiB, S1, &q), GA_OK, "%s", ga_last_error());
+  ga_device *d1 = ga_allocator_device(a1);
+  ga_stream_t t1 = device1_stream();
+  void *q = NULL, *busy = NULL;
+  cr_assert_eq(ga_malloc(a1, 20 * MiB, NULL, &q), GA_OK, "%s", ga_last_error());
   cr_assert_eq(ga_free(a1, q), GA_OK); /* cached on device 1 */
+  cr_assert_eq(ga_malloc(a1, 4 * MiB, NULL, &busy), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_record_stream(a1, busy, t1), GA_OK);
+  fx_hold_on(d1, t1, 1);
+  cr_assert_eq(ga_free(a1, busy), GA_OK, "%s", ga_last_error()); /* an event pending on device 1 */
   ga_sim_usage u0, u1;
-  fx_usage_of(ga_allocator_device(a1), &u0);
+  fx_usage_of(d1, &u0);
+  cr_assert_gt(u0.pending_events, 0, "device 1 has work running");
   ga_stats_t s0, s1;
   cr_assert_eq(ga_stats(a1, &s0), GA_OK);
+#ifdef GA_HAVE_CUDA
+  if (fx_on_cuda()) FX_CU_OK(fx_cu.cuCtxSetCurrent(fx_cu.ctx[1]));
+#endif
   /* Device 0: a capture, flushes, the OOM ladder, sleep and wake. */
   cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 1, S2), GA_OK);
   void *x = fx_alloc_on(4 * MiB, S2);
@@ -428,8 +461,17 @@ Test(serving, no_call_synchronises_or_unmaps_on_another_device) {
   cr_assert_eq(ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
   cr_assert_eq(ga_wake(fx_a), GA_OK);
   cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
-  fx_usage_of(ga_allocator_device(a1), &u1);
+#ifdef GA_HAVE_CUDA
+  if (fx_on_cuda()) {
+    CUcontext cur = NULL;
+    FX_CU_OK(fx_cu.cuCtxGetCurrent(&cur));
+    cr_assert_eq(cur, fx_cu.ctx[1], "device 0's calls left another context current");
+    FX_CU_OK(fx_cu.cuCtxSetCurrent(fx_cu.ctx[0]));
+  }
+#endif
+  fx_usage_of(d1, &u1);
   cr_assert_eq(ga_stats(a1, &s1), GA_OK);
+  cr_assert_eq(u1.pending_events, u0.pending_events, "device 1 was synchronised");
   cr_assert_eq(u1.waits, u0.waits, "device 1 was waited for");
   cr_assert_eq(u1.live_mappings, u0.live_mappings, "device 1's memory was unmapped");
   cr_assert_eq(u1.used, u0.used);
@@ -438,8 +480,13 @@ Test(serving, no_call_synchronises_or_unmaps_on_another_device) {
   fx_free(x);
   fx_free(p);
   cr_assert_eq(ga_release_pool(fx_a, 1), GA_OK);
+  fx_hold_on(d1, t1, 0);
+  cr_assert_eq(ga_empty_cache(a1), GA_OK);
   cr_assert_eq(ga_check(a1), 0);
   ga_destroy(a1);
+#ifdef GA_HAVE_CUDA
+  if (fx_on_cuda()) FX_CU_OK(fx_cu.cuStreamDestroy((CUstream)t1));
+#endif
 }
 
 /* ---- Sleep and wake that an engine can trust ---- */
