@@ -10,8 +10,12 @@
 #      how allocate+free pairs scale over 1 to 16 threads (this machine's
 #      cores) against the C library and mimalloc;
 #   4. the CUDA engine example (a real kernel), tests/gpu/engines_check.c
-#      (docs/engines.md's calls on the real driver) and tests/gpu/ipc_check.c
-#      (IPC between two processes, deterministic placement under GPU timing);
+#      (docs/engines.md's calls on the real driver: one-region allocations,
+#      the budget, would_fit, restore modes, sleep under running work, a CUDA
+#      graph replayed into its pool after flushes and sleep, the OOM report's
+#      memory outside the allocator), ga-bench sleep on the GPU (sleep and
+#      wake time against the copy bandwidth), and tests/gpu/ipc_check.c (IPC
+#      between two processes, deterministic placement under GPU timing);
 #   5. the PyTorch scenarios, each in a fresh process (replace mode, MemPool
 #      mode, PyTorch's own allocator as the baseline, gardenalloc run).
 # Everything goes under ${OUT:-tests/gpu/results}: gpu_results.txt (the
@@ -132,12 +136,14 @@ fi
 # ---- 4b. docs/engines.md on the real driver ----
 if cc -O2 -Iinclude tests/gpu/engines_check.c -o "$out/engines_check" -Lbuild -lgardenalloc -ldl \
   -Wl,-rpath,"$PWD/build" >"$out/engines_check_build.txt" 2>&1; then
-  step "engines: one-region allocations, the budget, would_fit, restore modes on device bytes" engines_check.txt 60 \
-    "$out/engines_check"
+  step "engines: one-region allocations, the budget, would_fit, restore modes, sleep under running work, graph replay across flushes and sleep, the OOM report" \
+    engines_check.txt 120 "$out/engines_check"
 else
   say "FAIL engines check build ($out/engines_check_build.txt)"
   fail=$((fail + 1))
 fi
+step "ga-bench sleep on the GPU: sleep and wake time per restore mode, copy bandwidth" sleep_bench.txt 180 \
+  build/bench/ga-bench sleep --backend cuda
 if cc -O2 -Iinclude tests/gpu/ipc_check.c -o "$out/ipc_check" -Lbuild -lgardenalloc -ldl \
   -Wl,-rpath,"$PWD/build" >"$out/ipc_check_build.txt" 2>&1; then
   step "engines: IPC across two processes (POSIX fd handles), deterministic placement under GPU timing" \
