@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "fixture.h"
+#include "policy/keep.h"
 
 TestSuite(expandable, .fini = fx_close);
 
@@ -382,6 +383,81 @@ Test(expandable, empty_cache_gives_every_free_page_back) {
   fx_usage(&u);
   cr_assert_eq(u.live_reservations, 0, "empty segments are unreserved");
   cr_assert_eq(u.used, 0);
+}
+
+/* ---- empty_cache finds what to unmap through the free trees ----
+ * release_segment takes a segment's free blocks from its owner's free tree
+ * (those of its stream of a granule or more) rather than walking every block
+ * of the segment. What it unmaps must be what the walk over every block
+ * finds: the whole mappings inside FREE blocks (ga_expandable_movable_locked),
+ * here on segments of three streams and both pools, fragmented by random
+ * frees, so the trees also hold blocks of other streams, of other segments
+ * and smaller than a granule. With 2 MiB pages a mapping is one granule, and
+ * the count is also checked against plain arithmetic on the free blocks. */
+
+/* Granules the walk over every block of every expandable segment finds to
+ * unmap; with `arith`, the whole granules inside FREE blocks instead. */
+static size_t walk_unmappable(int arith) {
+  size_t g = fx_a->space.gran, n = 0;
+  for (ga_segment *s = fx_a->space.segs; s; s = s->next) {
+    if (!s->expandable) continue;
+    for (ga_block *b = s->head; b; b = b->next) {
+      size_t g0, g1;
+      if (b->state != GA_BLOCK_FREE) continue;
+      if (arith) {
+        g0 = (b->ptr - s->base + g - 1) / g;
+        g1 = (b->ptr + b->size - s->base) / g;
+        if (g1 > g0) n += g1 - g0;
+      } else if (ga_expandable_movable_locked(fx_a, b, &g0, &g1)) {
+        n += g1 - g0;
+      }
+    }
+  }
+  return n;
+}
+
+static void empty_cache_unmaps_what_the_walk_finds(const char *conf) {
+  fx_open(conf, 16 * GiB);
+  enum { N = 900 };
+  void *p[N];
+  unsigned seed = 23;
+  for (int i = 0; i < N; i++) {
+    int r = rand_r(&seed) % 4;
+    size_t n = r == 0 ? 1 + (size_t)rand_r(&seed) % MiB /* small pool */
+                      : 1 + (size_t)rand_r(&seed) % (r == 3 ? 24 * MiB : 5 * MiB);
+    p[i] = fx_alloc_on(n, fx_stream(1 + i % 3));
+  }
+  for (int i = 0; i < N; i++)
+    if (rand_r(&seed) % 3 == 0) fx_free(p[i]), p[i] = NULL;
+  ga_lock_acquire(&fx_a->mu);
+  ga_block_keep_flush_locked(fx_a); /* the free kept back completes: every free block is FREE */
+  size_t want = walk_unmappable(0), arith = walk_unmappable(1);
+  ga_lock_release(&fx_a->mu);
+  cr_assert_gt(want, 20, "a fragmented cache: %zu granules to unmap", want);
+  if (strstr(conf, "page_size_mb:2")) cr_assert_eq(want, arith, "one mapping per granule");
+  ga_stats_t before = fx_stats();
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
+  ga_stats_t after = fx_stats();
+  cr_assert_eq(ga_check(fx_a), 0);
+  long long gone = (long long)(before.mapped_bytes.current - after.mapped_bytes.current);
+  cr_assert_eq(gone, (long long)(want * fx_a->space.gran), "unmapped %lld MiB, the walk finds %zu granules",
+               gone >> 20, want);
+  ga_lock_acquire(&fx_a->mu);
+  size_t left = walk_unmappable(0);
+  ga_lock_release(&fx_a->mu);
+  cr_assert_eq(left, 0, "%zu granules left mapped in free blocks", left);
+  for (int i = 0; i < N; i++)
+    if (p[i]) fx_free(p[i]);
+}
+
+Test(expandable, empty_cache_unmaps_what_a_walk_of_every_block_finds_with_2MiB_pages) {
+  empty_cache_unmaps_what_the_walk_finds(EXP2);
+}
+Test(expandable, empty_cache_unmaps_what_a_walk_of_every_block_finds_by_default) {
+  empty_cache_unmaps_what_the_walk_finds(EXP);
+}
+Test(expandable, empty_cache_unmaps_what_a_walk_of_every_block_finds_in_pytorch_policy) {
+  empty_cache_unmaps_what_the_walk_finds(EXP ",expandable_policy:pytorch");
 }
 
 /* ---- Placement: what a fit leaves behind in partly used granules ---- */

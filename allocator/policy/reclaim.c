@@ -172,6 +172,11 @@ static int releasable(const ga_segment *s, const ga_private *only) {
   return !s->priv || (s->priv->released && !s->priv->nstreams);
 }
 
+static int by_address(const void *x, const void *y) {
+  const ga_block *a = *(ga_block *const *)x, *b = *(ga_block *const *)y;
+  return a->ptr < b->ptr ? -1 : a->ptr > b->ptr;
+}
+
 /* Unmaps the whole free granules of s; gives s back when nothing is mapped.
  * In PyTorch's policy a mapping is one page, so this is release_cached_blocks
  * -> release_blocks -> unmap_block: the whole pages inside each free block
@@ -179,14 +184,19 @@ static int releasable(const ga_segment *s, const ga_private *only) {
  * as in unmapHandles), then release_expandable_segment once nothing is mapped. */
 static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
   int rc = 0;
-  /* Collect first: unmapping a free block never touches another FREE one. */
+  /* Collect first: unmapping a free block never touches another FREE one.
+   * s's FREE blocks are in its owner's tree under its stream; only those of
+   * a granule or more can hold a whole one. They go in address order. */
+  ga_free_tree *t = &(s->priv ? s->priv->trees : a->pol.trees)[s->pool];
   f->n = 0;
-  for (ga_block *b = s->head; b; b = b->next) {
+  for (ga_block *b = ga_free_tree_lower_bound(t, s->stream, a->space.gran, 0); b && b->stream == s->stream;
+       b = ga_free_tree_lower_bound(t, s->stream, b->size, b->ptr + 1)) {
     size_t g0, g1;
-    if (b->state != GA_BLOCK_FREE || !ga_expandable_movable_locked(a, b, &g0, &g1)) continue;
+    if (b->seg != s || !ga_expandable_movable_locked(a, b, &g0, &g1)) continue;
     if ((rc = GA_VEC_ROOM(f->v, f->cap, f->n + 1))) return rc;
     f->v[f->n++] = b;
   }
+  if (f->n > 1) qsort(f->v, f->n, sizeof *f->v, by_address);
   if (f->n) {
     /* Work queued before the frees may still touch this memory: wait for it,
      * unless the stream is capturing (that would invalidate the capture). */
