@@ -12,7 +12,16 @@
  *          mapped); each round allocates W blocks, frees them again and
  *          empties the cache untimed, so every round starts at N;
  *   free   frees of blocks picked at random among the live ones;
- *   reuse  the allocations that follow those frees (the holes they left).
+ *   reuse  the allocations that follow those frees (the holes they left);
+ *   empty  ga_empty_cache right after RELEASE_K random live blocks were freed
+ *          (what it gives back is a few blocks; what is live is N);
+ *   refused  a request of 1 GiB (larger than anything cached) right after
+ *          RELEASE_K random frees, with the memory fraction set to what is
+ *          reserved: it goes down the whole retry ladder (free-and-retry:
+ *          native and PyTorch's policy release every cached block, the
+ *          default waits for the streams and tries to move pages) and fails.
+ *          Both run RELEASE_ROUNDS times per point; the blocks freed are
+ *          allocated again untimed.
  * W is N/10 (at least 100, at most 20000) and rounds repeat until at least
  * 2000 of each were timed, after one untimed round (steady state). Times are
  * the thread's CPU time per operation (CLOCK_THREAD_CPUTIME_ID), the
@@ -60,6 +69,7 @@ static const char *const patterns[] = {"4k", "mixed"};
 typedef struct point {
   uint64_t n, ops;
   double alloc_ns, free_ns, reuse_ns, cpu_s; /* cpu_s: the series' CPU time so far */
+  double empty_ns, refused_ns;               /* ga_empty_cache; a request refused after the ladder */
 } point;
 
 typedef struct series {
@@ -212,6 +222,45 @@ static int round_reuse(run_state *r, size_t w, double *tf, double *ta) {
   return 0;
 }
 
+#define RELEASE_K      16
+#define RELEASE_ROUNDS 20
+
+/* One round of releases (see the top of the file): adds the seconds of one
+ * ga_empty_cache to *te and of one refused request to *to. */
+static int round_release(run_state *r, double *te, double *to) {
+  for (int k = 0; k < RELEASE_K; k++)
+    if (free_at(r, (size_t)(rng() % r->n))) return -1;
+  double c0 = cpu_now();
+  ga_status_t st = ga_empty_cache(r->a);
+  *te += cpu_now() - c0;
+  if (st != GA_OK)
+    return snprintf(r->why, sizeof r->why, "ga_empty_cache failed: %.120s", ga_last_error()), -1;
+  for (int k = 0; k < RELEASE_K; k++)
+    if (alloc_one(r)) return -1;
+  for (int k = 0; k < RELEASE_K; k++)
+    if (free_at(r, (size_t)(rng() % r->n))) return -1;
+  ga_stats_t s;
+  size_t free_b = 0, total = 0;
+  if (ga_stats(r->a, &s) != GA_OK || ga_mem_get_info(r->a, &free_b, &total) != GA_OK || !total)
+    return snprintf(r->why, sizeof r->why, "ga_stats/ga_mem_get_info failed: %.120s", ga_last_error()), -1;
+  double fraction = (double)s.reserved_bytes[GA_POOL_ALL].current / (double)total;
+  if (ga_set_memory_fraction(r->a, fraction > 1.0 ? 1.0 : fraction) != GA_OK)
+    return snprintf(r->why, sizeof r->why, "ga_set_memory_fraction failed: %.120s", ga_last_error()), -1;
+  void *p = NULL;
+  c0 = cpu_now();
+  st = ga_malloc(r->a, (size_t)1 << 30, NULL, &p);
+  *to += cpu_now() - c0;
+  if (st == GA_OK) (void)ga_free(r->a, p);
+  if (st != GA_OK && st != GA_ERR_OOM)
+    return snprintf(r->why, sizeof r->why, "the refused request failed otherwise: %.120s", ga_last_error()),
+           -1;
+  if (ga_set_memory_fraction(r->a, 1.0) != GA_OK)
+    return snprintf(r->why, sizeof r->why, "ga_set_memory_fraction failed: %.120s", ga_last_error()), -1;
+  for (int k = 0; k < RELEASE_K; k++)
+    if (alloc_one(r)) return -1;
+  return 0;
+}
+
 /* Measures at r->n live blocks and reports one point. */
 static int measure_at(run_state *r) {
   size_t n = r->n, w = n / 10;
@@ -224,9 +273,13 @@ static int measure_at(run_state *r) {
     if (round_grow(r, w, &tg)) return -1;
   for (size_t k = 0; k < rounds; k++)
     if (round_reuse(r, w, &tf, &ta)) return -1;
+  double te = 0, to = 0;
+  for (int k = 0; k < RELEASE_ROUNDS; k++) {
+    if (over_budget(r) || round_release(r, &te, &to)) return -1;
+  }
   double ops = (double)(w * rounds);
-  say(r, "point %zu %zu %.1f %.1f %.1f %.2f", n, w * rounds, tg * 1e9 / ops, tf * 1e9 / ops, ta * 1e9 / ops,
-      process_now() - r->t0);
+  say(r, "point %zu %zu %.1f %.1f %.1f %.2f %.1f %.1f", n, w * rounds, tg * 1e9 / ops, tf * 1e9 / ops,
+      ta * 1e9 / ops, process_now() - r->t0, te * 1e9 / RELEASE_ROUNDS, to * 1e9 / RELEASE_ROUNDS);
   return 0;
 }
 
@@ -253,8 +306,8 @@ static void run_series(int out, const char *conf, int pattern, const uint64_t *n
 static void parse_line(series *s, char *line) {
   point p;
   unsigned long long n, ops;
-  if (sscanf(line, "point %llu %llu %lf %lf %lf %lf", &n, &ops, &p.alloc_ns, &p.free_ns, &p.reuse_ns,
-             &p.cpu_s) == 6) {
+  if (sscanf(line, "point %llu %llu %lf %lf %lf %lf %lf %lf", &n, &ops, &p.alloc_ns, &p.free_ns, &p.reuse_ns,
+             &p.cpu_s, &p.empty_ns, &p.refused_ns) == 8) {
     p.n = n;
     p.ops = ops;
     if (s->np < MAXPOINTS) s->p[s->np++] = p;
@@ -359,7 +412,12 @@ static void print_table(const series *sv, size_t nsv, const uint64_t *ns, size_t
     printf("  %-9llu", (unsigned long long)ns[k]);
     for (size_t i = 0; i < nsv; i++) {
       const point *p = point_at(&sv[i], ns[k]);
-      double v = !p ? NAN : which == 0 ? p->alloc_ns : which == 1 ? p->free_ns : p->reuse_ns;
+      double v = !p           ? NAN
+                 : which == 0 ? p->alloc_ns
+                 : which == 1 ? p->free_ns
+                 : which == 2 ? p->reuse_ns
+                 : which == 3 ? p->empty_ns
+                              : p->refused_ns;
       if (!p)
         printf(" %12s", "-");
       else if (v >= 10000)
@@ -603,6 +661,10 @@ int cmd_scale(int argc, char **argv) {
   print_table(sv, nsv, ns, nn, 0, "allocation of a fresh block (growth included), CPU time per call:");
   print_table(sv, nsv, ns, nn, 1, "free of a random live block:");
   print_table(sv, nsv, ns, nn, 2, "allocation right after those frees (holes reused):");
+  print_table(sv, nsv, ns, nn, 3, "ga_empty_cache right after 16 random frees, CPU time per call:");
+  print_table(sv, nsv, ns, nn, 4,
+              "a request refused after the whole retry ladder (memory fraction = reserved), 16 random\n"
+              "frees before it, CPU time per call:");
   int stopped = 0;
   for (size_t i = 0; i < nsv; i++) {
     char label[64];
@@ -621,18 +683,21 @@ int cmd_scale(int argc, char **argv) {
   int failed = !fc || !fm || !fs;
   if (!failed) {
     fprintf(fm, "%s\n", cmd.s);
-    fprintf(fc, "series,mode,conf,pattern,n_live,ops,alloc_ns,free_ns,reuse_ns,cpu_s,status\n");
+    fprintf(fc,
+            "series,mode,conf,pattern,n_live,ops,alloc_ns,free_ns,reuse_ns,empty_cache_ns,refused_ns,cpu_s,"
+            "status\n");
     for (size_t i = 0; i < nsv; i++) {
       char label[64];
       series_label(&sv[i], label, sizeof label);
       for (size_t k = 0; k < sv[i].np; k++) {
         const point *p = &sv[i].p[k];
-        fprintf(fc, "%s,%s,\"%s\",%s,%llu,%llu,%.1f,%.1f,%.1f,%.2f,\"%s\"\n", label, modes[sv[i].mode].name,
-                modes[sv[i].mode].conf, patterns[sv[i].pattern], (unsigned long long)p->n,
-                (unsigned long long)p->ops, p->alloc_ns, p->free_ns, p->reuse_ns, p->cpu_s, sv[i].status);
+        fprintf(fc, "%s,%s,\"%s\",%s,%llu,%llu,%.1f,%.1f,%.1f,%.1f,%.1f,%.2f,\"%s\"\n", label,
+                modes[sv[i].mode].name, modes[sv[i].mode].conf, patterns[sv[i].pattern],
+                (unsigned long long)p->n, (unsigned long long)p->ops, p->alloc_ns, p->free_ns, p->reuse_ns,
+                p->empty_ns, p->refused_ns, p->cpu_s, sv[i].status);
       }
       if (!sv[i].np) /* no point: the row says why */
-        fprintf(fc, "%s,%s,\"%s\",%s,,,,,,,\"%s\"\n", label, modes[sv[i].mode].name, modes[sv[i].mode].conf,
+        fprintf(fc, "%s,%s,\"%s\",%s,,,,,,,,,\"%s\"\n", label, modes[sv[i].mode].name, modes[sv[i].mode].conf,
                 patterns[sv[i].pattern], sv[i].status);
     }
     failed = plot(fs, sv, nsv, cmd.s, backend) != 0;

@@ -2,6 +2,7 @@
  * cases, rounding, pools, segment sizes, best fit, the split and oversize
  * rules at their boundaries, merging, empty_cache. */
 #include "fixture.h"
+#include "policy/keep.h"
 
 TestSuite(native, .fini = fx_close);
 
@@ -304,6 +305,64 @@ Test(native, empty_cache_frees_whole_segments_and_keeps_split_ones) {
   cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
   assert_reserved(0);
   assert_scalar(num_device_free, 3);
+}
+
+/* empty_cache looks for whole free segments among the free blocks at least
+ * as large as the smallest segment of their pool, stream by stream, not
+ * through every free block. It must give back exactly what a walk over every
+ * segment finds (segments whose one block is FREE), on a cache of three
+ * streams and every segment size, fragmented by random frees, with
+ * `conf` setting the large segment size. */
+static size_t walk_whole_free(size_t *n) {
+  size_t bytes = 0;
+  *n = 0;
+  for (ga_segment *s = fx_a->space.segs; s; s = s->next)
+    if (!s->head->next && s->head->state == GA_BLOCK_FREE) bytes += s->size, ++*n;
+  return bytes;
+}
+
+static void empty_cache_gives_back_what_the_walk_finds(const char *conf) {
+  fx_open(conf, 64 * GiB);
+  enum { N = 1200 };
+  void *p[N];
+  unsigned seed = 29;
+  for (int i = 0; i < N; i++) {
+    int r = rand_r(&seed) % 8;
+    size_t n = r < 4   ? 1 + (size_t)rand_r(&seed) % MiB /* small pool */
+               : r < 7 ? MiB + 1 + (size_t)rand_r(&seed) % (9 * MiB)
+                       : 10 * MiB + (size_t)rand_r(&seed) % (30 * MiB);
+    p[i] = fx_alloc_on(n, fx_stream(1 + i % 3));
+  }
+  for (int i = 0; i < N; i++)
+    if (rand_r(&seed) % 3 != 0) fx_free(p[i]), p[i] = NULL;
+  size_t n, left;
+  ga_lock_acquire(&fx_a->mu);
+  ga_block_keep_flush_locked(fx_a); /* the free kept back completes */
+  size_t want = walk_whole_free(&n);
+  ga_lock_release(&fx_a->mu);
+  cr_assert_gt(n, 30, "whole free segments: %zu", n);
+  ga_stats_t before = fx_stats();
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
+  ga_stats_t after = fx_stats();
+  cr_assert_eq(ga_check(fx_a), 0);
+  long long gone =
+      (long long)(before.reserved_bytes[GA_POOL_ALL].current - after.reserved_bytes[GA_POOL_ALL].current);
+  cr_assert_eq(gone, (long long)want, "gave back %lld MiB, the walk finds %zu MiB in %zu segments",
+               gone >> 20, want >> 20, n);
+  cr_assert_eq(after.num_device_free - before.num_device_free, (int64_t)n);
+  ga_lock_acquire(&fx_a->mu);
+  (void)walk_whole_free(&left);
+  ga_lock_release(&fx_a->mu);
+  cr_assert_eq(left, 0, "%zu whole free segments left", left);
+  for (int i = 0; i < N; i++)
+    if (p[i]) fx_free(p[i]);
+}
+
+Test(native, empty_cache_gives_back_every_whole_free_segment_of_a_fragmented_cache) {
+  empty_cache_gives_back_what_the_walk_finds(NULL);
+}
+Test(native, empty_cache_gives_back_every_whole_free_segment_with_12MiB_large_segments) {
+  empty_cache_gives_back_what_the_walk_finds("large_segment_size_mb:12");
 }
 
 Test(native, blocks_of_one_stream_are_not_reused_on_another) {

@@ -33,11 +33,34 @@ typedef struct blist {
   int oom;
 } blist;
 
-static int collect_unsplit(ga_block *b, void *arg) {
-  blist *l = arg;
-  if (ga_tiles_is_split(b) || b->seg->expandable) return 0;
-  if (GA_VEC_ROOM(l->v, l->cap, l->n + 1)) return l->oom = 1;
-  l->v[l->n++] = b;
+/* No native segment of `pool` is smaller than this (ga_allocation_size_for:
+ * small segments are one size; a large one is the large buffer or, for a
+ * request of GA_MIN_LARGE_ALLOC or more, at least that), so neither is an
+ * unsplit free native block. */
+static size_t least_native(const ga_allocator_t *a, int pool) {
+  if (pool == GA_P_SMALL) return ga_allocation_size_for(&a->cfg, GA_MIN_BLOCK);
+  size_t buffer = ga_allocation_size_for(&a->cfg, GA_SMALL_SIZE + GA_MIN_BLOCK),
+         large = ga_allocation_size_for(&a->cfg, GA_MIN_LARGE_ALLOC);
+  return buffer < large ? buffer : large;
+}
+
+/* The unsplit free blocks of native segments in t (of `pool`), in tree
+ * order. Within each stream the walk starts at least_native: it visits the
+ * free blocks that large, not every free block (fragments of split segments
+ * are most of a busy cache). */
+static int collect_unsplit(const ga_allocator_t *a, const ga_free_tree *t, int pool, blist *l) {
+  size_t least = least_native(a, pool);
+  for (ga_block *b = ga_free_tree_lower_bound(t, NULL, least); b;) {
+    if (b->size < least) { /* the first block of the next stream */
+      b = ga_free_tree_lower_bound(t, b->stream, least);
+      continue;
+    }
+    if (!ga_tiles_is_split(b) && !b->seg->expandable) {
+      if (GA_VEC_ROOM(l->v, l->cap, l->n + 1)) return l->oom = 1;
+      l->v[l->n++] = b;
+    }
+    b = ga_free_tree_next(t, b);
+  }
   return 0;
 }
 
@@ -51,7 +74,7 @@ int ga_reclaim_gc_locked(ga_allocator_t *a) {
   if (a->space.reserved <= threshold) return 0;
   size_t target = a->space.reserved - threshold, reclaimed = 0;
   blist l = {0};
-  ga_free_tree_walk(p, collect_unsplit, &l);
+  collect_unsplit(a, p, GA_P_LARGE, &l);
   double total_age = 0.0;
   for (size_t i = 0; i < l.n; i++) total_age += (double)(p->gc_calls - l.v[i]->gc_base);
   size_t left = l.n;
@@ -129,7 +152,7 @@ static int reclaim_all(ga_allocator_t *a) {
     a->pol.capture.flush_deferred = 1;
   for (int pool = GA_P_LARGE; pool >= GA_P_SMALL && !rc; pool--) {
     blist l = {0};
-    ga_free_tree_walk(&a->pol.trees[pool], collect_unsplit, &l);
+    collect_unsplit(a, &a->pol.trees[pool], pool, &l);
     for (size_t i = 0; i < l.n && !rc; i++) rc = release_free_block(a, l.v[i]);
     free(l.v);
     if (l.oom && !rc) rc = GA_DEV_ENOMEM;
@@ -189,8 +212,8 @@ static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
    * a granule or more can hold a whole one. They go in address order. */
   ga_free_tree *t = &(s->priv ? s->priv->trees : a->pol.trees)[s->pool];
   f->n = 0;
-  for (ga_block *b = ga_free_tree_lower_bound(t, s->stream, a->space.gran, 0); b && b->stream == s->stream;
-       b = ga_free_tree_lower_bound(t, s->stream, b->size, b->ptr + 1)) {
+  for (ga_block *b = ga_free_tree_lower_bound(t, s->stream, a->space.gran); b && b->stream == s->stream;
+       b = ga_free_tree_next(t, b)) {
     size_t g0, g1;
     if (b->seg != s || !ga_expandable_movable_locked(a, b, &g0, &g1)) continue;
     if ((rc = GA_VEC_ROOM(f->v, f->cap, f->n + 1))) return rc;
@@ -225,7 +248,9 @@ int ga_reclaim_expandable_locked(ga_allocator_t *a, ga_private *only) {
   GA_ASSERT_LOCKED(a);
   int rc = 0;
   frees f = {0};
-  for (ga_segment *s = a->space.segs, *next; s && !rc; s = next) {
+  /* Expandable segments exist only in expandable mode: without it the walk
+   * over every (native) segment is skipped. */
+  for (ga_segment *s = a->cfg.expandable_segments ? a->space.segs : NULL, *next; s && !rc; s = next) {
     next = s->next;
     if (releasable(s, only)) rc = release_segment(a, s, &f);
   }
