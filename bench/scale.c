@@ -49,6 +49,23 @@
 
 #include "bench.h"
 
+/* Under valgrind's callgrind (valgrind --tool=callgrind --collect-atstart=no
+ * ga-bench scale ...), the random frees of each point are collected alone
+ * and dumped with the point's N: instructions (and, with --cache-sim=yes,
+ * cache misses) per free, apart from the time. Outside valgrind these are
+ * no-ops. */
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define SCALE_CALLGRIND 1
+#endif
+#endif
+#ifndef SCALE_CALLGRIND
+#define CALLGRIND_TOGGLE_COLLECT   ((void)0)
+#define CALLGRIND_ZERO_STATS       ((void)0)
+#define CALLGRIND_DUMP_STATS_AT(s) ((void)(s))
+#endif
+
 /* ---- Series ---- */
 
 typedef struct scale_mode {
@@ -208,10 +225,12 @@ static int round_grow(run_state *r, size_t w, double *t) {
 /* One round of random frees then as many allocations (both timed). */
 static int round_reuse(run_state *r, size_t w, double *tf, double *ta) {
   double c0 = cpu_now();
-  for (size_t k = 0; k < w; k++) {
-    if (k % 256 == 0 && over_budget(r)) return -1;
-    if (free_at(r, (size_t)(rng() % r->n))) return -1;
-  }
+  int bad = 0;
+  CALLGRIND_TOGGLE_COLLECT;
+  for (size_t k = 0; k < w && !bad; k++)
+    bad = (k % 256 == 0 && over_budget(r)) || free_at(r, (size_t)(rng() % r->n));
+  CALLGRIND_TOGGLE_COLLECT;
+  if (bad) return -1;
   double c1 = cpu_now();
   for (size_t k = 0; k < w; k++) {
     if (k % 256 == 0 && over_budget(r)) return -1;
@@ -271,8 +290,12 @@ static int measure_at(run_state *r) {
   if (round_grow(r, w, &ignored) || round_reuse(r, w, &ignored, &ignored2)) return -1; /* warm */
   for (size_t k = 0; k < rounds; k++)
     if (round_grow(r, w, &tg)) return -1;
+  CALLGRIND_ZERO_STATS;
   for (size_t k = 0; k < rounds; k++)
     if (round_reuse(r, w, &tf, &ta)) return -1;
+  char label[96];
+  snprintf(label, sizeof label, "random frees at N=%zu: %zu", n, w * rounds);
+  CALLGRIND_DUMP_STATS_AT(label);
   double te = 0, to = 0;
   for (int k = 0; k < RELEASE_ROUNDS; k++) {
     if (over_budget(r) || round_release(r, &te, &to)) return -1;
