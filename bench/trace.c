@@ -97,12 +97,50 @@ static int read_line(FILE *f, char **line, size_t *cap, size_t *len, const char 
   return 1;
 }
 
+/* The columns of an RMM trace. A header line, when there is one, names them
+ * in any order; col[k] is then the field that holds column k. */
+static const char *const COLUMN[6] = {"Thread", "Time", "Action", "Pointer", "Size", "Stream"};
+
+static int column_of(const char *s) {
+  for (int k = 0; k < 6; k++)
+    if (strcmp(s, COLUMN[k]) == 0) return k;
+  return -1;
+}
+
+/* fld is a header when one of its fields names a column: 1 with col[] set,
+ * 0 when it is not a header, -1 with the reason in err. */
+static int read_header(char *fld[6], int n, int col[6], const char *name, size_t lineno, char *err,
+                       size_t errlen) {
+  int named = 0;
+  for (int i = 0; i < n; i++) named |= column_of(fld[i]) >= 0;
+  if (!named) return 0;
+  for (int k = 0; k < 6; k++) col[k] = -1;
+  for (int i = 0; i < n; i++) {
+    int k = column_of(fld[i]);
+    if (k < 0 || col[k] >= 0) {
+      snprintf(err, errlen,
+               "%s:%zu: a header names the six columns Thread,Time,Action,Pointer,Size,Stream "
+               "once each, in any order: '%.64s' %s",
+               name, lineno, fld[i], k < 0 ? "is not one" : "comes twice");
+      return -1;
+    }
+    col[k] = i;
+  }
+  if (n != 6) {
+    snprintf(err, errlen,
+             "%s:%zu: the header has %d of the six columns Thread,Time,Action,Pointer,Size,Stream", name,
+             lineno, n);
+    return -1;
+  }
+  return 1;
+}
+
 int trace_read(FILE *f, const char *name, trace *t, char *err, size_t errlen) {
   memset(t, 0, sizeof *t);
   t->path = strdup(name);
   char *line = NULL;
   size_t cap = 0, len = 0, lineno = 0;
-  int rc = t->path ? 0 : -1, got;
+  int rc = t->path ? 0 : -1, got, first = 1, header = 0, col[6] = {0, 1, 2, 3, 4, 5};
   if (rc) snprintf(err, errlen, "%s: out of memory", name);
   while (!rc && (got = read_line(f, &line, &cap, &len, name, lineno + 1, err, errlen)) != 0) {
     lineno++;
@@ -111,15 +149,25 @@ int trace_read(FILE *f, const char *name, trace *t, char *err, size_t errlen) {
       break;
     }
     if (len == 0) continue;
-    if (lineno == 1 && strncmp(line, "Thread,", 7) == 0) continue; /* header */
-    char *fld[6];
+    char *in[6], *fld[6];
     uint64_t id, size, stream;
-    if (split(line, fld) != 6) {
+    int n = split(line, in);
+    if (first) {
+      first = 0;
+      header = read_header(in, n, col, name, lineno, err, errlen);
+      if (header < 0) {
+        rc = -1;
+        break;
+      }
+      if (header) continue;
+    }
+    if (n != 6) {
       snprintf(err, errlen, "%s:%zu: expected 6 fields (Thread,Time,Action,Pointer,Size,Stream)", name,
                lineno);
       rc = -1;
       break;
     }
+    for (int k = 0; k < 6; k++) fld[k] = in[col[k]];
     if (strcmp(fld[2], "allocate failure") == 0) {
       t->skipped_failures++;
       continue;
@@ -153,6 +201,13 @@ int trace_read(FILE *f, const char *name, trace *t, char *err, size_t errlen) {
   free(line);
   if (!rc && ferror(f)) {
     snprintf(err, errlen, "%s: read error: %s", name, strerror(errno));
+    rc = -1;
+  }
+  if (!rc && t->n == 0) {
+    snprintf(err, errlen, "%s: no allocate or free event to replay (%s)", name,
+             t->skipped_failures ? "only allocate failures, which are not replayed"
+             : header            ? "a header and no events"
+                                 : "the file is empty");
     rc = -1;
   }
   for (size_t i = 1; i < t->n && t->timed; i++) t->timed = t->ev[i].time_ns >= t->ev[i - 1].time_ns;

@@ -88,6 +88,38 @@ Test(replay, bad_lines_are_reported_with_their_line_number) {
   cr_assert(strstr(err, "cannot open") != NULL, "%s", err);
 }
 
+Test(replay, an_empty_trace_or_a_header_alone_is_refused) {
+  expect_load_error("", ": no allocate or free event to replay (the file is empty)");
+  expect_load_error("\n\r\n", ": no allocate or free event to replay (the file is empty)");
+  expect_load_error("Thread,Time,Action,Pointer,Size,Stream\n", "(a header and no events)");
+  expect_load_error("1,0,allocate failure,0x0,100,0\n", "(only allocate failures, which are not replayed)");
+}
+
+Test(replay, a_header_names_the_columns_in_any_order) {
+  const char *p = write_trace(
+      "\nStream,Size,Pointer,Action,Time,Thread\n"
+      "7,100,0x1,allocate,00:00:01.5,1\n0,4096,0x2,allocate,00:00:02.0,1\n"
+      "7,100,0x1,free,00:00:03.0,1\n");
+  trace t;
+  char err[512];
+  cr_assert_eq(trace_load(p, &t, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(t.n, 3);
+  cr_assert_eq(t.ev[0].stream, 7);
+  cr_assert_eq(t.ev[0].size, 100);
+  cr_assert_eq(t.ev[0].id, 1);
+  cr_assert_eq(t.ev[1].size, 4096);
+  cr_assert_eq(t.ev[1].stream, 0);
+  cr_assert(t.ev[2].is_free);
+  cr_assert_eq(t.ev[0].time_ns, 1500000000ull);
+  trace_free(&t);
+  expect_load_error("Thread,Time,Action,Pointer,Bytes,Stream\n1,0,allocate,0x1,100,0\n",
+                    ":1: a header names the six columns Thread,Time,Action,Pointer,Size,Stream once each, in "
+                    "any order: 'Bytes' is not one");
+  expect_load_error("Thread,Time,Action,Pointer,Size,Size\n", "'Size' comes twice");
+  expect_load_error("Thread,Time,Action,Pointer,Size\n1,0,allocate,0x1,100\n",
+                    ":1: the header has 5 of the six columns");
+}
+
 Test(replay, inconsistent_traces_are_refused) {
   const char *p = write_trace("1,0,free,0x9,100,0\n");
   trace t;
