@@ -231,7 +231,11 @@ int cmd_run(int argc, char **argv) {
     trace t;
     int rc = jobs[j].w ? jobs[j].w->generate(&t, scale, seed) : trace_load(jobs[j].name, &t, err, sizeof err);
     if (rc) {
-      fprintf(stderr, "ga-bench run: %s: %s\n", jobs[j].name, jobs[j].w ? "out of memory" : err);
+      /* The reader's message names the file already. */
+      if (jobs[j].w)
+        fprintf(stderr, "ga-bench run: %s: out of memory\n", jobs[j].name);
+      else
+        fprintf(stderr, "ga-bench run: %s\n", err);
       failed = 1;
       continue;
     }
