@@ -14,7 +14,8 @@
 #     every trace in traces/ and every built-in workload, and on the MiniMalloc
 #     problems with sizes x64 (bench/tools/dominance.py,
 #     bench/results/dominance.txt); the frontier of memory against driver time
-#     over the real traces (bench/results/frontier.svg, frontier.txt); the
+#     over the real traces (bench/results/frontier.svg, its points in
+#     frontier.json and frontier.txt; docs/figures/frontier.svg is a copy); the
 #     summary of memory, driver time and stalls over the knobs
 #     (bench/tools/versus.py, bench/results/versus.txt); the MiniMalloc
 #     problems (sizes x64), as JSON lines in bench/results/, and the same
@@ -107,9 +108,7 @@ mv bench/results/dominance.txt.tmp bench/results/dominance.txt
 echo
 echo "== the frontier over the real traces: memory against driver time (bench/results/frontier.svg)"
 "${dominance[@]}" "$traces" --lag-us 0 --svg bench/results/frontier.svg >bench/results/frontier.txt
-# The points, as the SVG's legends give them.
-sed -n 's/.*<text[^>]*>\(.*against driver time, .* table\)<\/text>.*/\1/p; s/.*<text[^>]*>\([0-9] [^<]*ms\)<\/text>.*/  \1/p' \
-  bench/results/frontier.svg | tee -a bench/results/frontier.txt
+sed -n '/^frontier:/,$p' bench/results/frontier.txt # the points it plots
 echo
 echo "== expandable segments against PyTorch's: memory, driver time, stalls over the knobs"
 : >bench/results/versus.txt

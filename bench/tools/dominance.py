@@ -23,7 +23,9 @@ or a replay or fit is missing; --check-fits only when the configuration
 needs a larger device than PyTorch's policy (the fits-on property).
 --svg writes the frontier: for the policies and knobs, fits-on and peak
 reserved (summed over the traces, over summed peak live) against summed
-driver time, PyTorch native and expandable as points, per cost table.
+driver time, PyTorch native and expandable as points, per cost table, at the
+first lag given. Its points go to the same name with .json, from which
+frontier.py draws it again; they are printed too.
 """
 import argparse
 import json
@@ -72,55 +74,6 @@ def measure(bench, paths, confs, table, lag, iterations=2, size_scale=1):
         if key in res:
             res[key]["fits_on_bytes"] = o["fits_on_bytes"]
     return res
-
-
-def svg(path, points_by_table):
-    """Two panels per table: fits-on / live and peak reserved / live against
-    driver ms (log scale); points are numbered, the legend gives each value."""
-    import math
-    w, h, pad, legend_w = 640, 320, 50, 230
-    panels = []
-    for table, points in points_by_table:
-        for key, label in (("fits", "fits on / peak live"), ("resv", "peak reserved / peak live")):
-            xs = [math.log10(p["driver"]) for p in points]
-            ys = [p[key] for p in points]
-            x0, x1 = min(xs) - 0.05, max(xs) + 0.05
-            y0, y1 = min(ys) - 0.001, max(ys) + 0.001
-            plot_w = w - legend_w - 2 * pad
-
-            def px(x):
-                return pad + (math.log10(x) - x0) / (x1 - x0) * plot_w
-
-            def py(y):
-                return h - pad - (y - y0) / (y1 - y0) * (h - 2 * pad)
-
-            g = ['<rect x="0" y="0" width="%d" height="%d" fill="#fff" stroke="#ccc"/>' % (w, h),
-                 '<text x="%d" y="18" font-size="13">%s against driver time, %s table</text>' % (pad, label, table),
-                 '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>' % (pad, h - pad, pad + plot_w, h - pad),
-                 '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#000"/>' % (pad, pad, pad, h - pad),
-                 '<text x="%d" y="%d" font-size="11">driver time, ms, log scale (%.0f to %.0f)</text>' % (
-                     pad, h - 15, 10 ** x0, 10 ** x1),
-                 '<text x="4" y="%d" font-size="11">%.4f</text>' % (pad, y1),
-                 '<text x="4" y="%d" font-size="11">%.4f</text>' % (h - pad, y0)]
-            for n, p in enumerate(points, 1):
-                colour = "#c00" if p["name"].startswith("PyTorch") else "#0072B2"
-                g.append('<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>' % (px(p["driver"]), py(p[key]), colour))
-                g.append('<text x="%.1f" y="%.1f" font-size="10" fill="%s">%d</text>' % (
-                    px(p["driver"]) + 5, py(p[key]) - 5 - 9 * (n % 2), colour, n))
-                g.append('<text x="%d" y="%d" font-size="11" fill="%s">%d %s: %.4f, %.0f ms</text>' % (
-                    w - legend_w, 40 + 16 * n, colour, n, p["name"], p[key], p["driver"]))
-            panels.append(g)
-    cols = 2
-    rows = (len(panels) + cols - 1) // cols
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif">' % (
-        cols * w, rows * h)]
-    for i, g in enumerate(panels):
-        out.append('<g transform="translate(%d,%d)">' % ((i % cols) * w, (i // cols) * h))
-        out += g
-        out.append("</g>")
-    out.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(out) + "\n")
 
 
 def main(argv):
@@ -181,8 +134,20 @@ def main(argv):
                                "resv": sum(o["peak_reserved_bytes"] for o in rows) / live,
                                "fits": sum(o.get("fits_on_bytes") or 0 for o in rows) / live})
             points_by_table.append((table, points))
-        svg(a.svg, points_by_table)
-        print("\nfrontier: %s" % a.svg)
+        import frontier
+        traces = "the %d traces of %s" % (len({t for t, _ in res}), ", ".join(os.path.normpath(p) for p in a.paths))
+        points_json = os.path.splitext(a.svg)[0] + ".json"
+        with open(points_json, "w") as f:
+            json.dump({"traces": traces, "lag_us": lags[0], "size_scale": a.size_scale,
+                       "tables": [{"table": t, "points": p} for t, p in points_by_table]}, f, indent=1)
+            f.write("\n")
+        frontier.draw(points_by_table, a.svg, traces)
+        print("\nfrontier: %s (its points: %s)" % (a.svg, points_json))
+        for table, points in points_by_table:
+            print("%s cost table, lag %g ms, over peak live:" % (table, lags[0] / 1000.0))
+            print("  %-21s %8s %9s %10s" % ("setting", "fits on", "reserved", "driver ms"))
+            for p in points:
+                print("  %-21s %8.4f %9.4f %10.1f" % (p["name"], p["fits"], p["resv"], p["driver"]))
     if a.check and misses:
         print("%s misses a condition of dominance %d time(s)" % (name, misses))
         return 1
