@@ -120,7 +120,7 @@ void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
    * memory_stats()' reserved bytes, per pool as well. */
   uintptr_t at = 0;
   for (int pool = GA_P_SMALL; pool <= GA_P_LARGE; pool++) {
-    size_t bytes = ga_pages_cached_bytes_locked(a, pool);
+    size_t bytes = ga_pages_cached_bytes_locked(&a->space, pool);
     if (!bytes) continue;
     ga_text_put(o,
                 "%s{\"device\":%d,\"address\":%llu,\"total_size\":%zu,\"allocated_size\":0,\"active_size\":0,"

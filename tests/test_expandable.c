@@ -408,7 +408,7 @@ static size_t walk_unmappable(int arith) {
         g0 = (b->ptr - s->base + g - 1) / g;
         g1 = (b->ptr + b->size - s->base) / g;
         if (g1 > g0) n += g1 - g0;
-      } else if (ga_expandable_movable_locked(fx_a, b, &g0, &g1)) {
+      } else if (ga_expandable_movable_locked(&fx_a->space, b, &g0, &g1)) {
         n += g1 - g0;
       }
     }

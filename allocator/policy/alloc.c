@@ -94,7 +94,7 @@ static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream
     return GA_DEV_EOOM;
   }
   *fraction_refused = 0;
-  return ga_native_new_locked(a, alloc_size, pool, stream, out);
+  return ga_native_new_locked(&a->space, alloc_size, pool, stream, out);
 }
 
 static ga_status_t device_error(ga_allocator_t *a, const char *what, ga_err rc) {
@@ -143,7 +143,7 @@ static int grow_expandable(ga_allocator_t *a, ga_private *priv, int pool, ga_str
   a->stats.num_alloc_retries++;
   rc = ga_move_grow_locked(a, priv, pool, stream, rounded, refused, b);
   /* Memory pressure: what this failed request gathered goes back. */
-  if (rc == GA_DEV_EOOM) (void)ga_pages_trim_locked(a, 0);
+  if (rc == GA_DEV_EOOM) (void)ga_pages_trim_locked(&a->space, 0);
   return rc;
 }
 
@@ -198,7 +198,7 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
      * PyTorch's cudaMalloc does), so they do not invalidate it. */
     ga_relax r;
     int rc = ga_capture_relax_locked(a, &r);
-    if (!rc) rc = ga_expandable_regrant_locked(a);
+    if (!rc) rc = ga_expandable_regrant_locked(&a->space);
     ga_capture_unrelax_locked(a, &r);
     if (rc) {
       ga_error_set("ga_malloc: cannot give peer devices access to expandable memory: %s", a->dev->error);

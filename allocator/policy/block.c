@@ -101,7 +101,7 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   if (should_split(a, b, rounded)) {
     int back = take_back(a, b, rounded);
     size_t bsize = b->size;
-    ga_block *rest = ga_tiles_split_locked(a, b, back ? b->size - rounded : rounded);
+    ga_block *rest = ga_tiles_split_locked(&a->space, b, back ? b->size - rounded : rounded);
     if (!rest) return NULL;
     if (back) {
       ga_block *front = b;
@@ -143,8 +143,8 @@ static ga_block *merge_insert(ga_allocator_t *a, ga_block *b) {
       gone_bytes = gone ? n->size : 0;
       n->counted_split = 0;
     }
-    ga_tiles_absorb_next_locked(a, p);
-    if (n) ga_tiles_absorb_next_locked(a, p);
+    ga_tiles_absorb_next_locked(&a->space, p);
+    if (n) ga_tiles_absorb_next_locked(&a->space, p);
     retree(a, p, psize, p->ptr, p, gone, gone_bytes);
     return touched(p);
   }
@@ -153,7 +153,7 @@ static ga_block *merge_insert(ga_allocator_t *a, ga_block *b) {
     b->size += n->size;
     (void)ga_tiles_unlink_next(b);
     retree(a, n, n->size, n->ptr, b, 0, 0);
-    ga_tiles_delete_locked(a, n);
+    ga_tiles_delete_locked(&a->space, n);
     return touched(b);
   }
   ga_block_to_free_tree_locked(a, b);

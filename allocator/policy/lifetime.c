@@ -16,7 +16,11 @@ int ga_policy_init_locked(ga_allocator_t *a, size_t total) {
    * served and a segment's reservation, with the table of its granules,
    * stays about 1.125 x the device. */
   if (total && page > total) page = total;
-  int rc = ga_space_init_locked(a, total, page);
+  /* The segment layer works with the allocator's lock, device, statistics,
+   * history and settings. */
+  a->space =
+      (ga_space){.mu = &a->mu, .dev = a->dev, .stats = &a->stats, .history = &a->history, .cfg = &a->cfg};
+  int rc = ga_space_init_locked(&a->space, total, page);
   if (rc) return rc;
   if ((rc = ga_blockmap_init(&p->map))) return rc;
   p->large_page = (page + a->space.gran - 1) / a->space.gran * a->space.gran;
@@ -47,6 +51,6 @@ void ga_policy_teardown_locked(ga_allocator_t *a) {
   ga_stream_teardown_locked(a);
   ga_sleep_teardown_locked(a);
   ga_private_teardown_locked(a);
-  ga_space_teardown_locked(a);
+  ga_space_teardown_locked(&a->space);
   ga_blockmap_destroy(&a->pol.map);
 }

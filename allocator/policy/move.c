@@ -52,7 +52,7 @@ int ga_move_unmap_free_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t 
   GA_ASSERT_LOCKED(a);
   ga_block *front, *back;
   ga_block_from_free_tree_locked(a, b);
-  int rc = ga_expandable_unmap_locked(a, b, g0, g1, &front, &back);
+  int rc = ga_expandable_unmap_locked(&a->space, b, g0, g1, &front, &back);
   if (rc) {
     ga_block_to_free_tree_locked(a, b);
     return rc;
@@ -74,7 +74,7 @@ typedef struct cand {
  * [*pg0, *pg1). */
 static int movable(const cand *c, const ga_block *b, size_t *pg0, size_t *pg1) {
   size_t g0, g1;
-  if (!b->seg->expandable || !ga_expandable_movable_locked(c->a, b, &g0, &g1)) return 0;
+  if (!b->seg->expandable || !ga_expandable_movable_locked(&c->a->space, b, &g0, &g1)) return 0;
   /* Memory that moved into this segment lately stays a while (expandable_move_hold). */
   uint64_t now = c->a->pol.streams.free_clock, in = b->seg->moved_in;
   if (c->hold && in && now - in < c->hold) return 0;
@@ -256,8 +256,8 @@ static int create_until(ga_allocator_t *a, size_t n, int pool, size_t page, int 
     }
     int rc = GA_DEV_EOOM;
     if (whole && size < page && ga_limit_allows(a, sp->reserved, page))
-      rc = ga_pages_create_locked(a, page, pool);
-    if (rc == GA_DEV_EOOM) rc = ga_pages_create_locked(a, size, pool);
+      rc = ga_pages_create_locked(&a->space, page, pool);
+    if (rc == GA_DEV_EOOM) rc = ga_pages_create_locked(&a->space, size, pool);
     if (rc) return rc;
   }
   return 0;
@@ -345,7 +345,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
   ga_block *run = find_run(a, priv, pool, stream, size);
   if (!run) {
     ga_segment *s;
-    int rc = ga_expandable_new_locked(a, priv, pool, stream, size, &s);
+    int rc = ga_expandable_new_locked(&a->space, priv, pool, stream, size, &s);
     if (rc) return rc;
     if (priv) ga_private_segment_new_locked(a, priv);
     run = s->head;
@@ -376,14 +376,14 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
   int rc = pytorch ? create_until(a, n, pool, page, 0, fraction_refused)
                    : ga_move_obtain_locked(a, n, pool, page, lo, hi_g, fraction_refused);
   if (a->stats.num_granules_moved != moved) run->seg->moved_in = a->pol.streams.free_clock + 1;
-  if (rc && pytorch) (void)ga_pages_trim_locked(a, 0); /* the pages made for it go back */
+  if (rc && pytorch) (void)ga_pages_trim_locked(&a->space, 0); /* the pages made for it go back */
   if (rc) {
     run->seg->gave |= (uint8_t)swing; /* it did not grow */
     return rc;
   }
   uintptr_t end = reach(run, hi_g, !pytorch);
   run_trees(a, run, end, 0, NULL);
-  rc = ga_expandable_map_locked(a, run, hi, !pytorch);
+  rc = ga_expandable_map_locked(&a->space, run, hi, !pytorch);
   /* What was mapped stays, free; on success run is one FREE block of at
    * least size bytes, which stays out of its tree for the caller. */
   run_trees(a, run, end, 1, rc ? NULL : run);
@@ -397,7 +397,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
     if (m > run->seg->keep_mapped) run->seg->keep_mapped = m;
   }
   /* A failed release keeps the page cached; PyTorch keeps no page cache. */
-  (void)ga_pages_trim_locked(a, pytorch ? 0 : a->cfg.expandable_cache_max);
+  (void)ga_pages_trim_locked(&a->space, pytorch ? 0 : a->cfg.expandable_cache_max);
   return 0;
 }
 

@@ -27,7 +27,7 @@ ga_status_t ga_peers_enable_locked(ga_allocator_t *a, int peer) {
     if (a->space.access[i] == peer) return GA_OK;
   ga_relax r; /* during a capture the grants run in the relaxed capture mode */
   int rc = ga_capture_relax_locked(a, &r);
-  if (!rc) rc = ga_expandable_access_add_locked(a, peer);
+  if (!rc) rc = ga_expandable_access_add_locked(&a->space, peer);
   ga_capture_unrelax_locked(a, &r);
   if (rc) {
     ga_error_set("ga_enable_peer_access: %s", a->dev->error);

@@ -12,7 +12,7 @@
 int ga_reclaim_native_locked(ga_allocator_t *a, ga_block *b) {
   GA_ASSERT_LOCKED(a);
   ga_private *owner = b->seg->priv;
-  int rc = ga_native_release_locked(a, b);
+  int rc = ga_native_release_locked(&a->space, b);
   if (!rc && owner) ga_private_segment_gone_locked(a, owner); /* may free a released pool */
   return rc;
 }
@@ -215,7 +215,7 @@ static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
   for (ga_block *b = ga_free_tree_lower_bound(t, s->stream, a->space.gran); b && b->stream == s->stream;
        b = ga_free_tree_next(t, b)) {
     size_t g0, g1;
-    if (b->seg != s || !ga_expandable_movable_locked(a, b, &g0, &g1)) continue;
+    if (b->seg != s || !ga_expandable_movable_locked(&a->space, b, &g0, &g1)) continue;
     if ((rc = GA_VEC_ROOM(f->v, f->cap, f->n + 1))) return rc;
     f->v[f->n++] = b;
   }
@@ -232,13 +232,13 @@ static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
   }
   for (size_t i = 0; i < f->n && !rc; i++) {
     size_t g0, g1;
-    if (ga_expandable_movable_locked(a, f->v[i], &g0, &g1))
+    if (ga_expandable_movable_locked(&a->space, f->v[i], &g0, &g1))
       rc = ga_move_unmap_free_locked(a, f->v[i], g0, g1);
   }
   if (f->n && s->priv) s->priv->generation++; /* a graph's addresses lost their memory */
   if (!rc && !s->head->next && s->head->state == GA_BLOCK_UNMAPPED) {
     ga_private *owner = s->priv;
-    rc = ga_expandable_delete_locked(a, s);
+    rc = ga_expandable_delete_locked(&a->space, s);
     if (!rc && owner) ga_private_segment_gone_locked(a, owner); /* may free a released pool */
   }
   return rc;
@@ -255,7 +255,7 @@ int ga_reclaim_expandable_locked(ga_allocator_t *a, ga_private *only) {
     if (releasable(s, only)) rc = release_segment(a, s, &f);
   }
   free(f.v);
-  int rc2 = ga_pages_trim_locked(a, 0);
+  int rc2 = ga_pages_trim_locked(&a->space, 0);
   return rc ? rc : rc2;
 }
 

@@ -107,7 +107,7 @@ static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, i
   if (!rc) rc = GA_VEC_ROOM(a->pol.sleep.sleepers, a->pol.sleep.cap_sleepers, a->pol.sleep.nsleepers + n);
   for (size_t j = 0; !rc && offload && j < n; j++)
     if (!(hosts[j] = ga_host_malloc(a->space.gran))) rc = GA_DEV_ENOMEM;
-  if (!rc) rc = ga_expandable_sleep_locked(a, s, i, hosts);
+  if (!rc) rc = ga_expandable_sleep_locked(&a->space, s, i, hosts);
   /* Contents discarded under a graph pool's addresses: its graphs must know. */
   if (!rc && mode != GA_RESTORE_HOST && s->priv) s->priv->generation++;
   for (size_t j = 0; !rc && j < n; j++)
@@ -196,7 +196,7 @@ static int restore_pending(ga_allocator_t *a) {
     }
     void *zbuf = z->zero ? ga_host_calloc(1, a->space.gran) : NULL;
     if (z->zero && !zbuf) return GA_DEV_ENOMEM;
-    int rc = ga_expandable_fill_locked(a, z->seg, z->granule, z->zero ? zbuf : z->host);
+    int rc = ga_expandable_fill_locked(&a->space, z->seg, z->granule, z->zero ? zbuf : z->host);
     free(zbuf);
     if (rc) return rc;
     free(z->host);
@@ -287,7 +287,7 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
     }
     /* Pages with nothing mapped go back. One the device refuses stays in
      * the cache (ga_empty_cache tries again): the call says so. */
-    int trc = ga_pages_trim_locked(a, 0);
+    int trc = ga_pages_trim_locked(&a->space, 0);
     if (trc && st == GA_OK) {
       ga_error_set(
           "ga_sleep: everything tagged sleeps, but giving its pages back failed: %s; they stay cached",
@@ -304,7 +304,7 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
  * contents are still on the host when it had any). */
 static int unwake(ga_allocator_t *a, ga_sleeper *z) {
   void *none = NULL;
-  return ga_expandable_sleep_locked(a, z->seg, z->granule, &none);
+  return ga_expandable_sleep_locked(&a->space, z->seg, z->granule, &none);
 }
 
 /* Maps every sleeper again, from the last. On a failure, those mapped here
@@ -326,7 +326,7 @@ static int wake_all(ga_allocator_t *a) {
       rc = GA_DEV_EOOM;
       break;
     }
-    rc = ga_expandable_map_granule_locked(a, z->seg, z->granule, src, &stuck);
+    rc = ga_expandable_map_granule_locked(&a->space, z->seg, z->granule, src, &stuck);
     if (rc) {
       z->restore = stuck; /* mapped, to be finished by the next call */
       if (stuck) {        /* it is awake now but for its contents: keep it in the roll-back */
@@ -349,7 +349,7 @@ static int wake_all(ga_allocator_t *a) {
       if (unwake(a, z)) z->restore = 1; /* mapped with its contents: the next call finishes it */
     }
     memcpy(a->dev->error, why, sizeof why);
-    (void)ga_pages_trim_locked(a, 0); /* what this wake obtained goes back */
+    (void)ga_pages_trim_locked(&a->space, 0); /* what this wake obtained goes back */
     free(zbuf);
     return rc;
   }
@@ -381,7 +381,7 @@ static ga_status_t wake_locked(ga_allocator_t *a) {
   size_t g = a->space.gran;
   if (a->pol.sleep.nsleepers && !rc) {
     rc = ga_move_obtain_locked(a, a->pol.sleep.nsleepers, GA_P_LARGE, a->pol.large_page, 0, 0, &refused);
-    if (rc) (void)ga_pages_trim_locked(a, 0); /* nothing obtained stays */
+    if (rc) (void)ga_pages_trim_locked(&a->space, 0); /* nothing obtained stays */
   }
   if (a->pol.sleep.nsleepers && !rc) rc = wake_all(a);
   ga_status_t st = GA_OK;

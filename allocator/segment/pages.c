@@ -14,95 +14,92 @@
 
 /* ---- The cache ---- */
 
-int ga_pages_room_locked(ga_allocator_t *a, size_t n) {
-  GA_ASSERT_LOCKED(a);
-  ga_space *sp = &a->space;
+int ga_pages_room_locked(ga_space *sp, size_t n) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   return GA_VEC_ROOM(sp->cache, sp->cap_cache, sp->ncache + n);
 }
 
-int ga_pages_put_locked(ga_allocator_t *a, ga_granule g) {
-  GA_ASSERT_LOCKED(a);
-  int rc = ga_pages_room_locked(a, 1);
+int ga_pages_put_locked(ga_space *sp, ga_granule g) {
+  GA_ASSERT_SPACE_LOCKED(sp);
+  int rc = ga_pages_room_locked(sp, 1);
   if (rc) return rc;
-  a->space.cache[a->space.ncache++] = g;
-  ga_stat_inc(&a->stats.page_cache_bytes, a->space.gran);
+  sp->cache[sp->ncache++] = g;
+  ga_stat_inc(&sp->stats->page_cache_bytes, sp->gran);
   return 0;
 }
 
-ga_granule ga_pages_take_locked(ga_allocator_t *a) {
-  GA_ASSERT_LOCKED(a);
-  GA_ASSERT(a->space.ncache > 0);
-  ga_stat_dec(&a->stats.page_cache_bytes, a->space.gran);
-  return a->space.cache[--a->space.ncache];
+ga_granule ga_pages_take_locked(ga_space *sp) {
+  GA_ASSERT_SPACE_LOCKED(sp);
+  GA_ASSERT(sp->ncache > 0);
+  ga_stat_dec(&sp->stats->page_cache_bytes, sp->gran);
+  return sp->cache[--sp->ncache];
 }
 
-void ga_pages_attribute_locked(ga_allocator_t *a, const ga_handle *h, int pool, int mapped) {
-  GA_ASSERT_LOCKED(a);
+void ga_pages_attribute_locked(ga_space *sp, const ga_handle *h, int pool, int mapped) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   if (h->pool == pool) return;
-  ga_stat_t *to = ga_pool_stat(a->stats.reserved_bytes, mapped ? pool : h->pool);
-  ga_stat_t *from = ga_pool_stat(a->stats.reserved_bytes, mapped ? h->pool : pool);
-  ga_stat_dec(from, a->space.gran);
-  ga_stat_inc(to, a->space.gran);
+  ga_stat_t *to = ga_pool_stat(sp->stats->reserved_bytes, mapped ? pool : h->pool);
+  ga_stat_t *from = ga_pool_stat(sp->stats->reserved_bytes, mapped ? h->pool : pool);
+  ga_stat_dec(from, sp->gran);
+  ga_stat_inc(to, sp->gran);
 }
 
-size_t ga_pages_cached_bytes_locked(const ga_allocator_t *a, int pool) {
-  GA_ASSERT_LOCKED(a);
+size_t ga_pages_cached_bytes_locked(const ga_space *sp, int pool) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   size_t n = 0;
-  for (size_t i = 0; i < a->space.ncache; i++) n += a->space.cache[i].handle->pool == pool;
-  return n * a->space.gran;
+  for (size_t i = 0; i < sp->ncache; i++) n += sp->cache[i].handle->pool == pool;
+  return n * sp->gran;
 }
 
 /* ---- Handles ---- */
 
-static void handle_unlink(ga_allocator_t *a, ga_handle *h) {
+static void handle_unlink(ga_space *sp, ga_handle *h) {
   if (h->prev)
     h->prev->next = h->next;
   else
-    a->space.handles = h->next;
+    sp->handles = h->next;
   if (h->next) h->next->prev = h->prev;
-  a->space.nhandles--;
+  sp->nhandles--;
 }
 
 /* Releases a handle whose granules are all cached. */
-static int handle_release(ga_allocator_t *a, ga_handle *h) {
-  ga_space *sp = &a->space;
+static int handle_release(ga_space *sp, ga_handle *h) {
   GA_ASSERT(h->nmapped == 0);
-  int rc = ga_dev_release(a->dev, h->h);
+  int rc = ga_dev_release(sp->dev, h->h);
   if (rc) return rc;
   size_t kept = 0;
   for (size_t i = 0; i < sp->ncache; i++)
     if (sp->cache[i].handle != h) sp->cache[kept++] = sp->cache[i];
-  ga_stat_dec(&a->stats.page_cache_bytes, (sp->ncache - kept) * sp->gran);
+  ga_stat_dec(&sp->stats->page_cache_bytes, (sp->ncache - kept) * sp->gran);
   sp->ncache = kept;
-  ga_pstat_dec(a->stats.reserved_bytes, h->pool, h->size);
+  ga_pstat_dec(sp->stats->reserved_bytes, h->pool, h->size);
   sp->reserved -= h->size;
-  a->stats.num_device_free++;
-  handle_unlink(a, h);
+  sp->stats->num_device_free++;
+  handle_unlink(sp, h);
   free(h);
   return 0;
 }
 
-int ga_pages_trim_locked(ga_allocator_t *a, size_t keep) {
-  GA_ASSERT_LOCKED(a);
-  for (ga_handle *h = a->space.handles, *next; h && a->space.ncache * a->space.gran > keep; h = next) {
+int ga_pages_trim_locked(ga_space *sp, size_t keep) {
+  GA_ASSERT_SPACE_LOCKED(sp);
+  for (ga_handle *h = sp->handles, *next; h && sp->ncache * sp->gran > keep; h = next) {
     next = h->next;
     if (h->nmapped) continue;
-    int rc = handle_release(a, h);
+    int rc = handle_release(sp, h);
     if (rc) return rc;
   }
   return 0;
 }
 
-int ga_pages_create_locked(ga_allocator_t *a, size_t size, int pool) {
-  GA_ASSERT_LOCKED(a);
-  ga_space *sp = &a->space;
+int ga_pages_create_locked(ga_space *sp, size_t size, int pool) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   GA_ASSERT(size > 0 && size % sp->gran == 0);
   ga_handle *h = ga_host_calloc(1, sizeof *h);
-  if (!h || ga_pages_room_locked(a, size / sp->gran)) {
+  if (!h || ga_pages_room_locked(sp, size / sp->gran)) {
     free(h);
     return GA_DEV_ENOMEM;
   }
-  int rc = ga_dev_create(a->dev, size, &h->h);
+  int rc = ga_dev_create(sp->dev, size, &h->h);
   if (rc) {
     free(h);
     return rc;
@@ -114,11 +111,11 @@ int ga_pages_create_locked(ga_allocator_t *a, size_t size, int pool) {
   if (sp->handles) sp->handles->prev = h;
   sp->handles = h;
   sp->nhandles++;
-  ga_pstat_inc(a->stats.reserved_bytes, pool, size);
+  ga_pstat_inc(sp->stats->reserved_bytes, pool, size);
   sp->reserved += size;
-  a->stats.num_device_alloc++;
+  sp->stats->num_device_alloc++;
   /* In reverse, so that they are taken in order: a run maps with one call. */
   for (uint32_t i = h->ngran; i-- > 0;)
-    (void)ga_pages_put_locked(a, (ga_granule){h, i, 0, 0}); /* room above */
+    (void)ga_pages_put_locked(sp, (ga_granule){h, i, 0, 0}); /* room above */
   return 0;
 }

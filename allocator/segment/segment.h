@@ -25,39 +25,39 @@
  * while its key changes re-keys it there). */
 
 /* A zeroed block record, from the recycled ones when there are. NULL on host OOM. */
-ga_block *ga_tiles_new_locked(ga_allocator_t *a);
+ga_block *ga_tiles_new_locked(ga_space *sp);
 /* Recycles a block record (out of every list and tree). */
-void ga_tiles_delete_locked(ga_allocator_t *a, ga_block *b);
+void ga_tiles_delete_locked(ga_space *sp, ga_block *b);
 /* At least n recycled records, so that the next n splits cannot fail. */
-int ga_tiles_reserve_locked(ga_allocator_t *a, int n);
+int ga_tiles_reserve_locked(ga_space *sp, int n);
 /* Splits b at offset at (0 < at < b->size): b keeps the front, the new record
  * (same state, stream and free_seq) the rest. NULL on host OOM. */
-ga_block *ga_tiles_split_locked(ga_allocator_t *a, ga_block *b, size_t at);
+ga_block *ga_tiles_split_locked(ga_space *sp, ga_block *b, size_t at);
 /* x takes over its next neighbour's place in the address list (the caller has
  * added that neighbour's bytes to x, or will); returns the neighbour, out of
  * the list, not yet recycled. x keeps the later free_seq of the two. */
 ga_block *ga_tiles_unlink_next(ga_block *x);
 /* x absorbs its next neighbour (its bytes and its place), which is recycled. */
-void ga_tiles_absorb_next_locked(ga_allocator_t *a, ga_block *x);
+void ga_tiles_absorb_next_locked(ga_space *sp, ga_block *x);
 /* b becomes UNMAPPED and merges with UNMAPPED neighbours; returns the merged
  * block (the earlier record survives). */
-ga_block *ga_tiles_merge_unmapped_locked(ga_allocator_t *a, ga_block *b);
+ga_block *ga_tiles_merge_unmapped_locked(ga_space *sp, ga_block *b);
 /* b (FREE) merges with FREE neighbours, all in no tree; returns the merged
  * block (the earlier record survives). */
-ga_block *ga_tiles_merge_free_locked(ga_allocator_t *a, ga_block *b);
+ga_block *ga_tiles_merge_free_locked(ga_space *sp, ga_block *b);
 /* Adds s to / removes it from the segment list. */
-void ga_tiles_link_locked(ga_allocator_t *a, ga_segment *s);
-void ga_tiles_unlink_locked(ga_allocator_t *a, ga_segment *s);
+void ga_tiles_link_locked(ga_space *sp, ga_segment *s);
+void ga_tiles_unlink_locked(ga_space *sp, ga_segment *s);
 /* A new segment's two records: the segment (zeroed) and the block that will
  * tile it; both or neither (GA_DEV_ENOMEM). Taken before the device call, so
  * that memory once obtained never waits on a host allocation. */
-int ga_tiles_segment_records_locked(ga_allocator_t *a, ga_segment **seg, ga_block **head);
+int ga_tiles_segment_records_locked(ga_space *sp, ga_segment **seg, ga_block **head);
 /* Gives back the records of a segment whose memory could not be obtained. */
-void ga_tiles_segment_drop_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head);
+void ga_tiles_segment_drop_locked(ga_space *sp, ga_segment *seg, ga_block *head);
 /* seg (base, size, pool, stream and the rest set by the caller) gets head as
  * its one block, in `state`, and joins the segment list with the next
  * creation number (seg->created; head->tie, see ga_block). */
-void ga_tiles_segment_open_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head, int state);
+void ga_tiles_segment_open_locked(ga_space *sp, ga_segment *seg, ga_block *head, int state);
 /* Whether a block shares its segment with others (it has neighbours). */
 static inline int ga_tiles_is_split(const ga_block *b) { return b->prev || b->next; }
 
@@ -65,41 +65,41 @@ static inline int ga_tiles_is_split(const ga_block *b) { return b->prev || b->ne
 
 /* A segment of `size` bytes from the device's malloc; *out is its one block
  * (state FREE, in no tree). */
-int ga_native_new_locked(ga_allocator_t *a, size_t size, int pool, ga_stream_t stream, ga_block **out);
+int ga_native_new_locked(ga_space *sp, size_t size, int pool, ga_stream_t stream, ga_block **out);
 /* Gives a whole-segment FREE block (in no tree) back to the device with its
  * segment. On failure nothing changed. */
-int ga_native_release_locked(ga_allocator_t *a, ga_block *b);
+int ga_native_release_locked(ga_space *sp, ga_block *b);
 
 /* ---- Handles and the page cache (pages.c) ---- */
 
 /* Room in the page cache for n more granules. */
-int ga_pages_room_locked(ga_allocator_t *a, size_t n);
+int ga_pages_room_locked(ga_space *sp, size_t n);
 /* Puts a granule into the page cache. */
-int ga_pages_put_locked(ga_allocator_t *a, ga_granule g);
+int ga_pages_put_locked(ga_space *sp, ga_granule g);
 /* Takes the last granule put into the cache (pre: ncache > 0). */
-ga_granule ga_pages_take_locked(ga_allocator_t *a);
+ga_granule ga_pages_take_locked(ga_space *sp);
 /* Creates a handle of `size` bytes (a multiple of the granularity) for `pool`;
  * all its granules go into the page cache. */
-int ga_pages_create_locked(ga_allocator_t *a, size_t size, int pool);
+int ga_pages_create_locked(ga_space *sp, size_t size, int pool);
 /* A granule of handle h was mapped into (mapped) or unmapped from a segment
  * of `pool`: reserved_bytes per pool follows it. */
-void ga_pages_attribute_locked(ga_allocator_t *a, const ga_handle *h, int pool, int mapped);
+void ga_pages_attribute_locked(ga_space *sp, const ga_handle *h, int pool, int mapped);
 /* Bytes of the page cache whose handles were created by `pool`. */
-size_t ga_pages_cached_bytes_locked(const ga_allocator_t *a, int pool);
+size_t ga_pages_cached_bytes_locked(const ga_space *sp, int pool);
 /* Releases handles whose granules are all cached while the cache holds more
  * than `keep` bytes. The code of the first release that failed, if any (that
  * handle stays cached). */
-int ga_pages_trim_locked(ga_allocator_t *a, size_t keep);
+int ga_pages_trim_locked(ga_space *sp, size_t keep);
 
 /* ---- Expandable segments (expandable.c) ---- */
 
 /* Reserves a new expandable segment for (owner, pool, stream), of the
  * reservation size or min_size rounded up to a granule if larger; it is one
  * UNMAPPED block. `owner` is a private pool or NULL (a tag, never read). */
-int ga_expandable_new_locked(ga_allocator_t *a, ga_private *owner, int pool, ga_stream_t stream,
+int ga_expandable_new_locked(ga_space *sp, struct ga_private *owner, int pool, ga_stream_t stream,
                              size_t min_size, ga_segment **out);
 /* Gives an expandable segment that is one UNMAPPED block back (unreserve). */
-int ga_expandable_delete_locked(ga_allocator_t *a, ga_segment *s);
+int ga_expandable_delete_locked(ga_space *sp, ga_segment *s);
 /* Maps granules from the page cache (pre: it holds enough) behind every
  * UNMAPPED block from `run` up to `hi` rounded up to a granule, a run of one
  * handle with each map call; with `extend`, the rest of the last run's handle
@@ -109,7 +109,7 @@ int ga_expandable_delete_locked(ga_allocator_t *a, ga_segment *s);
  * neighbours: on success `run` is one FREE block reaching at least hi. On
  * failure, a prefix may be mapped (FREE, in no tree) and the rest is
  * UNMAPPED; nothing is half-mapped. */
-int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi, int extend);
+int ga_expandable_map_locked(ga_space *sp, ga_block *run, uintptr_t hi, int extend);
 /* Unmaps granules [g0, g1) (absolute granule numbers, within what
  * ga_expandable_movable_locked gives) of FREE block b (in no tree) into the
  * page cache; the parts of their mappings outside are mapped again (or, if
@@ -117,32 +117,31 @@ int ga_expandable_map_locked(ga_allocator_t *a, ga_block *run, uintptr_t hi, int
  * success *front and *back are the FREE parts of b before and after (NULL
  * when empty), in no tree, and the middle is UNMAPPED. On failure b is
  * unchanged. */
-int ga_expandable_unmap_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1, ga_block **front,
+int ga_expandable_unmap_locked(ga_space *sp, ga_block *b, size_t g0, size_t g1, ga_block **front,
                                ga_block **back);
 /* Maps the last cached granule at granule i of s (pre: ncache > 0, granule i
  * not mapped), gives the peers access, and copies `host` in when not NULL.
  * If a step fails the granule goes back to the cache; if even the unmap that
  * undoes it fails, it stays mapped (counted) and *stuck is set: the caller
  * must finish it later (ga_expandable_fill_locked) before anyone uses it. */
-int ga_expandable_map_granule_locked(ga_allocator_t *a, ga_segment *s, size_t i, const void *host,
-                                     int *stuck);
+int ga_expandable_map_granule_locked(ga_space *sp, ga_segment *s, size_t i, const void *host, int *stuck);
 /* The steps after the map for granule i of s: peers' access, then the copy
  * of `host` (when not NULL). */
-int ga_expandable_fill_locked(ga_allocator_t *a, ga_segment *s, size_t i, const void *host);
+int ga_expandable_fill_locked(ga_space *sp, ga_segment *s, size_t i, const void *host);
 /* The mapping holding granule i of s: its first granule and length; 0 when i
  * is not mapped. */
 int ga_expandable_mapping_locked(const ga_segment *s, size_t i, size_t *start, size_t *n);
 /* The mapping starting at granule i of s goes to sleep: granule j's bytes are
  * copied to hosts[j] when not NULL, then it is unmapped into the page cache
  * and its granules are marked asleep. */
-int ga_expandable_sleep_locked(ga_allocator_t *a, ga_segment *s, size_t i, void *const *hosts);
+int ga_expandable_sleep_locked(ga_space *sp, ga_segment *s, size_t i, void *const *hosts);
 /* The granules [*g0, *g1) (absolute numbers) of FREE block b that can be
  * unmapped: its whole granules, less a mapping that reaches past them at
  * either end. 0 when there are none. */
-int ga_expandable_movable_locked(const ga_allocator_t *a, const ga_block *b, size_t *g0, size_t *g1);
+int ga_expandable_movable_locked(const ga_space *sp, const ga_block *b, size_t *g0, size_t *g1);
 /* Grants access to `devices` (this device first) on every mapped range;
  * *ranges counts the ranges granted. */
-int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n, size_t *ranges);
+int ga_expandable_grant_locked(ga_space *sp, const int *devices, int n, size_t *ranges);
 /* Adds `peer` to the devices given access, now on every mapped range and
  * on every granule mapped later. On failure the previous set is restored
  * (best effort) and the code returned. With nothing mapped the driver has not
@@ -150,9 +149,9 @@ int ga_expandable_grant_locked(ga_allocator_t *a, const int *devices, int n, siz
  * argument error (GA_DEV_EINVAL), the peers not yet granted on real memory
  * are turned off and the error text says so; that grant fails, later ones
  * leave them out. */
-int ga_expandable_access_add_locked(ga_allocator_t *a, int peer);
-/* Grants the current set again everywhere; clears a->space.regrant. */
-int ga_expandable_regrant_locked(ga_allocator_t *a);
+int ga_expandable_access_add_locked(ga_space *sp, int peer);
+/* Grants the current set again everywhere; clears sp->regrant. */
+int ga_expandable_regrant_locked(ga_space *sp);
 
 /* ---- The unmapped index (unmapped.c) ----
  * Each expandable segment keeps its UNMAPPED blocks in an index by address,
@@ -185,12 +184,13 @@ const ga_block *ga_unmapped_lookup(const ga_segment *s, uintptr_t ptr);
 /* ---- The layer as a whole (tiles.c) ---- */
 
 /* Sets up the segment layer of a new allocator for a device of `total`
- * bytes: expandable segments reserve 1.125 x total (as PyTorch), rounded up
+ * bytes; its owner has set sp's mu, dev, stats, history and cfg (the rest is
+ * zero): expandable segments reserve 1.125 x total (as PyTorch), rounded up
  * to a multiple of `page` bytes (itself rounded up to the granularity).
  * GA_DEV_EINVAL when one of those sizes does not fit in a size_t. */
-int ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page);
+int ga_space_init_locked(ga_space *sp, size_t total, size_t page);
 /* Gives every mapping, reservation, handle and segment back to the device and
- * frees every record (live allocations included). */
-void ga_space_teardown_locked(ga_allocator_t *a);
+ * frees every record (live allocations included); what the owner lent stays. */
+void ga_space_teardown_locked(ga_space *sp);
 
 #endif /* GA_SEGMENT_H */

@@ -73,8 +73,8 @@ struct ga_block {
     uint64_t gc_base; /* FREE: pool's get_free_block count when it became free */
     size_t reach_max; /* UNMAPPED: the largest reach in its subtree of the unmapped index */
   };
-  uint64_t free_seq;     /* a->pol.streams.free_clock when its memory was last freed by a client */
-  uint8_t tag;           /* 0 = none, else index + 1 in a->pol.sleep.tags */
+  uint64_t free_seq;     /* the policy's free clock (streams.free_clock) at its last client free */
+  uint8_t tag;           /* 0 = none, else index + 1 in the policy's sleep.tags */
   uint8_t asleep;        /* some of its granules are asleep (ga_sleep) */
   uint8_t free_at_wake;  /* freed by PyTorch while asleep: ga_wake frees it */
   uint32_t nquarantined; /* its pending entries without an event (counted in quarantined_bytes) */
@@ -141,9 +141,15 @@ struct ga_segment {
   size_t ngranules;        /* entries allocated in granules */
 };
 
-/* What segment/ owns: where the bytes live. */
+/* What segment/ owns: where the bytes live; and what it works with, lent by
+ * its owner (the allocator) before ga_space_init_locked. */
 typedef struct ga_space {
-  ga_segment *segs; /* every segment */
+  ga_lock *mu;          /* the owner's lock: every *_locked function of segment/ needs it held */
+  ga_device *dev;       /* where the bytes come from */
+  ga_stats_t *stats;    /* segment, reserved, mapped and page-cache bytes, device call counts */
+  ga_history *history;  /* the segment history entries */
+  const ga_config *cfg; /* the settings (max_split_size: oversize_segments; deterministic) */
+  ga_segment *segs;     /* every segment */
   size_t nsegs;
   uint64_t created;      /* segments created so far (the last one's ga_segment.created) */
   size_t reserved;       /* bytes obtained from the device (native segments + handles) */
@@ -177,5 +183,18 @@ static inline int ga_vec_set(void *slot, void *nv) {
  * GA_DEV_ENOMEM with v unchanged. */
 #define GA_VEC_ROOM(v, cap, n) \
   ((n) <= (cap) ? 0 : ga_vec_set(&(v), ga_vec_grow((v), &(cap), (n), sizeof *(v))))
+
+/* ---- Preconditions (debug.h: GA_ASSERT) ---- */
+/* The calling thread holds the lock of sp's owner (lock.h records the holder
+ * where asserts are on). Every *_locked function of segment/ states it first. */
+#define GA_ASSERT_SPACE_LOCKED(sp) GA_ASSERT(ga_lock_held((sp)->mu))
+
+/* ---- History ---- */
+/* Records one segment history entry when recording is on. */
+static inline void ga_space_history_locked(const ga_space *sp, int action, uintptr_t addr, size_t size,
+                                           ga_stream_t stream) {
+  GA_ASSERT_SPACE_LOCKED(sp);
+  if (ga_history_on(sp->history)) ga_history_add(sp->history, action, addr, size, (uintptr_t)stream);
+}
 
 #endif /* GA_SPACE_H */

@@ -11,45 +11,45 @@
 
 /* ---- Records ---- */
 
-ga_block *ga_tiles_new_locked(ga_allocator_t *a) {
-  GA_ASSERT_LOCKED(a);
-  ga_block *b = a->space.block_cache;
+ga_block *ga_tiles_new_locked(ga_space *sp) {
+  GA_ASSERT_SPACE_LOCKED(sp);
+  ga_block *b = sp->block_cache;
   if (b)
-    a->space.block_cache = b->next;
+    sp->block_cache = b->next;
   else if (!(b = ga_host_malloc(sizeof *b)))
     return NULL;
   *b = (ga_block){0};
   return b;
 }
 
-void ga_tiles_delete_locked(ga_allocator_t *a, ga_block *b) {
-  GA_ASSERT_LOCKED(a);
+void ga_tiles_delete_locked(ga_space *sp, ga_block *b) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   if (b->uses) {
     free(b->uses);
     b->uses = NULL;
   }
-  b->next = a->space.block_cache;
-  a->space.block_cache = b;
+  b->next = sp->block_cache;
+  sp->block_cache = b;
 }
 
-int ga_tiles_reserve_locked(ga_allocator_t *a, int n) {
-  GA_ASSERT_LOCKED(a);
+int ga_tiles_reserve_locked(ga_space *sp, int n) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   ga_block *got[4];
   GA_ASSERT(n <= 4);
   int k = 0;
   for (; k < n; k++)
-    if (!(got[k] = ga_tiles_new_locked(a))) break;
+    if (!(got[k] = ga_tiles_new_locked(sp))) break;
   int ok = k == n;
-  while (k-- > 0) ga_tiles_delete_locked(a, got[k]);
+  while (k-- > 0) ga_tiles_delete_locked(sp, got[k]);
   return ok ? 0 : GA_DEV_ENOMEM;
 }
 
 /* ---- Tiling ---- */
 
-ga_block *ga_tiles_split_locked(ga_allocator_t *a, ga_block *b, size_t at) {
-  GA_ASSERT_LOCKED(a);
+ga_block *ga_tiles_split_locked(ga_space *sp, ga_block *b, size_t at) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   GA_ASSERT(at > 0 && at < b->size);
-  ga_block *rest = ga_tiles_new_locked(a);
+  ga_block *rest = ga_tiles_new_locked(sp);
   if (!rest) return NULL;
   rest->ptr = b->ptr + at;
   rest->size = b->size - at;
@@ -76,106 +76,105 @@ ga_block *ga_tiles_unlink_next(ga_block *x) {
   return y;
 }
 
-void ga_tiles_absorb_next_locked(ga_allocator_t *a, ga_block *x) {
-  GA_ASSERT_LOCKED(a);
+void ga_tiles_absorb_next_locked(ga_space *sp, ga_block *x) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   x->size += x->next->size;
-  ga_tiles_delete_locked(a, ga_tiles_unlink_next(x));
+  ga_tiles_delete_locked(sp, ga_tiles_unlink_next(x));
 }
 
-ga_block *ga_tiles_merge_unmapped_locked(ga_allocator_t *a, ga_block *b) {
-  GA_ASSERT_LOCKED(a);
+ga_block *ga_tiles_merge_unmapped_locked(ga_space *sp, ga_block *b) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   b->state = GA_BLOCK_UNMAPPED;
   if (b->prev && b->prev->state == GA_BLOCK_UNMAPPED) {
     ga_unmapped_remove_locked(b->prev);
     b = b->prev;
-    ga_tiles_absorb_next_locked(a, b);
+    ga_tiles_absorb_next_locked(sp, b);
   }
   if (b->next && b->next->state == GA_BLOCK_UNMAPPED) {
     ga_unmapped_remove_locked(b->next);
-    ga_tiles_absorb_next_locked(a, b);
+    ga_tiles_absorb_next_locked(sp, b);
   }
   ga_unmapped_add_locked(b);
   return b;
 }
 
-ga_block *ga_tiles_merge_free_locked(ga_allocator_t *a, ga_block *b) {
-  GA_ASSERT_LOCKED(a);
+ga_block *ga_tiles_merge_free_locked(ga_space *sp, ga_block *b) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree);
   if (b->prev && b->prev->state == GA_BLOCK_FREE) {
     GA_ASSERT(!b->prev->in_tree);
     b = b->prev;
-    ga_tiles_absorb_next_locked(a, b);
+    ga_tiles_absorb_next_locked(sp, b);
   }
   if (b->next && b->next->state == GA_BLOCK_FREE) {
     GA_ASSERT(!b->next->in_tree);
-    ga_tiles_absorb_next_locked(a, b);
+    ga_tiles_absorb_next_locked(sp, b);
   }
   return b;
 }
 
 /* ---- The segment list ---- */
 
-void ga_tiles_link_locked(ga_allocator_t *a, ga_segment *s) {
-  GA_ASSERT_LOCKED(a);
+void ga_tiles_link_locked(ga_space *sp, ga_segment *s) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   s->prev = NULL;
-  s->next = a->space.segs;
-  if (a->space.segs) a->space.segs->prev = s;
-  a->space.segs = s;
-  a->space.nsegs++;
+  s->next = sp->segs;
+  if (sp->segs) sp->segs->prev = s;
+  sp->segs = s;
+  sp->nsegs++;
 }
 
-void ga_tiles_unlink_locked(ga_allocator_t *a, ga_segment *s) {
-  GA_ASSERT_LOCKED(a);
+void ga_tiles_unlink_locked(ga_space *sp, ga_segment *s) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   if (s->prev)
     s->prev->next = s->next;
   else
-    a->space.segs = s->next;
+    sp->segs = s->next;
   if (s->next) s->next->prev = s->prev;
-  a->space.nsegs--;
+  sp->nsegs--;
 }
 
 /* ---- A segment and the block that tiles it ---- */
 
-int ga_tiles_segment_records_locked(ga_allocator_t *a, ga_segment **seg, ga_block **head) {
-  GA_ASSERT_LOCKED(a);
+int ga_tiles_segment_records_locked(ga_space *sp, ga_segment **seg, ga_block **head) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   *seg = calloc(1, sizeof **seg);
-  *head = *seg ? ga_tiles_new_locked(a) : NULL;
+  *head = *seg ? ga_tiles_new_locked(sp) : NULL;
   if (*head) return 0;
   free(*seg);
   return GA_DEV_ENOMEM;
 }
 
-void ga_tiles_segment_drop_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head) {
-  GA_ASSERT_LOCKED(a);
+void ga_tiles_segment_drop_locked(ga_space *sp, ga_segment *seg, ga_block *head) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   free(seg);
-  ga_tiles_delete_locked(a, head);
+  ga_tiles_delete_locked(sp, head);
 }
 
-void ga_tiles_segment_open_locked(ga_allocator_t *a, ga_segment *seg, ga_block *head, int state) {
-  GA_ASSERT_LOCKED(a);
+void ga_tiles_segment_open_locked(ga_space *sp, ga_segment *seg, ga_block *head, int state) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   seg->head = head;
   /* The creation number orders equal free blocks of different segments
    * with deterministic:True (the address would depend on the device). */
-  seg->created = ++a->space.created;
-  head->tie = a->cfg.deterministic ? (uint32_t)seg->created : 0;
+  seg->created = ++sp->created;
+  head->tie = sp->cfg->deterministic ? (uint32_t)seg->created : 0;
   head->ptr = seg->base;
   head->size = seg->size;
   head->stream = seg->stream;
   head->pool = seg->pool;
   head->seg = seg;
   head->state = (uint8_t)state;
-  ga_tiles_link_locked(a, seg);
+  ga_tiles_link_locked(sp, seg);
   if (state == GA_BLOCK_UNMAPPED) ga_unmapped_add_locked(head);
 }
 
 /* ---- The layer as a whole ---- */
 
-int ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page) {
-  GA_ASSERT_LOCKED(a);
-  ga_space *sp = &a->space;
-  sp->access[0] = a->dev->ordinal;
+int ga_space_init_locked(ga_space *sp, size_t total, size_t page) {
+  GA_ASSERT_SPACE_LOCKED(sp);
+  sp->access[0] = sp->dev->ordinal;
   sp->naccess = sp->nproven = 1;
-  if (ga_dev_granularity(a->dev, &sp->gran) || sp->gran == 0) sp->gran = GA_SMALL_BUFFER;
+  if (ga_dev_granularity(sp->dev, &sp->gran) || sp->gran == 0) sp->gran = GA_SMALL_BUFFER;
   /* PyTorch reserves 1.125x the device's memory per expandable segment. Each
    * size is checked before it is rounded up, so none wraps. */
   if (page == 0 || page > SIZE_MAX - sp->gran || total > SIZE_MAX / 9) return GA_DEV_EINVAL;
@@ -186,38 +185,37 @@ int ga_space_init_locked(ga_allocator_t *a, size_t total, size_t page) {
   return 0;
 }
 
-static void expandable_teardown(ga_allocator_t *a, ga_segment *s) {
-  size_t g = a->space.gran;
+static void expandable_teardown(ga_space *sp, ga_segment *s) {
+  size_t g = sp->gran;
   for (size_t i = 0; i < s->ngranules; i++) {
     ga_granule *m = &s->granules[i];
     if (!m->handle || m->off) continue;
     /* A whole mapping, once. */
     size_t n = m->len;
-    (void)ga_dev_unmap(a->dev, (void *)(s->base + i * g), n * g);
+    (void)ga_dev_unmap(sp->dev, (void *)(s->base + i * g), n * g);
     for (size_t j = i; j < i + n; j++) {
       s->granules[j].handle->nmapped--;
       s->granules[j] = (ga_granule){0};
     }
   }
-  (void)ga_dev_unreserve(a->dev, (void *)s->base, s->size);
+  (void)ga_dev_unreserve(sp->dev, (void *)s->base, s->size);
 }
 
-void ga_space_teardown_locked(ga_allocator_t *a) {
-  GA_ASSERT_LOCKED(a);
-  ga_space *sp = &a->space;
+void ga_space_teardown_locked(ga_space *sp) {
+  GA_ASSERT_SPACE_LOCKED(sp);
   for (ga_segment *s = sp->segs; s; s = s->next)
-    if (s->expandable) expandable_teardown(a, s);
+    if (s->expandable) expandable_teardown(sp, s);
   while (sp->handles) {
     ga_handle *h = sp->handles;
     sp->handles = h->next;
-    (void)ga_dev_release(a->dev, h->h);
+    (void)ga_dev_release(sp->dev, h->h);
     free(h);
   }
   free(sp->cache);
   while (sp->segs) {
     ga_segment *s = sp->segs;
     sp->segs = s->next;
-    if (!s->expandable) (void)ga_dev_free(a->dev, (void *)s->base);
+    if (!s->expandable) (void)ga_dev_free(sp->dev, (void *)s->base);
     free(s->granules);
     for (ga_block *b = s->head, *n; b; b = n) {
       n = b->next;
@@ -231,5 +229,6 @@ void ga_space_teardown_locked(ga_allocator_t *a) {
     sp->block_cache = b->next;
     free(b);
   }
-  *sp = (ga_space){0};
+  /* What it works with stays: it is its owner's. */
+  *sp = (ga_space){.mu = sp->mu, .dev = sp->dev, .stats = sp->stats, .history = sp->history, .cfg = sp->cfg};
 }
