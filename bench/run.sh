@@ -67,7 +67,7 @@ if [ ! -d "$traces" ]; then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGA_BUILD_BENCH=ON >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGA_BUILD_BENCH=ON >/dev/null # tests only where Criterion is
 cmake --build build -j"$jobs" --target ga-bench
 
 mkdir -p bench/results
