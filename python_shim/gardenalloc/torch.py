@@ -51,11 +51,12 @@ def _check_torch(torch):
                            "later; this is %s)" % getattr(torch, "__version__", "?"))
 
 
-def _pluggable(conf):
-    """(CUDAPluggableAllocator with every hook, the settings it uses)."""
+def _pluggable(conf, caller):
+    """(CUDAPluggableAllocator with every hook, the settings it uses);
+    `caller` (install, mempool) is named in a refusal of `conf`."""
     torch = _torch()
     _check_torch(torch)
-    settings = _settings(conf)
+    settings = _settings(conf, caller)
     lib = library()
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib.path, ALLOC_FN, FREE_FN)
     inner = alloc.allocator()
@@ -65,16 +66,19 @@ def _pluggable(conf):
     return alloc, settings
 
 
-def _settings(conf):
+def _settings(conf, caller):
     """The configuration the allocators will use once `conf` (None: the
     environment's) is set, as (string, source); ValueError for a bad one,
-    RuntimeError when gardenalloc's allocators already read another one in
-    this process (they read it once). Sets GARDENALLOC_CONF to `conf`."""
+    naming where it was given (gardenalloc.torch.`caller`(conf), or the
+    variable), RuntimeError when gardenalloc's allocators already read another
+    one in this process (they read it once). Sets GARDENALLOC_CONF to `conf`."""
     if conf is not None:
         try:
             validate(conf)
         except ValueError as e:
-            raise ValueError("gardenalloc.torch: %s" % e) from None
+            # The library names the variable it reads; here the string came as an argument.
+            why = str(e).replace("GARDENALLOC_CONF ", "", 1)
+            raise ValueError("gardenalloc.torch.%s(%r): %s" % (caller, conf, why)) from None
         os.environ["GARDENALLOC_CONF"] = conf
     active, source = configuration()  # ValueError: PyTorch's variable is refused
     if conf is not None and (source, active) != ("GARDENALLOC_CONF", conf):
@@ -124,7 +128,7 @@ def install(conf=None):
             "gardenalloc.torch.install() must run before CUDA is initialised (creating a CUDA tensor, "
             "torch.cuda.current_device(), set_per_process_memory_fraction ... initialise it); PyTorch "
             "cannot swap an initialised allocator")
-    alloc, settings = _pluggable(conf)
+    alloc, settings = _pluggable(conf, "install")
     torch.cuda.memory.change_current_allocator(alloc)
     _installed, _installed_with = alloc, settings
     _torch_cuda.patch(torch)
@@ -148,6 +152,6 @@ def mempool(conf=None):
     if not hasattr(torch.cuda, "MemPool"):
         raise RuntimeError("gardenalloc.torch.mempool() needs torch.cuda.MemPool, which PyTorch %s does not have"
                            % getattr(torch, "__version__", "?"))
-    pool = torch.cuda.MemPool(_pluggable(conf)[0].allocator())
+    pool = torch.cuda.MemPool(_pluggable(conf, "mempool")[0].allocator())
     _pools += 1
     return pool

@@ -431,8 +431,10 @@ class TorchWiring(unittest.TestCase):
                             ("max_split_size_mb=128", "the separator between a key and its value is ':'")):
             with self.assertRaises(ValueError) as cm:
                 self.run_with(torch, lambda gt: gt.install(conf))
-            self.assertIn("gardenalloc.torch: invalid GARDENALLOC_CONF option " if "yes" in conf else
-                          "gardenalloc.torch: unrecognized GARDENALLOC_CONF key", str(cm.exception))
+            self.assertIn("gardenalloc.torch.install(%r): " % conf, str(cm.exception))
+            self.assertIn("invalid option expandable_segments: " if "yes" in conf else "unrecognized key",
+                          str(cm.exception))
+            self.assertNotIn("GARDENALLOC_CONF", str(cm.exception), "the string came from install()")
             self.assertIn(words, str(cm.exception))
         self.assertEqual(torch.calls, [], "nothing was changed")
         self.assertEqual(os.environ["GARDENALLOC_CONF"], "backend:sim,sim_capacity_mb:4096")
