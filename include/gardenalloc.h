@@ -567,7 +567,9 @@ GA_API ga_status_t ga_sleep_mode(ga_allocator_t *a, const char *tag, int mode);
  *  device cannot hold them (GA_ERR_OOM, with the report) or a device call
  *  fails midway (GA_ERR_DEVICE), what this call mapped is unmapped again and
  *  given back, everything stays asleep with its contents kept, and ga_wake
- *  can be called again. During a capture it runs in the relaxed capture mode
+ *  can be called again. A page the device then refuses to take back stays
+ *  cached (ga_empty_cache tries again) and the call returns GA_ERR_DEVICE
+ *  naming both failures, whatever failed the wake. During a capture it runs in the relaxed capture mode
  *  and moves no memory (as ga_malloc). */
 GA_API ga_status_t ga_wake(ga_allocator_t *a);
 

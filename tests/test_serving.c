@@ -592,6 +592,75 @@ Test(serving, wake_is_all_or_nothing_when_any_copy_back_fails) {
   wake_all_or_nothing(GA_CALL_COPY, GA_DEV_EDRIVER);
 }
 
+/* Two faults: one fails the wake, the other refuses a page its roll-back
+ * gives back. The wake says both (GA_ERR_DEVICE), everything stays asleep,
+ * the refused page stays cached for ga_empty_cache, which gives every byte
+ * back; nothing leaks and the next wake works. */
+static void wake_rollback_release_refused(ga_device_call_t kind, int err) {
+  asleep3();
+  uint64_t before = fx_calls(kind);
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  unsigned calls = (unsigned)(fx_calls(kind) - before), both = 0;
+  awake3_and_free();
+  fx_close();
+  for (unsigned nth = 1; nth <= calls; nth++) {
+    asleep3();
+    ga_sim_usage u0, u1, u2;
+    fx_usage(&u0);
+    int64_t asleep = fx_stats().asleep_granules;
+    uint64_t releases = fx_calls(GA_CALL_RELEASE);
+    fx_inject(kind, nth, err, err == GA_DEV_EOOM);
+    fx_inject(GA_CALL_RELEASE, 1, GA_DEV_EDRIVER, 0);
+    ga_status_t st = ga_wake(fx_a);
+    fx_clear_faults();
+    fx_usage(&u1);
+    const char *k = ga_device_call_name(kind);
+    cr_assert_neq(st, GA_OK, "%s fault %u: the wake succeeded", k, nth);
+    cr_assert_eq(fx_stats().asleep_granules, asleep, "%s fault %u: something woke", k, nth);
+    cr_assert_eq(u1.live_mappings, u0.live_mappings, "%s fault %u: something stays mapped", k, nth);
+    cr_assert_eq(ga_check(fx_a), 0, "%s fault %u", k, nth);
+    if (fx_calls(GA_CALL_RELEASE) > releases) { /* the roll-back had a page to give back: refused */
+      both++;
+      /* The wake's own failure: the call that failed, or the OOM report. */
+      char want[80];
+      if (err == GA_DEV_EOOM)
+        snprintf(want, sizeof want, "CUDA out of memory");
+      else if (kind == GA_CALL_COPY)
+        snprintf(want, sizeof want, "%s: ", fx_on_cuda() ? "cuMemcpyHtoD" : "copy (host to device)");
+      else
+        snprintf(want, sizeof want, "%s: ", fx_call_name(kind));
+      cr_assert_eq(st, GA_ERR_DEVICE, "%s fault %u: %s", k, nth, ga_last_error());
+      cr_assert(strstr(ga_last_error(), "nothing woke, 12.00 MiB still asleep") != NULL, "%s",
+                ga_last_error());
+      cr_assert(strstr(ga_last_error(), want) != NULL, "the wake's failure is not named: %s",
+                ga_last_error());
+      snprintf(want, sizeof want, "%s: ", fx_call_name(GA_CALL_RELEASE));
+      cr_assert(strstr(ga_last_error(), want) != NULL, "the refused release is not named: %s",
+                ga_last_error());
+      cr_assert(strstr(ga_last_error(), "ga_empty_cache") != NULL, "%s", ga_last_error());
+      cr_assert_gt(u1.used, u0.used, "%s fault %u: the refused page is not held", k, nth);
+    }
+    cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s fault %u: %s", k, nth, ga_last_error());
+    fx_usage(&u2);
+    cr_assert_eq(u2.used, u0.used, "%s fault %u: %zu bytes leaked", k, nth, u2.used - u0.used);
+    cr_assert_eq(u2.live_handles, u0.live_handles, "%s fault %u: a handle leaked", k, nth);
+    cr_assert_eq(ga_wake(fx_a), GA_OK, "%s fault %u: the next wake fails: %s", k, nth, ga_last_error());
+    awake3_and_free();
+    fx_close();
+  }
+  cr_assert_gt(both, 0, "no %s fault left the roll-back a page to give back", ga_device_call_name(kind));
+}
+
+Test(serving, wake_rollback_reports_a_refused_release_after_memory_runs_out) {
+  wake_rollback_release_refused(GA_CALL_CREATE, GA_DEV_EOOM);
+}
+Test(serving, wake_rollback_reports_a_refused_release_after_a_map_fails) {
+  wake_rollback_release_refused(GA_CALL_MAP, GA_DEV_EDRIVER);
+}
+Test(serving, wake_rollback_reports_a_refused_release_after_a_copy_back_fails) {
+  wake_rollback_release_refused(GA_CALL_COPY, GA_DEV_EDRIVER);
+}
+
 /* Every position of a sleep's calls fails in turn: what slept wakes with
  * its bytes, the rest never lost them. */
 static void sleep_fault_sweep(ga_device_call_t kind) {

@@ -307,9 +307,22 @@ static int unwake(ga_allocator_t *a, ga_sleeper *z) {
   return ga_expandable_sleep_locked(&a->space, z->seg, z->granule, &none);
 }
 
+/* A failed wake gives back the pages it obtained. One the device refuses
+ * stays cached (ga_empty_cache tries again); the refusal's words go to
+ * `refused` (left as it is when every page went back), and the wake's own
+ * failure stays in a->dev->error. */
+static void give_back(ga_allocator_t *a, char *refused, size_t cap) {
+  char why[sizeof a->dev->error];
+  memcpy(why, a->dev->error, sizeof why);
+  int rc = ga_pages_trim_locked(&a->space, 0);
+  if (rc && !refused[0]) snprintf(refused, cap, "%s", ga_err_words(rc, a->dev->error));
+  memcpy(a->dev->error, why, sizeof why);
+}
+
 /* Maps every sleeper again, from the last. On a failure, those mapped here
- * go back to sleep (all or nothing); *stuck_out when one could not. */
-static int wake_all(ga_allocator_t *a) {
+ * go back to sleep (all or nothing) and their pages back to the device
+ * (`refused` says why one could not). */
+static int wake_all(ga_allocator_t *a, char *refused, size_t cap) {
   size_t n = a->pol.sleep.nsleepers, k = n;
   int rc = 0;
   void *zbuf = NULL; /* a granule of zeros, for GA_RESTORE_ZERO */
@@ -349,7 +362,7 @@ static int wake_all(ga_allocator_t *a) {
       if (unwake(a, z)) z->restore = 1; /* mapped with its contents: the next call finishes it */
     }
     memcpy(a->dev->error, why, sizeof why);
-    (void)ga_pages_trim_locked(&a->space, 0); /* what this wake obtained goes back */
+    give_back(a, refused, cap); /* what this wake obtained goes back */
     free(zbuf);
     return rc;
   }
@@ -379,24 +392,33 @@ static ga_status_t wake_locked(ga_allocator_t *a) {
   GA_ASSERT_LOCKED(a);
   int refused = 0, rc = restore_pending(a), restore_failed = rc != 0;
   size_t g = a->space.gran;
+  char kept[sizeof a->dev->error] = ""; /* a page the roll-back could not give back */
   if (a->pol.sleep.nsleepers && !rc) {
     rc = ga_move_obtain_locked(a, a->pol.sleep.nsleepers, GA_P_LARGE, a->pol.large_page, 0, 0, &refused);
-    if (rc) (void)ga_pages_trim_locked(&a->space, 0); /* nothing obtained stays */
+    if (rc) give_back(a, kept, sizeof kept); /* nothing obtained stays */
   }
-  if (a->pol.sleep.nsleepers && !rc) rc = wake_all(a);
+  if (a->pol.sleep.nsleepers && !rc) rc = wake_all(a, kept, sizeof kept);
   ga_status_t st = GA_OK;
   if (a->pol.sleep.nsleepers) {
-    char left[32];
+    char left[32], also[sizeof kept + 128] = "";
     ga_format_size(a->pol.sleep.nsleepers * g, left, sizeof left);
+    /* Memory the device would not take back is held: the caller must know
+     * (GA_ERR_DEVICE), whatever failed the wake. */
+    if (kept[0])
+      snprintf(also, sizeof also,
+               "; giving back the pages it had obtained failed too: %s; they stay cached (ga_empty_cache "
+               "tries again)",
+               kept);
     if (rc == GA_DEV_EOOM && !restore_failed) {
       ga_alloc_report_oom_locked(a, a->pol.sleep.nsleepers * g, a->pol.sleep.nsleepers * g, refused);
       char report[1800];
       snprintf(report, sizeof report, "%s", ga_error_text());
-      ga_error_set("ga_wake: nothing woke, %s still asleep. %s", left, report);
-      st = GA_ERR_OOM;
+      ga_error_set("ga_wake: nothing woke, %s still asleep%s. %s", left, also, report);
+      st = kept[0] ? GA_ERR_DEVICE : GA_ERR_OOM;
     } else {
-      ga_error_set("ga_wake: nothing woke, %s still asleep: %s", left, ga_err_words(rc, a->dev->error));
-      st = ga_err_status(rc);
+      ga_error_set("ga_wake: nothing woke, %s still asleep: %s%s", left, ga_err_words(rc, a->dev->error),
+                   also);
+      st = kept[0] ? GA_ERR_DEVICE : ga_err_status(rc);
     }
   } else {
     all_awake(a);
