@@ -14,6 +14,7 @@
 
 #include "device/sim.h"
 #include "inspect.h"
+#include "internal.h"
 #include "policy/keep.h"
 
 /* ---- fork() ----

@@ -7,10 +7,12 @@ Reads the object files of the library (BUILD_DIR/CMakeFiles/ga_objects.dir)
 with nm: a file that references a symbol another file defines calls into
 it. Every call must go to a lower layer, or stay within one layer without a
 circle. The files of ga-bench (BUILD_DIR/bench/CMakeFiles/ga-bench.dir),
-when built, may call each other but never in a circle. It also reads the sources: a file includes only the
-headers of its own layer and below, and segment/ never touches the policy's
-state (a->pol). Prints the layers and what crosses them; exits 1 on any
-upward call, forbidden include or circle.
+when built, may call each other but never in a circle. It also reads the
+sources: a file includes only the headers of its own layer and below. (The
+compiler holds segment/ to that too: its sources are built with
+GA_LAYER_SEGMENT, under which internal.h and policy/state.h do not compile.)
+Prints the layers and what crosses them; exits 1 on any upward call,
+forbidden include or circle.
 """
 import os
 import re
@@ -35,8 +37,9 @@ ALLOWED_CIRCLES = []  # none: the device layer's words (device_text.c) lie below
 # The headers each layer may include (besides the system's and gardenalloc.h).
 HEADER_LAYER = {
     "policy/policy.h": "policy", "policy/keep.h": "policy", "policy/rounding.h": "policy", "inspect.h": "inspect", "segment/segment.h": "segment",
-    "policy/state.h": "policy", "segment/space.h": "segment",
-    "internal.h": "segment",  # the allocator record: segment/ and up
+    "policy/state.h": "policy",  # the policy's state and the allocator's record: policy/ and up
+    "segment/space.h": "segment",
+    "internal.h": "api",  # fork, PyTorch's entry points past the API, test hooks
     "device/device.h": "device", "device/sim.h": "device", "device/rtree.h": "device",
     "config.h": "leaf", "errors.h": "leaf", "text.h": "leaf", "host.h": "leaf", "report.h": "leaf", "history.h": "leaf", "frames.h": "leaf",
     "stats.h": "leaf", "blockmap.h": "leaf", "debug.h": "leaf", "lock.h": "leaf",
@@ -174,8 +177,6 @@ def main():
             hl = HEADER_LAYER.get(target)
             if hl and here and RANK[hl] > RANK[here]:
                 bad.append(f"upward include: {rel} ({here}) includes {target} ({hl})")
-        if here in ("segment", "device", "leaf") and re.search(r"->pol\b|\.pol\b", text):
-            bad.append(f"{rel} ({here}) touches the policy's state (a->pol)")
     # The picture.
     print("layers, top first (a file calls only its own layer or those below):")
     for name, _ in LAYERS:

@@ -14,9 +14,9 @@
 #ifndef GA_POLICY_H
 #define GA_POLICY_H
 
-#include "../internal.h"
 #include "../segment/segment.h"
 #include "rounding.h"
+#include "state.h"
 
 /* ---- Free trees (free_tree.c) ---- */
 /* pre: b in no tree. */

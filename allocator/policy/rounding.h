@@ -6,7 +6,7 @@
 #ifndef GA_ROUNDING_H
 #define GA_ROUNDING_H
 
-#include "../internal.h"
+#include "state.h"
 
 /* The rounding with roundup_power2_divisions set for some interval. */
 size_t ga_round_size_divided(const ga_config *c, size_t size);

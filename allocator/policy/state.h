@@ -1,10 +1,16 @@
 /* state.h — the policy layer's state: the free trees, the private pools of
  * CUDA-graph capture, stream-ordered reuse, sleep and wake (ga_policy), on
- * top of the segment layer's records (segment/space.h). Its functions are
- * declared in policy/policy.h.
+ * top of the segment layer's records (segment/space.h); and the allocator's
+ * record (struct ga_allocator), which holds both and is what the policy's
+ * functions take. They are declared in policy/policy.h. segment/ cannot
+ * include this header (GA_LAYER_SEGMENT, see internal.h).
  */
 #ifndef GA_POLICY_STATE_H
 #define GA_POLICY_STATE_H
+
+#ifdef GA_LAYER_SEGMENT
+#error "policy/state.h is the policy layer's: segment/ sees only segment/space.h and below"
+#endif
 
 #include "../blockmap.h"
 #include "../report.h"
@@ -91,5 +97,39 @@ typedef struct ga_policy {
   } sleep;
   struct ga_ipc *ipc; /* policy/ipc.c: exports and imports (NULL until the first) */
 } ga_policy;
+
+/* The allocator's record: the policy's state and the segment layer's, with
+ * what both work with (the lock, settings, device, statistics and history,
+ * lent to ga_space by ga_policy_init_locked). */
+struct ga_allocator {
+  /* Held by every public call. On a line of its own (two, for the adjacent-
+   * line prefetcher), so threads waiting on it do not pull the lines the
+   * holder is writing. */
+  _Alignas(128) ga_lock mu;
+  _Alignas(128) ga_config cfg;
+  ga_device *dev;
+  ga_stats_t stats; /* exact after ga_stats_sync(&a->stats, &a->hot): read it only then */
+  ga_hot hot;       /* what allocations and frees changed since (stats.h) */
+  ga_history history;
+  ga_policy pol;
+  ga_space space;
+  int owns_dev;        /* ga_destroy destroys the device too */
+  unsigned fork_gen;   /* ga_fork_generation when it was created: another one means a forked child */
+  int pid;             /* the process that created it */
+  char conf_text[512]; /* the configuration string it was created with */
+};
+
+/* ---- Preconditions (debug.h: GA_ASSERT) ---- */
+/* The calling thread holds the allocator's lock (lock.h records the holder
+ * where asserts are on). Every *_locked function states it first. */
+#define GA_ASSERT_LOCKED(a) GA_ASSERT(ga_lock_held((ga_lock *)&(a)->mu))
+
+/* ---- History ---- */
+/* Records one history entry when recording is on. */
+static inline void ga_history_add_locked(ga_allocator_t *a, int action, uintptr_t addr, size_t size,
+                                         ga_stream_t stream) {
+  GA_ASSERT_LOCKED(a);
+  if (ga_history_on(&a->history)) ga_history_add(&a->history, action, addr, size, (uintptr_t)stream);
+}
 
 #endif /* GA_POLICY_STATE_H */

@@ -17,7 +17,7 @@
 #ifndef GA_SEGMENT_H
 #define GA_SEGMENT_H
 
-#include "../internal.h"
+#include "space.h"
 
 /* ---- Tiles: block records and the segment list (tiles.c) ----
  * These change address order, sizes and states only; a block's free-tree

@@ -1,8 +1,8 @@
 /* space.h — the segment layer's records: blocks, segments, handles and
  * granules, and ga_space, the state segment/ owns (where the bytes live).
- * segment/ sees these and the leaves below it, never the policy's state
- * (policy/state.h) or the allocator (internal.h). Its functions are declared
- * in segment/segment.h.
+ * segment/ sees these and the leaves below it, never the policy's state or
+ * the allocator's record (policy/state.h; built with GA_LAYER_SEGMENT, it
+ * cannot include it). Its functions are declared in segment/segment.h.
  *
  * Block states:
  *   FREE      in its pool's free tree (in_tree), merged with free neighbours
