@@ -152,7 +152,7 @@ static void table_row(replay_table *t, const char *path, size_t trace_index, con
              (long long)r->stats.num_unmap_syncs);
   strbuf_put(&t->part[2], " %9.1f %7lld %9.1f %7s %7.0f\n", cost_ms(&r->stats),
              (long long)r->stats.num_stalls, (double)r->stats.stall_us / 1000.0, steady,
-             r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
+             r->allocs ? r->cpu_seconds * 1e9 / (double)r->allocs : 0.0);
 }
 
 /* ---- Commands ---- */

@@ -152,8 +152,9 @@ void json_result(FILE *f, const json_fields *j) {
           (long long)r->stats.num_device_alloc, (long long)r->stats.num_device_free,
           (long long)r->stats.num_granules_moved, (long long)r->stats.num_unmap_syncs,
           (long long)r->stats.num_sync_all_streams);
-  fprintf(f, "\"est_driver_ms\":%.3f,\"cpu_ns_per_alloc_free\":%.1f,\"seconds\":%.6f,", cost_ms(&r->stats),
-          r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0, r->seconds);
+  fprintf(f, "\"est_driver_ms\":%.3f,\"cpu_ns_per_alloc_free\":%.1f,\"seconds\":%.6f,\"cpu_seconds\":%.6f,",
+          cost_ms(&r->stats), r->allocs ? r->cpu_seconds * 1e9 / (double)r->allocs : 0.0, r->seconds,
+          r->cpu_seconds);
   fprintf(f,
           "\"driver_us\":%lld,\"num_stalls\":%lld,\"stall_us\":%lld,\"lag_us\":%g,\"iterations\":%d,"
           "\"steady_memory_calls\":%llu,",

@@ -63,7 +63,7 @@ static void csv_header(FILE *f) {
 
 static void csv_row(FILE *f, const char *wl, const bench_config *c, const replay_result *r) {
   double frag = r->peak_reserved ? 1.0 - (double)r->peak_allocated / (double)r->peak_reserved : 0.0;
-  double ns = r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0;
+  double ns = r->allocs ? r->cpu_seconds * 1e9 / (double)r->allocs : 0.0;
   fprintf(f, "%s,%s,\"%s\",%zu,%llu,%llu,%llu,%.4f,%.4f,%llu,%llu,%lld,%lld", wl, c->name, c->conf, r->events,
           (unsigned long long)r->peak_requested, (unsigned long long)r->peak_allocated,
           (unsigned long long)r->peak_reserved,
@@ -103,7 +103,7 @@ static void table_row(ga_strbuf *mem, ga_strbuf *calls, const bench_config *c, c
              (unsigned long long)r->stats.device_calls[GA_CALL_SET_ACCESS],
              (unsigned long long)r->stats.device_calls[GA_CALL_UNMAP], (long long)r->stats.num_granules_moved,
              cost_ms(&r->stats), (long long)r->stats.num_stalls, (double)r->stats.stall_us / 1000.0, steady,
-             r->allocs ? r->seconds * 1e9 / (double)r->allocs : 0.0);
+             r->allocs ? r->cpu_seconds * 1e9 / (double)r->allocs : 0.0);
 }
 
 /* The staged files of a run: committed together, or all discarded. */

@@ -354,7 +354,7 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
   uint64_t live = 0, asked = 0; /* bytes served / bytes the trace has live */
   sampler z = {0};
   int rc = 0;
-  struct timespec t0, t1;
+  struct timespec t0, t1, c0, c1;
   /* Time on the simulated device: the program's pace, its GPU work, the lag. */
   ga_device *dev = ga_allocator_device(a);
   int sim = ga_sim_is(dev);
@@ -369,6 +369,7 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
   if (samples) stride = total / (samples->max ? samples->max : 1000) + 1;
   if (stride) sample(samples, &z, a, 0);
   clock_gettime(CLOCK_MONOTONIC, &t0);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
   size_t tenth = total / 10 + 1;
   for (size_t k = 0; k < total && !rc; k++) {
     size_t i = k % t->n;
@@ -448,9 +449,11 @@ int trace_replay_ex(const trace *t, const char *conf, replay_result *r, replay_s
     if (asked > r->trace_peak_live) r->trace_peak_live = asked;
     r->allocs++;
   }
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   if (stride) sample(samples, &z, a, total);
   r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  r->cpu_seconds = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
   r->events = r->allocs + r->frees;
   ga_stats(a, &r->stats);
   if (iterations > 1) r->steady_memory_calls = memory_calls(&r->stats) - first_memory;

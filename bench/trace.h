@@ -67,8 +67,10 @@ typedef struct replay_result {
   char first_oom_report[1024];                                      /* its report (ga_last_error) */
   uint64_t peak_allocated, peak_reserved;
   uint64_t num_ooms, num_alloc_retries;
-  double seconds;   /* wall time of the replay loop */
-  ga_stats_t stats; /* at the end, before teardown */
+  double seconds;     /* wall time of the replay loop */
+  double cpu_seconds; /* the replaying thread's CPU time in that loop (what cpu_ns_per_alloc_free
+                         and ns/op divide: on a loaded machine the wall time waits for a core) */
+  ga_stats_t stats;   /* at the end, before teardown */
   uint64_t
       steady_memory_calls; /* malloc/free/create/map/set_access/unmap/release after the first iteration */
   int iterations;          /* the options the replay ran with */
