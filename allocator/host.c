@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static atomic_uint_fast64_t made;    /* allocations asked of the wrappers */
 static atomic_uint_fast64_t fail_at; /* the count at which one fails; 0: none armed */
@@ -26,6 +27,16 @@ void *ga_host_aligned_alloc(size_t align, size_t size) {
   return refused() ? NULL : aligned_alloc(align, size);
 }
 char *ga_host_strdup(const char *s) { return refused() ? NULL : strdup(s); }
+void *ga_host_zeroed(size_t size) {
+  if (refused() || !size) return NULL;
+  /* Not calloc: once the C library has freed a mapped chunk it serves the
+   * next one of that size from its heap, and calloc then zeroes every byte. */
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+void ga_host_zeroed_free(void *p, size_t size) {
+  if (p) (void)munmap(p, size);
+}
 
 void ga_host_fault(uint64_t nth, int sticky) {
   atomic_store_explicit(&fail_at, 0, memory_order_relaxed);

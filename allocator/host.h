@@ -15,6 +15,11 @@ void *ga_host_calloc(size_t n, size_t size);
 void *ga_host_realloc(void *p, size_t size);
 void *ga_host_aligned_alloc(size_t align, size_t size);
 char *ga_host_strdup(const char *s);
+/* `size` zeroed bytes of fresh pages, made only as they are first touched
+ * (a large table that is mostly never written costs what is written);
+ * released with ga_host_zeroed_free(p, size), not free(). */
+void *ga_host_zeroed(size_t size);
+void ga_host_zeroed_free(void *p, size_t size);
 
 /* ---- For tests ----
  * The nth host allocation from now (1 = the next one) fails, and with sticky

@@ -216,7 +216,7 @@ void ga_space_teardown_locked(ga_space *sp) {
     ga_segment *s = sp->segs;
     sp->segs = s->next;
     if (!s->expandable) (void)ga_dev_free(sp->dev, (void *)s->base);
-    free(s->granules);
+    ga_host_zeroed_free(s->granules, s->ngranules * sizeof *s->granules);
     for (ga_block *b = s->head, *n; b; b = n) {
       n = b->next;
       free(b->uses);
