@@ -85,16 +85,16 @@ static ga_block *get_free_native(ga_allocator_t *a, ga_free_tree *trees, int poo
   return NULL;
 }
 
-/* A new native segment, within the memory fraction. */
-static int alloc_block(ga_allocator_t *a, size_t alloc_size, int pool, ga_stream_t stream, int retry,
-                       int *fraction_refused, ga_block **out) {
+/* A new native segment of r->alloc_size bytes for r, within the limit on
+ * reserved bytes (r->fraction_refused when it refuses). */
+static int alloc_block(ga_allocator_t *a, ga_request *r, int retry) {
   if (retry) a->stats.num_alloc_retries++;
-  if (!ga_limit_allows(a, a->space.reserved, alloc_size)) {
-    *fraction_refused = 1;
+  if (!ga_limit_allows(a, a->space.reserved, r->alloc_size)) {
+    r->fraction_refused = 1;
     return GA_DEV_EOOM;
   }
-  *fraction_refused = 0;
-  return ga_native_new_locked(&a->space, alloc_size, pool, stream, out);
+  r->fraction_refused = 0;
+  return ga_native_new_locked(&a->space, r->alloc_size, r->pool, r->stream, &r->block);
 }
 
 static ga_status_t device_error(ga_allocator_t *a, const char *what, ga_err rc) {
@@ -103,20 +103,19 @@ static ga_status_t device_error(ga_allocator_t *a, const char *what, ga_err rc) 
 
 /* Native mode's ladder: GC, a new segment, free oversize blocks and retry,
  * flush everything and retry. */
-static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t rounded, size_t alloc_size,
-                       int *refused, ga_block **b) {
+static int grow_native(ga_allocator_t *a, ga_request *r) {
   int rc;
   if ((rc = ga_reclaim_gc_locked(a))) return rc;
-  rc = alloc_block(a, alloc_size, pool, stream, 0, refused, b);
+  rc = alloc_block(a, r, 0);
   if (rc == GA_DEV_EOOM) {
-    int enough, r = ga_reclaim_oversize_locked(a, pool, stream, rounded, &enough);
-    if (r) return r;
-    if (enough) rc = alloc_block(a, alloc_size, pool, stream, 0, refused, b);
+    int enough, e = ga_reclaim_oversize_locked(a, r->pool, r->stream, r->rounded, &enough);
+    if (e) return e;
+    if (enough) rc = alloc_block(a, r, 0);
   }
   if (rc == GA_DEV_EOOM && !a->pol.capture.routing) { /* flushing waits on streams: never during a capture */
-    int r = ga_reclaim_all_locked(a);
-    if (r) return r;
-    rc = alloc_block(a, alloc_size, pool, stream, 1, refused, b);
+    int e = ga_reclaim_all_locked(a);
+    if (e) return e;
+    rc = alloc_block(a, r, 1);
   }
   return rc;
 }
@@ -125,23 +124,22 @@ static int grow_native(ga_allocator_t *a, int pool, ga_stream_t stream, size_t r
  * new); if that fails, wait for pending stream events, which frees more
  * memory to move, and retry once. PyTorch's policy instead releases every
  * cached block and free page (release_cached_blocks) and retries. */
-static int grow_expandable(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t rounded,
-                           int *refused, ga_block **b) {
-  int rc = ga_move_grow_locked(a, priv, pool, stream, rounded, refused, b);
+static int grow_expandable(ga_allocator_t *a, ga_request *r) {
+  int rc = ga_move_grow_locked(a, r);
   if (rc != GA_DEV_EOOM || a->pol.capture.routing) return rc;
   if (a->cfg.expandable_pytorch) {
     /* PyTorch's malloc: alloc_block (try_allocate_expandable_block) failed;
      * garbage collection and release_available_cached_blocks skip expandable
      * blocks, so the next step is release_cached_blocks and alloc_block again. */
-    int r = ga_reclaim_all_locked(a);
-    if (r) return r;
+    int e = ga_reclaim_all_locked(a);
+    if (e) return e;
     a->stats.num_alloc_retries++;
-    return ga_move_grow_locked(a, priv, pool, stream, rounded, refused, b);
+    return ga_move_grow_locked(a, r);
   }
-  int r = ga_stream_sync_all_locked(a);
-  if (r) return r;
+  int e = ga_stream_sync_all_locked(a);
+  if (e) return e;
   a->stats.num_alloc_retries++;
-  rc = ga_move_grow_locked(a, priv, pool, stream, rounded, refused, b);
+  rc = ga_move_grow_locked(a, r);
   /* Memory pressure: what this failed request gathered goes back. */
   if (rc == GA_DEV_EOOM) (void)ga_pages_trim_locked(&a->space, 0);
   return rc;
@@ -207,7 +205,7 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
   }
   size_t rounded = ga_round_size(&a->cfg, size);
   int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
-  int fresh = 0, refused = 0, rc, in_tree = 1;
+  int fresh = 0, rc, in_tree = 1;
   ga_private *priv = a->pol.capture.routing ? ga_private_routed_locked(a, stream) : NULL;
   ga_free_tree *trees = priv ? priv->trees : a->pol.trees;
   ga_block *b = contiguous ? get_free_native(a, trees, pool, stream, rounded)
@@ -226,17 +224,24 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
     ga_relax r;
     /* private pools too, as in current PyTorch */
     int expandable = a->cfg.expandable_segments && !contiguous;
-    size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
-    if (past_budget(a, expandable ? rounded : alloc_size)) {
+    ga_request req = {.size = size,
+                      .rounded = rounded,
+                      .alloc_size = ga_allocation_size_for(&a->cfg, rounded),
+                      .stream = stream,
+                      .pool = pool,
+                      .flags = flags,
+                      .priv = priv};
+    size_t tried = expandable ? rounded : req.alloc_size; /* PyTorch's "Tried to allocate" */
+    if (past_budget(a, tried)) {
       a->stats.num_ooms++;
-      report_oom(a, expandable ? rounded : alloc_size, rounded, 0, 1);
+      report_oom(a, tried, rounded, 0, 1);
       return GA_ERR_OOM;
     }
     fresh = !expandable;
     if ((rc = ga_capture_relax_locked(a, &r)))
       return device_error(a, "entering the relaxed capture mode", rc);
-    rc = expandable ? grow_expandable(a, priv, pool, stream, rounded, &refused, &b)
-                    : grow_native(a, pool, stream, rounded, alloc_size, &refused, &b);
+    rc = expandable ? grow_expandable(a, &req) : grow_native(a, &req);
+    b = req.block;
     if (!rc && priv && !expandable) { /* a new native segment joins the pool */
       b->seg->priv = priv;
       ga_private_segment_new_locked(a, priv);
@@ -244,7 +249,7 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
     ga_capture_unrelax_locked(a, &r);
     if (rc == GA_DEV_EOOM) {
       a->stats.num_ooms++;
-      ga_alloc_report_oom_locked(a, expandable ? rounded : alloc_size, rounded, refused);
+      ga_alloc_report_oom_locked(a, tried, rounded, req.fraction_refused);
       return GA_ERR_OOM;
     }
     if (rc) return device_error(a, "obtaining device memory", rc);

@@ -241,50 +241,55 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
 
 /* ---- Creating memory ---- */
 
-/* New handles until the cache holds n granules, within the memory fraction.
- * `whole`: each a whole page where the device has room (the rest waits in
- * the page cache for the next request: fewer, larger handles map in fewer
- * calls), else only what is needed. */
-static int create_until(ga_allocator_t *a, size_t n, int pool, size_t page, int whole,
-                        int *fraction_refused) {
+/* The bytes of a handle created for `pool`: a page of it. */
+static size_t page_of(const ga_allocator_t *a, int pool) {
+  return pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
+}
+
+/* New handles for r's pool until the cache holds n granules, within the
+ * limit on reserved bytes (r->fraction_refused when it refuses). `whole`:
+ * each a whole page where the device has room (the rest waits in the page
+ * cache for the next request: fewer, larger handles map in fewer calls),
+ * else only what is needed. */
+static int create_until(ga_allocator_t *a, ga_request *r, size_t n, int whole) {
   ga_space *sp = &a->space;
+  size_t page = page_of(a, r->pool);
   while (sp->ncache < n) {
     size_t need = (n - sp->ncache) * sp->gran, size = need < page ? need : page;
     if (!ga_limit_allows(a, sp->reserved, size)) {
-      *fraction_refused = 1;
+      r->fraction_refused = 1;
       return GA_DEV_EOOM;
     }
     int rc = GA_DEV_EOOM;
     if (whole && size < page && ga_limit_allows(a, sp->reserved, page))
-      rc = ga_pages_create_locked(&a->space, page, pool);
-    if (rc == GA_DEV_EOOM) rc = ga_pages_create_locked(&a->space, size, pool);
+      rc = ga_pages_create_locked(&a->space, page, r->pool);
+    if (rc == GA_DEV_EOOM) rc = ga_pages_create_locked(&a->space, size, r->pool);
     if (rc) return rc;
   }
   return 0;
 }
 
-int ga_move_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
-                          uintptr_t keep_hi, int *fraction_refused) {
+int ga_move_obtain_locked(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t keep_lo, uintptr_t keep_hi) {
   GA_ASSERT_LOCKED(a);
-  *fraction_refused = 0;
+  r->fraction_refused = 0;
   if (a->space.ncache >= n) return 0;
   /* expandable_move_pages:when_full: new memory first, moves only when the
    * device (or the fraction) has no room left. */
   int capture = a->pol.capture.routing != 0, rc;
   if (a->cfg.expandable_move_when_full) {
-    rc = create_until(a, n, pool, page, 1, fraction_refused);
+    rc = create_until(a, r, n, 1);
     if (rc != GA_DEV_EOOM) return rc;
-    *fraction_refused = 0;
+    r->fraction_refused = 0;
   }
   /* Free granules move first, but only those known idle: nothing waits. */
   if (!capture && (rc = steal(a, n - a->space.ncache, keep_lo, keep_hi, 0))) return rc;
-  rc = create_until(a, n, pool, page, 1, fraction_refused);
+  rc = create_until(a, r, n, 1);
   /* The device is full: wait for the streams whose frees are not known done
    * (never during a capture: that would synchronise a stream). */
   if (rc != GA_DEV_EOOM || capture) return rc;
-  int refused = *fraction_refused;
+  int refused = r->fraction_refused;
   if ((rc = steal(a, n - a->space.ncache, keep_lo, keep_hi, 1))) return rc;
-  *fraction_refused = refused;
+  r->fraction_refused = refused;
   return a->space.ncache >= n ? 0 : GA_DEV_EOOM;
 }
 
@@ -337,21 +342,20 @@ static uintptr_t reach(const ga_block *run, uintptr_t hi_g, int extend) {
   return extend && b->state == GA_BLOCK_UNMAPPED ? b->ptr + b->size : hi_g;
 }
 
-int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
-                        int *fraction_refused, ga_block **out) {
+int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
   GA_ASSERT_LOCKED(a);
-  size_t g = a->space.gran;
-  *fraction_refused = 0;
-  ga_block *run = find_run(a, priv, pool, stream, size);
+  size_t g = a->space.gran, size = r->rounded;
+  r->fraction_refused = 0;
+  ga_block *run = find_run(a, r->priv, r->pool, r->stream, size);
   if (!run) {
     ga_segment *s;
-    int rc = ga_expandable_new_locked(&a->space, priv, pool, stream, size, &s);
+    int rc = ga_expandable_new_locked(&a->space, r->priv, r->pool, r->stream, size, &s);
     if (rc) return rc;
-    if (priv) ga_private_segment_new_locked(a, priv);
+    if (r->priv) ga_private_segment_new_locked(a, r->priv);
     run = s->head;
   }
   uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, g);
-  size_t page = pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
+  size_t page = page_of(a, r->pool);
   int pytorch = a->cfg.expandable_pytorch;
   /* Growing again after memory moved out: it swings (see above). */
   int swing = run->seg->gave && !pytorch && keeps(a, 0);
@@ -373,8 +377,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
    * a handle per page instead (ExpandableSegment::map: one cuMemCreate per
    * page; when one runs out of memory, the pages made in that call go back). */
   int64_t moved = a->stats.num_granules_moved;
-  int rc = pytorch ? create_until(a, n, pool, page, 0, fraction_refused)
-                   : ga_move_obtain_locked(a, n, pool, page, lo, hi_g, fraction_refused);
+  int rc = pytorch ? create_until(a, r, n, 0) : ga_move_obtain_locked(a, r, n, lo, hi_g);
   if (a->stats.num_granules_moved != moved) run->seg->moved_in = a->pol.streams.free_clock + 1;
   if (rc && pytorch) (void)ga_pages_trim_locked(&a->space, 0); /* the pages made for it go back */
   if (rc) {
@@ -391,7 +394,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream
     run->seg->gave |= (uint8_t)swing;
     return rc;
   }
-  *out = run;
+  r->block = run;
   if (swing || run->seg->keep_mapped) {
     size_t m = mapped_bytes(run->seg);
     if (m > run->seg->keep_mapped) run->seg->keep_mapped = m;

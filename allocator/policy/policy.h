@@ -157,19 +157,36 @@ void ga_private_teardown_locked(ga_allocator_t *a);
 /* ga_pool_generation. */
 ga_status_t ga_private_generation_locked(ga_allocator_t *a, uint64_t id, uint64_t *gen);
 
+/* ---- One request on its way down the retry ladder (alloc.c) ----
+ * What ga_malloc was asked for, once the cache has missed (PyTorch's
+ * AllocParams): each step of the ladder reads the request, fills in what it
+ * found and returns 0 or a GA_DEV_* code (the error). */
+typedef struct ga_request {
+  size_t size;        /* what the client asked for */
+  size_t rounded;     /* ga_round_size of it: the size of the block handed out */
+  size_t alloc_size;  /* a new native segment's size for it (ga_allocation_size_for) */
+  ga_stream_t stream; /* the stream it is for */
+  int pool;           /* its size class: GA_P_SMALL or GA_P_LARGE */
+  unsigned flags;     /* GA_ALLOC_* */
+  ga_private *priv;   /* the private pool it is routed to, or NULL */
+  /* What the ladder found */
+  ga_block *block;      /* a FREE block of at least `rounded` bytes, in no tree */
+  int fraction_refused; /* the limit on reserved bytes refused a new segment or handle */
+} ga_request;
+
 /* ---- What moves, and when that is safe (move.c) ---- */
-/* Finds or makes room for `size` contiguous bytes on (priv, pool, stream) in
- * expandable segments, moving or creating memory; *out is a FREE block of at
- * least `size` bytes in no tree. EOOM when even moving every free granule
- * cannot hold it (*fraction_refused: the memory fraction refused it). */
-int ga_move_grow_locked(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size,
-                        int *fraction_refused, ga_block **out);
-/* At least n granules in the page cache: cached ones, then whole free
- * granules anywhere but [keep_lo, keep_hi) (never during a capture), then new
- * handles of at most `page` bytes; `when_full` order with
- * expandable_move_pages:when_full. */
-int ga_move_obtain_locked(ga_allocator_t *a, size_t n, int pool, size_t page, uintptr_t keep_lo,
-                          uintptr_t keep_hi, int *fraction_refused);
+/* Finds or makes room for r->rounded contiguous bytes on (r->priv, r->pool,
+ * r->stream) in expandable segments, moving or creating memory; r->block is
+ * a FREE block of at least that many bytes in no tree. EOOM when even moving
+ * every free granule cannot hold it (r->fraction_refused: the limit on
+ * reserved bytes refused it). */
+int ga_move_grow_locked(ga_allocator_t *a, ga_request *r);
+/* At least n granules in the page cache for r->pool: cached ones, then whole
+ * free granules anywhere but [keep_lo, keep_hi) (never during a capture),
+ * then new handles of at most a page of the pool (GA_SMALL_BUFFER, or
+ * pol.large_page); new handles first with expandable_move_pages:when_full.
+ * Sets r->fraction_refused. */
+int ga_move_obtain_locked(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t keep_lo, uintptr_t keep_hi);
 /* Unmaps granules [g0, g1) of FREE block b (in its tree; its stream known to
  * be past its free) into the page cache; the free remainders go back to the
  * tree. On failure b is back in its tree. */

@@ -390,11 +390,12 @@ ga_status_t ga_wake_locked(ga_allocator_t *a) {
 
 static ga_status_t wake_locked(ga_allocator_t *a) {
   GA_ASSERT_LOCKED(a);
-  int refused = 0, rc = restore_pending(a), restore_failed = rc != 0;
+  int rc = restore_pending(a), restore_failed = rc != 0;
+  ga_request r = {.pool = GA_P_LARGE}; /* the sleepers' granules, as one request */
   size_t g = a->space.gran;
   char kept[sizeof a->dev->error] = ""; /* a page the roll-back could not give back */
   if (a->pol.sleep.nsleepers && !rc) {
-    rc = ga_move_obtain_locked(a, a->pol.sleep.nsleepers, GA_P_LARGE, a->pol.large_page, 0, 0, &refused);
+    rc = ga_move_obtain_locked(a, &r, a->pol.sleep.nsleepers, 0, 0);
     if (rc) give_back(a, kept, sizeof kept); /* nothing obtained stays */
   }
   if (a->pol.sleep.nsleepers && !rc) rc = wake_all(a, kept, sizeof kept);
@@ -410,7 +411,8 @@ static ga_status_t wake_locked(ga_allocator_t *a) {
                "tries again)",
                kept);
     if (rc == GA_DEV_EOOM && !restore_failed) {
-      ga_alloc_report_oom_locked(a, a->pol.sleep.nsleepers * g, a->pol.sleep.nsleepers * g, refused);
+      ga_alloc_report_oom_locked(a, a->pol.sleep.nsleepers * g, a->pol.sleep.nsleepers * g,
+                                 r.fraction_refused);
       char report[1800];
       snprintf(report, sizeof report, "%s", ga_error_text());
       ga_error_set("ga_wake: nothing woke, %s still asleep%s. %s", left, also, report);
