@@ -18,7 +18,10 @@ static double device_ms(const ga_stats_t *s) {
   return (double)ns / 1e6;
 }
 
-static int one(const char *backend, size_t mib, int mode, const char *mode_name, double table_gbs) {
+/* pageable: on the simulated device, pinning is refused (the host copy then
+ * goes to plain memory); table_gbs: the table's pageable copy rate. */
+static int one(const char *backend, size_t mib, int mode, const char *mode_name, double table_gbs,
+               int pageable) {
   char conf[256];
   snprintf(conf, sizeof conf, "backend:%s,expandable_segments:True,expandable_page_size_mb:2%s", backend,
            strcmp(backend, "sim") ? "" : ",sim_capacity_mb:81920");
@@ -34,6 +37,12 @@ static int one(const char *backend, size_t mib, int mode, const char *mode_name,
   for (size_t i = 0; i < n && !rc; i++)
     if (ga_malloc(a, chunk, NULL, &p[i]) != GA_OK || ga_tag(a, p[i], "w") != GA_OK) rc = -1;
   if (!rc && ga_sleep_mode(a, "w", mode) != GA_OK) rc = -1;
+  ga_device *d = ga_allocator_device(a);
+  if (pageable && (!ga_sim_is(d) || ga_sim_inject(d, GA_CALL_HOST_ALLOC, 1, GA_DEV_EOOM, 1))) {
+    ga_destroy(a);
+    free(p);
+    return 0; /* only the simulated device can be made to refuse pinning */
+  }
   ga_stats_t s0, s1, s2;
   ga_stats(a, &s0);
   if (!rc && ga_sleep(a, "w", 0) != GA_OK) rc = -1;
@@ -44,11 +53,14 @@ static int one(const char *backend, size_t mib, int mode, const char *mode_name,
   double sleep_ms = device_ms(&s1) - device_ms(&s0), wake_ms = device_ms(&s2) - device_ms(&s1);
   double bytes = (double)(n * chunk), gb = bytes / 1e9;
   if (!rc) {
-    printf("%-6s %8zu %10.1f %10.1f", mode_name, n * chunk >> 20, sleep_ms, wake_ms);
-    if (mode == GA_RESTORE_HOST)
-      printf(" %9.1f %9.1f %9.1f\n", gb / (sleep_ms / 1e3), gb / (wake_ms / 1e3), table_gbs);
+    printf("%-8s %8zu %10.1f %10.1f", mode_name, n * chunk >> 20, sleep_ms, wake_ms);
+    if (mode == GA_RESTORE_HOST && pageable)
+      printf(" %9.1f %9.1f %9.1f %9.1f\n", gb / (sleep_ms / 1e3), gb / (wake_ms / 1e3), table_gbs, table_gbs);
+    else if (mode == GA_RESTORE_HOST) /* the sim's pinned rate: sim.h's ratios */
+      printf(" %9.1f %9.1f %9.1f %9.1f\n", gb / (sleep_ms / 1e3), gb / (wake_ms / 1e3),
+             table_gbs / GA_SIM_PINNED_TO_HOST, table_gbs / GA_SIM_PINNED_TO_DEVICE);
     else
-      printf(" %9s %9s %9s\n", "-", "-", "-");
+      printf(" %9s %9s %9s %9s\n", "-", "-", "-", "-");
   }
   for (size_t i = 0; i < n && p; i++)
     if (p[i]) ga_free(a, p[i]);
@@ -76,9 +88,10 @@ int cmd_sleep(int argc, char **argv) {
       fprintf(help ? stdout : stderr,
               "usage: ga-bench sleep [--mib N] [--backend auto|cuda|sim] [--cost KIND=US[+UNIT],...]\n"
               "  ga_sleep and ga_wake of N MiB (default 4096) of tagged 64 MiB allocations in each restore\n"
-              "  mode (host copy, zero, none), in device time (a GPU's driver calls, or the simulated\n"
-              "  device's cost table); for host copies the bandwidth reached each way, beside the\n"
-              "  table's copy bandwidth (simulated device).\n");
+              "  mode (host copy to pinned memory, to pageable memory (simulated device: pinning\n"
+              "  refused), zero, none), in device time (a GPU's driver calls, or the simulated device's\n"
+              "  cost table); for host copies the bandwidth reached each way, beside the table's copy\n"
+              "  bandwidth each way (simulated device).\n");
       return help ? 0 : 2;
     }
   }
@@ -98,13 +111,16 @@ int cmd_sleep(int argc, char **argv) {
     ga_destroy(probe);
   }
   printf("# ga_sleep / ga_wake of %zu MiB on the %s device (times: device clock)\n", mib, conf);
-  printf("%-6s %8s %10s %10s %9s %9s %9s\n", "mode", "MiB", "sleep ms", "wake ms", "out GB/s", "in GB/s",
-         "table");
+  printf("%-8s %8s %10s %10s %9s %9s %9s %9s\n", "mode", "MiB", "sleep ms", "wake ms", "out GB/s", "in GB/s",
+         "table out", "table in");
   static const struct {
-    int mode;
+    int mode, pageable;
     const char *name;
-  } modes[] = {{GA_RESTORE_HOST, "host"}, {GA_RESTORE_ZERO, "zero"}, {GA_RESTORE_NONE, "none"}};
-  for (int m = 0; m < 3; m++)
-    if (one(conf, mib, modes[m].mode, modes[m].name, table_gbs)) return 1;
+  } modes[] = {{GA_RESTORE_HOST, 0, "host"},
+               {GA_RESTORE_HOST, 1, "pageable"},
+               {GA_RESTORE_ZERO, 0, "zero"},
+               {GA_RESTORE_NONE, 0, "none"}};
+  for (int m = 0; m < 4; m++)
+    if (one(conf, mib, modes[m].mode, modes[m].name, table_gbs, modes[m].pageable)) return 1;
   return 0;
 }

@@ -85,6 +85,8 @@ typedef enum ga_device_call {
   GA_CALL_SET_ACCESS,
   GA_CALL_COPY,
   GA_CALL_CAPTURE_MODE,
+  GA_CALL_HOST_ALLOC, /**< pinned host memory (cuMemHostAlloc), for offloaded sleep */
+  GA_CALL_HOST_FREE,  /**< its release (cuMemFreeHost) */
   GA_CALL_COUNT
 } ga_device_call_t;
 
@@ -529,7 +531,8 @@ GA_API ga_status_t ga_tag(ga_allocator_t *a, void *ptr, const char *tag);
 
 /** Gives memory back to the device while keeping every virtual address:
  *  releases the cache (as ga_empty_cache), and, for the live allocations
- *  tagged with one of `tags` (comma-separated; NULL or "" = none), releases
+ *  tagged with one of `tags` (comma-separated; NULL or "" = none: then the
+ *  pinned host buffers kept from earlier offloading sleeps go back too), releases
  *  the mappings they alone occupy (a mapping is a run of 2 MiB granules
  *  mapped with one call; a fresh 20 MiB page is mapped whole, so an
  *  allocation sharing it with awake memory stays awake), keeping their
@@ -555,7 +558,10 @@ GA_API ga_status_t ga_sleep(ga_allocator_t *a, const char *tags, unsigned flags)
 enum {
   GA_RESTORE_NONE = 0, /**< the contents are dropped; wake maps memory again, contents undefined */
   GA_RESTORE_ZERO = 1, /**< wake maps memory again filled with zeros */
-  GA_RESTORE_HOST = 2, /**< the contents are copied to host memory and back at wake */
+  GA_RESTORE_HOST = 2, /**< the contents are copied to host memory and back at wake: pinned
+                        *   memory, a buffer per granule, kept pinned after the wake for the
+                        *   next sleep until ga_sleep(a, NULL, 0) or ga_destroy; plain memory
+                        *   when the device refuses to pin (slower, nothing lost) */
 };
 
 /** Sets the restore mode of allocations tagged `tag` (made if new), for

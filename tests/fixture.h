@@ -261,7 +261,8 @@ static inline void fx_usage_of(ga_device *d, ga_sim_usage *u) {
                         .pending_events = c.pending_events,
                         .waits = c.waits,
                         .faults_fired = c.faults_fired,
-                        .captures_broken = c.captures_broken};
+                        .captures_broken = c.captures_broken,
+                        .live_pinned = c.live_pinned};
     return;
   }
 #endif
@@ -305,6 +306,8 @@ static inline const char *fx_driver_calls(ga_device_call_t kind) {
       [GA_CALL_SET_ACCESS] = "cuMemSetAccess",
       [GA_CALL_COPY] = "cuMemcpyDtoH,cuMemcpyHtoD",
       [GA_CALL_CAPTURE_MODE] = "cuThreadExchangeStreamCaptureMode",
+      [GA_CALL_HOST_ALLOC] = "cuMemHostAlloc",
+      [GA_CALL_HOST_FREE] = "cuMemFreeHost",
   };
   return names[kind];
 }

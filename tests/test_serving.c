@@ -663,7 +663,7 @@ Test(serving, wake_rollback_reports_a_refused_release_after_a_copy_back_fails) {
 
 /* Every position of a sleep's calls fails in turn: what slept wakes with
  * its bytes, the rest never lost them. */
-static void sleep_fault_sweep(ga_device_call_t kind) {
+static void sleep_fault_sweep_to(ga_device_call_t kind, ga_status_t want) {
   unsigned calls = 0;
   for (unsigned nth = 0; nth <= calls; nth++) {
     fx_open(PAGES2, 64 * MiB);
@@ -681,7 +681,7 @@ static void sleep_fault_sweep(ga_device_call_t kind) {
       calls = (unsigned)(fx_calls(kind) - before);
       cr_assert_gt(calls, 0, "a sleep makes no %s call", ga_device_call_name(kind));
     } else {
-      cr_assert_eq(st, GA_ERR_DEVICE, "%s fault %u", ga_device_call_name(kind), nth);
+      cr_assert_eq(st, want, "%s fault %u: %s", ga_device_call_name(kind), nth, ga_last_error());
     }
     cr_assert_eq(ga_check(fx_a), 0);
     cr_assert_eq(ga_wake(fx_a), GA_OK, "%s fault %u: %s", ga_device_call_name(kind), nth, ga_last_error());
@@ -690,7 +690,12 @@ static void sleep_fault_sweep(ga_device_call_t kind) {
   }
 }
 
+static void sleep_fault_sweep(ga_device_call_t kind) { sleep_fault_sweep_to(kind, GA_ERR_DEVICE); }
+
 Test(serving, sleep_fault_sweep_unmap) { sleep_fault_sweep(GA_CALL_UNMAP); }
+/* Pinning refused at any position: that granule and the rest go to plain
+ * host memory, the sleep succeeds, and the bytes come back. */
+Test(serving, sleep_fault_sweep_host_alloc) { sleep_fault_sweep_to(GA_CALL_HOST_ALLOC, GA_OK); }
 Test(serving, sleep_fault_sweep_release) { sleep_fault_sweep(GA_CALL_RELEASE); }
 Test(serving, sleep_fault_sweep_copy) { sleep_fault_sweep(GA_CALL_COPY); }
 Test(serving, sleep_fault_sweep_stream_wait) { sleep_fault_sweep(GA_CALL_STREAM_SYNCHRONIZE); }
@@ -715,4 +720,111 @@ Test(serving, sleep_waits_for_the_sleepers_streams_only) {
   cr_assert_eq(ga_wake(fx_a), GA_OK);
   fx_free(w);
   fx_free(other);
+}
+
+/* ---- The host copy: pinned host memory ---- */
+
+static uint64_t failures(ga_device_call_t kind) {
+  ga_stats_t s;
+  cr_assert_eq(ga_stats(fx_a, &s), GA_OK);
+  return s.device_failures[kind];
+}
+
+/* An offloading sleep pins a buffer per granule (on the sim its copies are
+ * charged at the pinned rate); the wake keeps them for the next sleep, which
+ * pins nothing more; ga_sleep(a, NULL, 0) gives them back. */
+Test(serving, the_host_copy_is_pinned_and_kept_for_the_next_sleep) {
+  asleep3();
+  ga_sim_usage u;
+  fx_usage(&u);
+  cr_assert_eq(fx_calls(GA_CALL_HOST_ALLOC), 6, "one pinned buffer per granule");
+  cr_assert_eq(u.live_pinned, 6);
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  fx_usage(&u);
+  cr_assert_eq(u.live_pinned, 6, "kept for the next sleep");
+  for (int i = 0; i < 3; i++) cr_assert(fx_verify(sleepers3[i], 4 * MiB, (unsigned)i + 10));
+  cr_assert_eq(ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_calls(GA_CALL_HOST_ALLOC), 6, "the second sleep reuses them");
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(ga_check(fx_a), 0);
+  uint64_t frees = fx_calls(GA_CALL_HOST_FREE);
+  cr_assert_eq(ga_sleep(fx_a, NULL, 0), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_calls(GA_CALL_HOST_FREE) - frees, 6);
+  fx_usage(&u);
+  cr_assert_eq(u.live_pinned, 0);
+  awake3_and_free();
+}
+
+/* The sim charges a copy from pinned memory at the pinned rate: an
+ * offloading sleep whose pinning is refused (plain memory) takes longer in
+ * copies than one that pins. */
+Test(serving, pinned_copies_cost_less_than_pageable_ones_on_the_sim) {
+  if (fx_on_cuda()) cr_skip_test("the cost table is the simulated device's");
+  uint64_t ns[2];
+  for (int refuse = 0; refuse < 2; refuse++) {
+    fx_open(PAGES2, 64 * MiB);
+    void *p = fx_alloc(16 * MiB);
+    fx_fill(p, 16 * MiB, 3);
+    cr_assert_eq(ga_tag(fx_a, p, "w"), GA_OK);
+    if (refuse) fx_inject(GA_CALL_HOST_ALLOC, 1, GA_DEV_EOOM, 1);
+    ga_stats_t s0, s1;
+    cr_assert_eq(ga_stats(fx_a, &s0), GA_OK);
+    cr_assert_eq(ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+    cr_assert_eq(ga_stats(fx_a, &s1), GA_OK);
+    fx_clear_faults();
+    ns[refuse] = s1.device_ns[GA_CALL_COPY] - s0.device_ns[GA_CALL_COPY];
+    cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+    cr_assert(fx_verify(p, 16 * MiB, 3));
+    fx_free(p);
+    fx_close();
+  }
+  double ratio = (double)ns[0] / (double)ns[1];
+  cr_assert(ratio > 0.35 && ratio < 0.45, "pinned/pageable copy time to the host %.3f (2.3/5.9 per granule)",
+            ratio);
+}
+
+/* Pinning refused from the first granule on: the sleep goes to plain
+ * memory, succeeds, loses nothing, and says nothing was pinned. */
+Test(serving, a_refused_pinning_falls_back_to_plain_memory) {
+  fx_open(PAGES2, 64 * MiB);
+  for (int i = 0; i < 3; i++) {
+    sleepers3[i] = fx_alloc(4 * MiB);
+    fx_fill(sleepers3[i], 4 * MiB, (unsigned)i + 10);
+    cr_assert_eq(ga_tag(fx_a, sleepers3[i], "w"), GA_OK);
+  }
+  uint64_t pins = fx_calls(GA_CALL_HOST_ALLOC);
+  fx_inject(GA_CALL_HOST_ALLOC, 1, GA_DEV_EOOM, 1);
+  cr_assert_eq(ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
+  fx_clear_faults();
+  cr_assert_eq(fx_calls(GA_CALL_HOST_ALLOC) - pins, 1, "one refusal stops pinning for the rest of the sleep");
+  if (!fx_on_cuda()) cr_assert_eq(failures(GA_CALL_HOST_ALLOC), 1, "the refusal is counted");
+  ga_sim_usage u;
+  fx_usage(&u);
+  cr_assert_eq(u.live_pinned, 0);
+  cr_assert_eq(fx_stats().asleep_granules, 6);
+  cr_assert_eq(ga_check(fx_a), 0);
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  awake3_and_free();
+}
+
+/* Unpinning refused: ga_sleep(a, NULL, 0) names the call, keeps the buffer
+ * (nothing leaks) and the next one gives it back. */
+Test(serving, a_refused_unpinning_is_named_and_retried) {
+  asleep3();
+  cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
+  fx_inject(GA_CALL_HOST_FREE, 3, GA_DEV_EDRIVER, 0);
+  cr_assert_eq(ga_sleep(fx_a, NULL, 0), GA_ERR_DEVICE);
+  fx_clear_faults();
+  char want[80];
+  snprintf(want, sizeof want, "%s: ", fx_call_name(GA_CALL_HOST_FREE));
+  cr_assert(strstr(ga_last_error(), want) != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "8.00 MiB stays pinned") != NULL, "%s", ga_last_error());
+  ga_sim_usage u;
+  fx_usage(&u);
+  cr_assert_eq(u.live_pinned, 4);
+  cr_assert_eq(ga_check(fx_a), 0);
+  cr_assert_eq(ga_sleep(fx_a, NULL, 0), GA_OK, "%s", ga_last_error());
+  fx_usage(&u);
+  cr_assert_eq(u.live_pinned, 0);
+  awake3_and_free();
 }

@@ -208,6 +208,15 @@ static int cuda_copy(ga_device *d, void *host, void *dev, size_t size, int to_ho
   return to_host ? CALL(d, cu.cuMemcpyDtoH(host, p, size), "cuMemcpyDtoH")
                  : CALL(d, cu.cuMemcpyHtoD(p, host, size), "cuMemcpyHtoD");
 }
+/* Portable: pinned for every context, so the device's primary context
+ * need not stay current for copies from another thread's context. */
+static int cuda_host_alloc(ga_device *d, size_t size, void **ptr) {
+  void *p = NULL;
+  int rc = CALL(d, cu.cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+  if (!rc) *ptr = p;
+  return rc;
+}
+static int cuda_host_free(ga_device *d, void *ptr) { return CALL(d, cu.cuMemFreeHost(ptr), "cuMemFreeHost"); }
 /* One piece: the handle's own file descriptor, at `offset` in it. */
 static int cuda_share(ga_device *d, ga_mem_handle h, size_t offset, size_t size, ga_dev_piece *out,
                       size_t cap, size_t *n) {
@@ -330,6 +339,8 @@ static const ga_device_ops cuda_ops = {
     .unmap = cuda_unmap,
     .set_access = cuda_set_access,
     .copy = cuda_copy,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .event_create = cuda_event_create,
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,

@@ -39,6 +39,8 @@
   X(cuStreamSynchronize)            \
   X(cuMemcpyDtoH)                   \
   X(cuMemcpyHtoD)                   \
+  X(cuMemHostAlloc)                 \
+  X(cuMemFreeHost)                  \
   X(cuStreamIsCapturing)            \
   X(cuThreadExchangeStreamCaptureMode)
 

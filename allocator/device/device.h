@@ -113,6 +113,14 @@ typedef struct ga_device_ops {
    * memory at `dev` into `host`, else the other way. pre: dev..dev+size mapped. */
   int (*copy)(ga_device *d, void *host, void *dev, size_t size, int to_host);
 
+  /* cuMemHostAlloc / cuMemFreeHost: size bytes of page-locked (pinned)
+   * host memory, which copy() moves at the bus's full rate (pageable
+   * memory is staged through the driver's own pinned buffers). pre:
+   * size > 0. EOOM (or ENOMEM) when the host cannot pin more; host_free
+   * takes only a pointer host_alloc returned (EINVAL otherwise). */
+  int (*host_alloc)(ga_device *d, size_t size, void **ptr);
+  int (*host_free)(ga_device *d, void *ptr);
+
   /* Events (cudaEventCreateWithFlags(DisableTiming), Record, Query,
    * Synchronize, Destroy). event_query returns 0 when complete and
    * GA_DEV_ENOTREADY when not. */
@@ -286,6 +294,12 @@ static inline int ga_dev_set_access(ga_device *d, void *va, size_t s, const int 
 }
 static inline int ga_dev_copy(ga_device *d, void *host, void *dev, size_t s, int to_host) {
   GA_DEV_CALL(d, GA_CALL_COPY, d->ops->copy(d, host, dev, s, to_host));
+}
+static inline int ga_dev_host_alloc(ga_device *d, size_t s, void **p) {
+  GA_DEV_CALL(d, GA_CALL_HOST_ALLOC, d->ops->host_alloc(d, s, p));
+}
+static inline int ga_dev_host_free(ga_device *d, void *p) {
+  GA_DEV_CALL(d, GA_CALL_HOST_FREE, d->ops->host_free(d, p));
 }
 static inline int ga_dev_event_create(ga_device *d, ga_event *e) {
   GA_DEV_CALL(d, GA_CALL_EVENT_CREATE, d->ops->event_create(d, e));

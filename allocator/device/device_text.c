@@ -26,6 +26,7 @@ const char *ga_dev_call_name(ga_device_call_t kind) {
       "synchronize",   "mem_info",
       "capture_query", "set_access",
       "copy",          "capture_mode",
+      "host_alloc",    "host_free",
   };
   return (unsigned)kind < GA_CALL_COUNT ? names[kind] : "unknown";
 }

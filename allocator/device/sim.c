@@ -109,6 +109,7 @@ typedef struct sim_device {
   size_t nhandles, cap_handles, live_handles;
   size_t free_slots;            /* the first free handle slot + 1, or 0 */
   ga_rtree resv, maps, mallocs; /* of sim_range */
+  ga_rtree pinned;              /* host_alloc's buffers (sim_range: va and size only) */
   uintptr_t mirror;             /* the memfd mapped whole, for mallocs; 0 = none */
   int mirror_tried;             /* made, or the host could not */
   sim_fault host_fault;         /* injected failure of the host's mmap (ga_sim_inject_host) */
@@ -183,18 +184,30 @@ static size_t granules_of(size_t bytes) { return (bytes + SIM_GRAN - 1) / SIM_GR
  * events and synchronisation are assumed orders of magnitude in both.
  * docs/benchmarks.md lists each figure's source. ga_sim_set_cost replaces
  * any figure (ga-bench --cost; on a GPU ga-bench drivercost measures them). */
+/* Copies: the copy figure above (10 us + 200 us per 2 MiB granule, 10.5
+ * GB/s) is for pageable host memory, which the driver stages through pinned
+ * buffers of its own. From pinned memory (host_alloc) the DMA engine copies
+ * directly: the sim charges a pinned copy the pageable figure times the
+ * ratio of a published measurement (J. Habich, "PCI express pinned host
+ * memory", 2009, GTX 280 on PCIe 2.0 x16: 5.9 GB/s pinned both ways, 4.5
+ * GB/s pageable to the device and 2.3 GB/s from it), so the ratio, not that
+ * bus's speed, carries over: 4.5/5.9 of the time to the device, 2.3/5.9
+ * from it (GA_SIM_PINNED_TO_DEVICE / _TO_HOST). Pinning (host_alloc) and
+ * unpinning are assumed orders of magnitude: 20 us a call plus 50 us (10 us
+ * to unpin) per 2 MiB. */
 typedef struct sim_cost_table {
   const char *name;
   double us[GA_CALL_COUNT][2];
 } sim_cost_table;
 
-#define SIM_COST_COMMON                                                                                \
-  [GA_CALL_MALLOC] = {20, 20}, [GA_CALL_FREE] = {20, 5}, [GA_CALL_RESERVE] = {5, 0},                   \
-  [GA_CALL_UNRESERVE] = {5, 0}, [GA_CALL_MAP] = {1, 0}, [GA_CALL_COPY] = {10, 200},                    \
-  [GA_CALL_EVENT_CREATE] = {2, 0}, [GA_CALL_EVENT_RECORD] = {2, 0}, [GA_CALL_EVENT_QUERY] = {0.5, 0},  \
-  [GA_CALL_EVENT_SYNCHRONIZE] = {5, 0}, [GA_CALL_EVENT_DESTROY] = {2, 0},                              \
-  [GA_CALL_STREAM_SYNCHRONIZE] = {5, 0}, [GA_CALL_SYNCHRONIZE] = {10, 0}, [GA_CALL_MEM_INFO] = {5, 0}, \
-  [GA_CALL_CAPTURE_QUERY] = {0.5, 0}, [GA_CALL_CAPTURE_MODE] = {0.5, 0}
+#define SIM_COST_COMMON                                                                                   \
+  [GA_CALL_MALLOC] = {20, 20}, [GA_CALL_FREE] = {20, 5}, [GA_CALL_RESERVE] = {5, 0},                      \
+  [GA_CALL_UNRESERVE] = {5, 0}, [GA_CALL_MAP] = {1, 0}, [GA_CALL_COPY] = {10, 200},                       \
+  [GA_CALL_EVENT_CREATE] = {2, 0}, [GA_CALL_EVENT_RECORD] = {2, 0}, [GA_CALL_EVENT_QUERY] = {0.5, 0},     \
+  [GA_CALL_EVENT_SYNCHRONIZE] = {5, 0}, [GA_CALL_EVENT_DESTROY] = {2, 0},                                 \
+  [GA_CALL_STREAM_SYNCHRONIZE] = {5, 0}, [GA_CALL_SYNCHRONIZE] = {10, 0}, [GA_CALL_MEM_INFO] = {5, 0},    \
+  [GA_CALL_CAPTURE_QUERY] = {0.5, 0}, [GA_CALL_CAPTURE_MODE] = {0.5, 0}, [GA_CALL_HOST_ALLOC] = {20, 50}, \
+  [GA_CALL_HOST_FREE] = {20, 10}
 
 static const sim_cost_table cost_tables[] = {
     {"blackwell",
@@ -935,9 +948,64 @@ static int sim_copy(ga_device *d, void *host, void *dev, size_t size, int to_hos
     ga_dev_set_error(d, "copy: CUDA_ERROR_INVALID_VALUE (%p+%zu is not mapped)", dev, size);
     rc = GA_DEV_EINVAL;
   }
-  if (!rc) spend_units(s, GA_CALL_COPY, granules_of(size));
+  if (!rc) {
+    /* From or into pinned memory, at the pinned rate (the cost tables). */
+    ga_rnode *pin = ga_rtree_find(&s->pinned, (uintptr_t)host);
+    uint64_t ns = (uint64_t)granules_of(size) * s->cost_unit[GA_CALL_COPY];
+    if (pin && (uintptr_t)host + size <= pin->va + pin->size)
+      ns = (uint64_t)((double)ns * (to_host ? GA_SIM_PINNED_TO_HOST : GA_SIM_PINNED_TO_DEVICE));
+    s->now_ns += ns;
+    s->driver_ns += ns;
+  }
   pthread_mutex_unlock(&s->mu);
   if (!rc) memcpy(to_host ? host : dev, to_host ? dev : host, size);
+  return rc;
+}
+
+/* Pinned host memory: plain host memory the sim remembers, so that copies
+ * from it are charged at the pinned rate. */
+static int sim_host_alloc(ga_device *d, size_t size, void **ptr) {
+  int rc = 0;
+  sim_device *s = sim_enter(d, GA_CALL_HOST_ALLOC, "host_alloc", SIM_CAPTURE_SAFE, &rc);
+  void *p = NULL;
+  if (!rc && size == 0) {
+    ga_dev_set_error(d, "host_alloc: CUDA_ERROR_INVALID_VALUE (size 0)");
+    rc = GA_DEV_EINVAL;
+  }
+  if (!rc && !(p = ga_host_malloc(size))) {
+    ga_dev_set_error(d, "host_alloc: host: out of memory pinning %zu bytes", size);
+    s->host_failures++;
+    rc = GA_DEV_ENOMEM;
+  }
+  if (!rc && !range_add(&s->pinned, (sim_range){.node = {.va = (uintptr_t)p, .size = size}})) {
+    free(p);
+    ga_dev_set_error(d, "host_alloc: host: out of memory");
+    s->host_failures++;
+    rc = GA_DEV_ENOMEM;
+  }
+  if (!rc) {
+    spend_units(s, GA_CALL_HOST_ALLOC, granules_of(size));
+    *ptr = p;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int sim_host_free(ga_device *d, void *ptr) {
+  int rc = 0;
+  sim_device *s = sim_enter(d, GA_CALL_HOST_FREE, "host_free", SIM_CAPTURE_SAFE, &rc);
+  sim_range *r = rc ? NULL : range_find(&s->pinned, (uintptr_t)ptr);
+  if (!rc && (!r || r->node.va != (uintptr_t)ptr)) {
+    ga_dev_set_error(d, "host_free: CUDA_ERROR_INVALID_VALUE (%p is not pinned host memory of host_alloc)",
+                     ptr);
+    rc = GA_DEV_EINVAL;
+  }
+  if (!rc) {
+    spend_units(s, GA_CALL_HOST_FREE, granules_of(r->node.size));
+    range_drop(&s->pinned, r);
+    free(ptr);
+  }
+  pthread_mutex_unlock(&s->mu);
   return rc;
 }
 
@@ -1120,6 +1188,11 @@ static int sim_device_count(ga_device *d, int *count) {
 static void sim_destroy(ga_device *d) {
   sim_device *s = sim_of(d);
   if (!s) return;
+  while (s->pinned.first) { /* not given back: the host memory goes with the device */
+    sim_range *r = range_of(s->pinned.first);
+    free((void *)r->node.va);
+    range_drop(&s->pinned, r);
+  }
   ga_rtree *trees[3] = {&s->maps, &s->mallocs, &s->resv};
   for (int t = 0; t < 3; t++)
     while (trees[t]->first) {
@@ -1340,6 +1413,8 @@ static const ga_device_ops sim_ops = {
     .unmap = sim_unmap,
     .set_access = sim_set_access,
     .copy = sim_copy,
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
     .event_create = sim_event_create,
     .event_record = sim_event_record,
     .event_query = sim_event_query,
@@ -1428,6 +1503,7 @@ int ga_sim_usage_get(ga_device *d, ga_sim_usage *u) {
       .live_reservations = s->resv.n - s->mallocs.n,
       .live_mappings = s->maps.n - s->mallocs.n,
       .live_events = s->nevents,
+      .live_pinned = s->pinned.n,
       .pending_events = pending,
       .waits = s->waits,
       .faults_fired = s->faults_fired,
@@ -1630,7 +1706,9 @@ const char *ga_sim_cost_unit(ga_device_call_t kind) {
     case GA_CALL_FREE:
     case GA_CALL_CREATE:
     case GA_CALL_RELEASE:
-    case GA_CALL_COPY: return "granule";
+    case GA_CALL_COPY:
+    case GA_CALL_HOST_ALLOC:
+    case GA_CALL_HOST_FREE: return "granule";
     default: return NULL;
   }
 }

@@ -30,6 +30,7 @@ typedef struct ga_sim_usage {
   uint64_t stall_ns;        /* and how long they waited */
   uint64_t lag_ns;          /* the lag queued work completes after */
   uint64_t host_failures;   /* calls that failed because the host could not back them ("host: ...") */
+  size_t live_pinned;       /* host_alloc'd buffers not yet given back (host_free) */
 } ga_sim_usage;
 
 /* Is `d` a simulated device? */
@@ -116,6 +117,11 @@ int ga_sim_stream_passed(ga_device *d, const ga_sim_mark *m);
 int ga_sim_set_cost(ga_device *d, ga_device_call_t kind, double call_us, double unit_us);
 int ga_sim_get_cost(ga_device *d, ga_device_call_t kind, double *call_us, double *unit_us);
 const char *ga_sim_cost_unit(ga_device_call_t kind);
+/* A copy from or into pinned host memory (host_alloc) takes this fraction
+ * of the time the cost table gives a pageable one (sim.c names the
+ * published measurement they come from). */
+#define GA_SIM_PINNED_TO_DEVICE (4.5 / 5.9)
+#define GA_SIM_PINNED_TO_HOST   (2.3 / 5.9)
 /* Every figure from a named table: "blackwell" (the default) or "a100"
  * (sim.c and docs/benchmarks.md give their sources). GA_DEV_EINVAL for
  * another name. ga_sim_cost_table names the table last set. */

@@ -76,6 +76,60 @@ static uint32_t tag_mask(ga_allocator_t *a, const char *tags) {
   return mask;
 }
 
+/* ---- Host stores: where offloaded granules wait ----
+ * Each offloaded granule's bytes go to a buffer of their own (one granule,
+ * copied in one call), pinned host memory when the device gives it: the
+ * copies then run at the bus's pinned rate instead of being staged by the
+ * driver through its own pinned buffers. A bounded pinned buffer reused per
+ * chunk would not be faster: with synchronous copies it adds a host memcpy
+ * per chunk, which is what the driver's staging of pageable memory does.
+ * So a 100 GiB sleep pins 100 GiB, a granule (2 MiB) per host_alloc, as
+ * vLLM's sleep mode pins its CPU copy of the weights. After the wake the
+ * buffers stay pinned for the next sleep (pinning costs more than a copy);
+ * ga_sleep(a, NULL, 0) and ga_destroy give them back. When the device
+ * refuses to pin, that granule and the rest of the sleep go to plain
+ * (pageable) memory: slower, nothing lost (device_failures counts it). */
+
+static void *store_get(ga_allocator_t *a, int *pinned) {
+  size_t g = a->space.gran;
+  *pinned = 1;
+  if (a->pol.sleep.npinned) return a->pol.sleep.pinned[--a->pol.sleep.npinned];
+  void *p = NULL;
+  /* Room to keep it first, so that giving it back never needs memory. */
+  if (!a->pol.sleep.pin_refused &&
+      !GA_VEC_ROOM(a->pol.sleep.pinned, a->pol.sleep.cap_pinned, a->pol.sleep.pinned_total + 1)) {
+    if (ga_dev_host_alloc(a->dev, g, &p) == 0) {
+      a->pol.sleep.pinned_total++;
+      return p;
+    }
+    a->pol.sleep.pin_refused = 1;
+  }
+  *pinned = 0;
+  return ga_host_malloc(g);
+}
+
+/* A store no sleeper needs any more: a pinned one is kept for the next. */
+static void store_put(ga_allocator_t *a, void *p, int pinned) {
+  if (!pinned) {
+    free(p);
+    return;
+  }
+  GA_ASSERT(a->pol.sleep.npinned < a->pol.sleep.cap_pinned);
+  a->pol.sleep.pinned[a->pol.sleep.npinned++] = p;
+}
+
+/* Gives the kept pinned buffers back to the device. One it refuses stays
+ * kept (the next call tries again). */
+static int stores_trim(ga_allocator_t *a) {
+  while (a->pol.sleep.npinned) {
+    int rc = ga_dev_host_free(a->dev, a->pol.sleep.pinned[a->pol.sleep.npinned - 1]);
+    if (rc) return rc;
+    a->pol.sleep.npinned--;
+    a->pol.sleep.pinned_total--;
+  }
+  return 0;
+}
+
 /* ---- Sleep ---- */
 
 static int sleeps(uint32_t mask, const ga_block *b) {
@@ -103,18 +157,21 @@ static int granules_sleep(ga_allocator_t *a, uint32_t mask, ga_block *b, size_t 
 static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, int mode) {
   int offload = mode == GA_RESTORE_HOST;
   void **hosts = ga_host_calloc(n, sizeof *hosts);
-  int rc = hosts ? 0 : GA_DEV_ENOMEM;
+  int *pinned = ga_host_calloc(n, sizeof *pinned);
+  int rc = hosts && pinned ? 0 : GA_DEV_ENOMEM;
   if (!rc) rc = GA_VEC_ROOM(a->pol.sleep.sleepers, a->pol.sleep.cap_sleepers, a->pol.sleep.nsleepers + n);
   for (size_t j = 0; !rc && offload && j < n; j++)
-    if (!(hosts[j] = ga_host_malloc(a->space.gran))) rc = GA_DEV_ENOMEM;
+    if (!(hosts[j] = store_get(a, &pinned[j]))) rc = GA_DEV_ENOMEM;
   if (!rc) rc = ga_expandable_sleep_locked(&a->space, s, i, hosts);
   /* Contents discarded under a graph pool's addresses: its graphs must know. */
   if (!rc && mode != GA_RESTORE_HOST && s->priv) s->priv->generation++;
   for (size_t j = 0; !rc && j < n; j++)
     a->pol.sleep.sleepers[a->pol.sleep.nsleepers++] =
-        (ga_sleeper){s, i + j, hosts[j], 0, mode == GA_RESTORE_ZERO};
-  for (size_t j = 0; rc && hosts && j < n; j++) free(hosts[j]);
+        (ga_sleeper){s, i + j, hosts[j], 0, mode == GA_RESTORE_ZERO, pinned[j]};
+  for (size_t j = 0; rc && hosts && pinned && j < n; j++)
+    if (hosts[j]) store_put(a, hosts[j], pinned[j]);
   free(hosts);
+  free(pinned);
   return rc;
 }
 
@@ -199,7 +256,7 @@ static int restore_pending(ga_allocator_t *a) {
     int rc = ga_expandable_fill_locked(&a->space, z->seg, z->granule, z->zero ? zbuf : z->host);
     free(zbuf);
     if (rc) return rc;
-    free(z->host);
+    if (z->host) store_put(a, z->host, z->pinned);
     *z = a->pol.sleep.sleepers[--a->pol.sleep.nsleepers];
     if (!a->pol.sleep.nsleepers) all_awake(a);
   }
@@ -272,6 +329,7 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
   ga_status_t st = GA_OK;
   int rc = 0;
   uint32_t mask = tag_mask(a, tags);
+  a->pol.sleep.pin_refused = 0;
   if ((rc = restore_pending(a))) {
     ga_error_set("ga_sleep: a previous ga_wake left contents to restore, and that failed: %s", a->dev->error);
     st = GA_ERR_DEVICE;
@@ -294,6 +352,15 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
           ga_err_words(trc, a->dev->error));
       st = ga_err_status(trc);
     }
+  } else if (!(tags && *tags) && (rc = stores_trim(a))) {
+    /* No tags: the pinned host buffers kept for offloading go back too. */
+    char kept[32];
+    ga_format_size(a->pol.sleep.npinned * a->space.gran, kept, sizeof kept);
+    ga_error_set(
+        "ga_sleep: the cache is empty, but unpinning host memory failed: %s; %s stays pinned (the next "
+        "ga_sleep(a, NULL, 0) tries again)",
+        ga_err_words(rc, a->dev->error), kept);
+    st = ga_err_status(rc);
   }
   return st;
 }
@@ -367,7 +434,10 @@ static int wake_all(ga_allocator_t *a, char *refused, size_t cap) {
     return rc;
   }
   free(zbuf);
-  for (size_t i = 0; i < n; i++) free(a->pol.sleep.sleepers[i].host);
+  for (size_t i = 0; i < n; i++) {
+    ga_sleeper *z = &a->pol.sleep.sleepers[i];
+    if (z->host) store_put(a, z->host, z->pinned);
+  }
   a->pol.sleep.nsleepers = 0;
   return 0;
 }
@@ -431,8 +501,16 @@ static ga_status_t wake_locked(ga_allocator_t *a) {
 
 void ga_sleep_teardown_locked(ga_allocator_t *a) {
   GA_ASSERT_LOCKED(a);
-  for (size_t i = 0; i < a->pol.sleep.nsleepers; i++) free(a->pol.sleep.sleepers[i].host);
+  for (size_t i = 0; i < a->pol.sleep.nsleepers; i++) {
+    ga_sleeper *z = &a->pol.sleep.sleepers[i];
+    if (z->host) store_put(a, z->host, z->pinned);
+  }
+  /* What the device refuses to unpin now stays pinned: the allocator is gone. */
+  while (a->pol.sleep.npinned) (void)ga_dev_host_free(a->dev, a->pol.sleep.pinned[--a->pol.sleep.npinned]);
+  free(a->pol.sleep.pinned);
   free(a->pol.sleep.sleepers);
   a->pol.sleep.sleepers = NULL;
+  a->pol.sleep.pinned = NULL;
   a->pol.sleep.nsleepers = a->pol.sleep.cap_sleepers = 0;
+  a->pol.sleep.npinned = a->pol.sleep.cap_pinned = a->pol.sleep.pinned_total = 0;
 }

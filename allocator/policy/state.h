@@ -51,6 +51,7 @@ typedef struct ga_sleeper {
   void *host;     /* offloaded contents, or NULL (discarded) */
   int restore;    /* mapped again, but the contents are not back yet */
   int zero;       /* GA_RESTORE_ZERO: zeros at wake */
+  int pinned;     /* host is pinned host memory (ga_dev_host_alloc), else plain */
 } ga_sleeper;
 
 /* Per stream: what is known to have completed. */
@@ -94,6 +95,10 @@ typedef struct ga_policy {
     ga_sleeper *sleepers; /* granules released by ga_sleep, to map again at wake */
     size_t nsleepers, cap_sleepers;
     size_t nfree_at_wake; /* blocks with free_at_wake set */
+    void **pinned;        /* pinned granule buffers no sleeper holds, kept for the next sleep */
+    size_t npinned, cap_pinned;
+    size_t pinned_total; /* pinned granule buffers in all (held by sleepers or kept) */
+    int pin_refused;     /* this sleep's pinning was refused: the rest goes to plain memory */
   } sleep;
   struct ga_ipc *ipc; /* policy/ipc.c: exports and imports (NULL until the first) */
 } ga_policy;

@@ -238,8 +238,8 @@ CD_EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
 static int live_objects(void) {
   int refs = 0;
   for (int i = 0; i < cd.ndev; i++) refs += cd.dev[i].ctx.refs;
-  return refs || cd.handles.n || cd.resv.n || cd.maps.n || cd.mallocs.n || cd.streams.n || cd.events.n ||
-         cd.graphs.n;
+  return refs || cd.handles.n || cd.resv.n || cd.maps.n || cd.mallocs.n || cd.pinned.n || cd.streams.n ||
+         cd.events.n || cd.graphs.n;
 }
 
 /* Replaces the machine. pre: nothing alive. */
@@ -507,6 +507,7 @@ CD_EXPORT CUresult cudadouble_usage_get(int ordinal, cudadouble_usage *u) {
                           .captures_broken = cd.captures_broken,
                           .refusals = cd.refusals};
   for (size_t i = 0; i < cd.mallocs.n; i++) u->live_mallocs += cd.mallocs.v[i].ph->ordinal == ordinal;
+  u->live_pinned = cd.pinned.n;
   for (size_t i = 0; i < cd.maps.n; i++) u->live_mappings += cd.maps.v[i].ph->ordinal == ordinal;
   for (size_t i = 0; i < cd.handles.n; i++)
     u->live_handles += ((cd_phys *)cd.handles.v[i])->ordinal == ordinal;

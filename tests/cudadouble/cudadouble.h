@@ -34,6 +34,7 @@ typedef struct cudadouble_usage {
   uint64_t faults_fired;    /* injected results returned */
   uint64_t captures_broken; /* calls refused because they would invalidate a capture */
   uint64_t refusals;        /* other calls refused for breaking a documented rule (all devices) */
+  size_t live_pinned;       /* cuMemHostAlloc'd buffers not yet freed (all devices) */
 } cudadouble_usage;
 
 /* Sets the machine: `devices` devices of `bytes` each (a multiple of 2 MiB).

@@ -49,6 +49,8 @@
   X(MEM_IMPORT, "cuMemImportFromShareableHandle")               \
   X(MEMCPY_DTOH, "cuMemcpyDtoH")                                \
   X(MEMCPY_HTOD, "cuMemcpyHtoD")                                \
+  X(MEM_HOST_ALLOC, "cuMemHostAlloc")                           \
+  X(MEM_FREE_HOST, "cuMemFreeHost")                             \
   X(EVENT_CREATE, "cuEventCreate")                              \
   X(EVENT_RECORD, "cuEventRecord")                              \
   X(EVENT_QUERY, "cuEventQuery")                                \
@@ -173,6 +175,7 @@ typedef struct cd_state {
   cd_ptrs handles; /* cd_phys of cuMemCreate, by id */
   uint64_t next_handle;
   cd_ranges resv, maps, mallocs;
+  cd_ranges pinned; /* cuMemHostAlloc'd host memory (va, size; ctx: the context it was made in) */
   cd_ptrs streams, events, graphs;
   cd_fault faults[CD_MAX_FAULTS];
   int nfaults;

@@ -667,6 +667,45 @@ CD_EXPORT CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHo
   return copy(CD_MEMCPY_HTOD, (void *)(uintptr_t)srcHost, dstDevice, ByteCount, 0);
 }
 
+/* ---- Pinned host memory: cuMemHostAlloc, cuMemFreeHost ----
+ * Page-locked host memory: plain host memory here, remembered so that
+ * cuMemFreeHost takes only what cuMemHostAlloc gave and a leak is named. */
+
+CD_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+  const cd_entry e = CD_MEM_HOST_ALLOC;
+  struct CUctx_st *ctx;
+  CUresult r = cd_enter(e);
+  if (r || (r = cd_need_context(e, &ctx))) return cd_leave(r);
+  if (!pp) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "pp is NULL"));
+  if (bytesize == 0) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "bytesize is 0"));
+  if (Flags &
+      ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
+    return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "unknown flags 0x%x", Flags));
+  if ((r = cd_capture_unsafe(e)) || (r = cd_fault_hit(e))) return cd_leave(r);
+  void *p = malloc(bytesize);
+  cd_range m = {.va = (uintptr_t)p, .size = bytesize, .ctx = ctx};
+  if (!p || cd_ranges_insert(&cd.pinned, &m)) {
+    free(p);
+    return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
+  }
+  *pp = p;
+  return cd_leave(r);
+}
+
+CD_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p) {
+  const cd_entry e = CD_MEM_FREE_HOST;
+  struct CUctx_st *ctx;
+  CUresult r = cd_enter(e);
+  if (r || (r = cd_need_context(e, &ctx))) return cd_leave(r);
+  long i = cd_ranges_find(&cd.pinned, (uintptr_t)p);
+  if (i < 0 || cd.pinned.v[i].va != (uintptr_t)p)
+    return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "%p was not returned by cuMemHostAlloc", p));
+  if ((r = cd_fault_hit(e))) return cd_leave(r);
+  cd_ranges_remove(&cd.pinned, (size_t)i);
+  free(p);
+  return cd_leave(r);
+}
+
 /* ---- Leaks ---- */
 
 size_t cd_memory_describe_leaks(char *buf, size_t len, size_t *at) {
@@ -682,6 +721,9 @@ size_t cd_memory_describe_leaks(char *buf, size_t len, size_t *at) {
   for (size_t i = 0; i < cd.maps.n; i++, n++)
     cd_report(buf, len, at, "mapping 0x%llx+%zu not unmapped\n", (unsigned long long)cd.maps.v[i].va,
               cd.maps.v[i].size);
+  for (size_t i = 0; i < cd.pinned.n; i++, n++)
+    cd_report(buf, len, at, "cuMemHostAlloc'd %p (%zu bytes) not freed\n", (void *)cd.pinned.v[i].va,
+              cd.pinned.v[i].size);
   for (size_t i = 0; i < cd.resv.n; i++, n++)
     cd_report(buf, len, at, "reservation 0x%llx+%zu not freed\n", (unsigned long long)cd.resv.v[i].va,
               cd.resv.v[i].size);

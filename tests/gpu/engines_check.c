@@ -8,7 +8,9 @@
  * ga_empty_cache, the OOM ladder and an offloaded sleep and wake while
  * ga_pool_generation stays (and changes once contents are discarded), and
  * the OOM report counts the memory used outside the allocator (the CUDA
- * context at least), with ga_largest_free's answer served by ga_malloc.
+ * context at least), with ga_largest_free's answer served by ga_malloc,
+ * and an offloading sleep to pinned host memory keeps 1 GiB of bytes
+ * (printing the copy bandwidth each way).
  * Checks that need calls the driver double lacks (cuMemsetD8Async, graph
  * launch) say so and are left out there. Exit status 0 when every check
  * passes. */
@@ -177,6 +179,51 @@ static void oom_report_and_largest_free(void) {
   ga_destroy(a);
 }
 
+/* 8. An offloading sleep copies to pinned host memory (one cuMemHostAlloc
+ * per 2 MiB granule): 1 GiB of known bytes survives sleep and wake, and the
+ * copy bandwidth each way is printed from the driver's copy time (the first
+ * sleep pins; the second reuses the kept buffers, so its copy rate is the
+ * pinned one). */
+static void pinned_sleep_keeps_bytes(void) {
+  ga_allocator_t *a = NULL;
+  const size_t n = 1024 * MiB;
+  void *w = NULL;
+  if (ga_create("backend:cuda,expandable_segments:True,expandable_page_size_mb:2", 0, &a) != GA_OK ||
+      ga_malloc(a, n, NULL, &w) != GA_OK) {
+    CHECK(0, "1 GiB for the pinned sleep: %s", ga_last_error());
+    if (a) ga_destroy(a);
+    return;
+  }
+  unsigned char *host = malloc(n), *back = malloc(n);
+  for (size_t i = 0; i < n; i++) host[i] = (unsigned char)(i * 13 + (i >> 20));
+  htod((uintptr_t)w, host, n);
+  ga_tag(a, w, "weights");
+  for (int round = 0; round < 2; round++) {
+    ga_stats_t s0, s1, s2;
+    ga_stats(a, &s0);
+    CHECK(ga_sleep(a, "weights", GA_SLEEP_OFFLOAD) == GA_OK, "pinned sleep %d: %s", round + 1,
+          ga_last_error());
+    ga_stats(a, &s1);
+    CHECK(ga_wake(a) == GA_OK, "wake %d: %s", round + 1, ga_last_error());
+    ga_stats(a, &s2);
+    double out_s = (double)(s1.device_ns[GA_CALL_COPY] - s0.device_ns[GA_CALL_COPY]) / 1e9;
+    double in_s = (double)(s2.device_ns[GA_CALL_COPY] - s1.device_ns[GA_CALL_COPY]) / 1e9;
+    double pin_s = (double)(s1.device_ns[GA_CALL_HOST_ALLOC] - s0.device_ns[GA_CALL_HOST_ALLOC]) / 1e9;
+    printf("     round %d: %llu buffers pinned in %.1f ms; copies %.1f GB/s out, %.1f GB/s in\n", round + 1,
+           (unsigned long long)(s1.device_calls[GA_CALL_HOST_ALLOC] - s0.device_calls[GA_CALL_HOST_ALLOC]),
+           pin_s * 1e3, out_s > 0 ? n / 1e9 / out_s : 0.0, in_s > 0 ? n / 1e9 / in_s : 0.0);
+    CHECK(s1.device_failures[GA_CALL_HOST_ALLOC] == s0.device_failures[GA_CALL_HOST_ALLOC],
+          "round %d: the driver pinned every buffer", round + 1);
+    dtoh(back, (uintptr_t)w, n);
+    CHECK(memcmp(back, host, n) == 0, "round %d: 1 GiB came back byte for byte", round + 1);
+  }
+  CHECK(ga_sleep(a, NULL, 0) == GA_OK, "the pinned buffers go back: %s", ga_last_error());
+  free(host);
+  free(back);
+  ga_free(a, w);
+  ga_destroy(a);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   void *cu = dlopen("libcuda.so.1", RTLD_NOW);
@@ -274,6 +321,7 @@ int main(void) {
   sleep_waits_for_running_work();
   graph_pool_replays();
   oom_report_and_largest_free();
+  pinned_sleep_keeps_bytes();
   int (*release)(int) = NULL;
   *(void **)&release = dlsym(cu, "cuDevicePrimaryCtxRelease_v2");
   if (release) release(0);
