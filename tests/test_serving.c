@@ -526,15 +526,20 @@ Test(serving, restore_modes_per_tag) {
   fx_free(n);
 }
 
-/* Three allocations asleep with their bytes on the host. */
+/* Three allocations of 4 MiB with their own bytes, tagged "w" on a fresh
+ * allocator of 2 MiB pages. */
 static void *sleepers3[3];
-static void asleep3(void) {
+static void tagged3(void) {
   fx_open(PAGES2, 64 * MiB);
   for (int i = 0; i < 3; i++) {
     sleepers3[i] = fx_alloc(4 * MiB);
     fx_fill(sleepers3[i], 4 * MiB, (unsigned)i + 10);
     cr_assert_eq(ga_tag(fx_a, sleepers3[i], "w"), GA_OK);
   }
+}
+/* The same three asleep with their bytes on the host. */
+static void asleep3(void) {
+  tagged3();
   cr_assert_eq(ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
 }
 static void awake3_and_free(void) {
@@ -666,12 +671,7 @@ Test(serving, wake_rollback_reports_a_refused_release_after_a_copy_back_fails) {
 static void sleep_fault_sweep_to(ga_device_call_t kind, ga_status_t want) {
   unsigned calls = 0;
   for (unsigned nth = 0; nth <= calls; nth++) {
-    fx_open(PAGES2, 64 * MiB);
-    for (int i = 0; i < 3; i++) {
-      sleepers3[i] = fx_alloc(4 * MiB);
-      fx_fill(sleepers3[i], 4 * MiB, (unsigned)i + 10);
-      cr_assert_eq(ga_tag(fx_a, sleepers3[i], "w"), GA_OK);
-    }
+    tagged3();
     uint64_t before = fx_calls(kind);
     if (nth) fx_inject(kind, nth, GA_DEV_EDRIVER, 0);
     ga_status_t st = ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD);
@@ -786,12 +786,7 @@ Test(serving, pinned_copies_cost_less_than_pageable_ones_on_the_sim) {
 /* Pinning refused from the first granule on: the sleep goes to plain
  * memory, succeeds, loses nothing, and says nothing was pinned. */
 Test(serving, a_refused_pinning_falls_back_to_plain_memory) {
-  fx_open(PAGES2, 64 * MiB);
-  for (int i = 0; i < 3; i++) {
-    sleepers3[i] = fx_alloc(4 * MiB);
-    fx_fill(sleepers3[i], 4 * MiB, (unsigned)i + 10);
-    cr_assert_eq(ga_tag(fx_a, sleepers3[i], "w"), GA_OK);
-  }
+  tagged3();
   uint64_t pins = fx_calls(GA_CALL_HOST_ALLOC);
   fx_inject(GA_CALL_HOST_ALLOC, 1, GA_DEV_EOOM, 1);
   cr_assert_eq(ga_sleep(fx_a, "w", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
