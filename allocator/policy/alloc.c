@@ -224,12 +224,10 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
     ga_relax r;
     /* private pools too, as in current PyTorch */
     int expandable = a->cfg.expandable_segments && !contiguous;
-    ga_request req = {.size = size,
-                      .rounded = rounded,
+    ga_request req = {.rounded = rounded,
                       .alloc_size = ga_allocation_size_for(&a->cfg, rounded),
                       .stream = stream,
                       .pool = pool,
-                      .flags = flags,
                       .priv = priv};
     size_t tried = expandable ? rounded : req.alloc_size; /* PyTorch's "Tried to allocate" */
     if (past_budget(a, tried)) {

@@ -162,12 +162,10 @@ ga_status_t ga_private_generation_locked(ga_allocator_t *a, uint64_t id, uint64_
  * AllocParams): each step of the ladder reads the request, fills in what it
  * found and returns 0 or a GA_DEV_* code (the error). */
 typedef struct ga_request {
-  size_t size;        /* what the client asked for */
-  size_t rounded;     /* ga_round_size of it: the size of the block handed out */
+  size_t rounded;     /* ga_round_size of what the client asked for: the size of the block handed out */
   size_t alloc_size;  /* a new native segment's size for it (ga_allocation_size_for) */
   ga_stream_t stream; /* the stream it is for */
   int pool;           /* its size class: GA_P_SMALL or GA_P_LARGE */
-  unsigned flags;     /* GA_ALLOC_* */
   ga_private *priv;   /* the private pool it is routed to, or NULL */
   /* What the ladder found */
   ga_block *block;      /* a FREE block of at least `rounded` bytes, in no tree */
