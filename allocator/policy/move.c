@@ -394,6 +394,8 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
     run->seg->gave |= (uint8_t)swing;
     return rc;
   }
+  /* The unmapped blocks after the grown run now follow FREE memory. */
+  ga_unmapped_touch_locked(run);
   r->block = run;
   if (swing || run->seg->keep_mapped) {
     size_t m = mapped_bytes(run->seg);
