@@ -11,13 +11,14 @@
  * layer calls up; scripts/layers.py checks it, and the compiler keeps
  * segment/ from the policy's state: its sources are built with
  * GA_LAYER_SEGMENT, and this header and policy/state.h refuse to compile
- * there. Functions named *_locked require the caller to hold a->mu.
+ * there; device/'s sources are built with GA_LAYER_DEVICE, under which
+ * segment/space.h refuses too. Functions named *_locked require the caller to hold a->mu.
  */
 #ifndef GA_INTERNAL_H
 #define GA_INTERNAL_H
 
-#ifdef GA_LAYER_SEGMENT
-#error "internal.h is above the segment layer: segment/ includes segment/space.h"
+#if defined(GA_LAYER_SEGMENT) || defined(GA_LAYER_DEVICE)
+#error "internal.h is above the segment layer: segment/ includes segment/space.h, device/ device/device.h"
 #endif
 
 #include <stdatomic.h>

@@ -10,7 +10,8 @@ circle. The files of ga-bench (BUILD_DIR/bench/CMakeFiles/ga-bench.dir),
 when built, may call each other but never in a circle. It also reads the
 sources: a file includes only the headers of its own layer and below. (The
 compiler holds segment/ to that too: its sources are built with
-GA_LAYER_SEGMENT, under which internal.h and policy/state.h do not compile.)
+GA_LAYER_SEGMENT, under which internal.h and policy/state.h do not compile,
+and device/ with GA_LAYER_DEVICE, under which segment/space.h does not.)
 Prints the layers and what crosses them; exits 1 on any upward call,
 forbidden include or circle.
 """

@@ -8,8 +8,8 @@
 #ifndef GA_POLICY_STATE_H
 #define GA_POLICY_STATE_H
 
-#ifdef GA_LAYER_SEGMENT
-#error "policy/state.h is the policy layer's: segment/ sees only segment/space.h and below"
+#if defined(GA_LAYER_SEGMENT) || defined(GA_LAYER_DEVICE)
+#error "policy/state.h is the policy layer's: segment/ and device/ see only their own headers and below"
 #endif
 
 #include "../blockmap.h"

@@ -3,6 +3,7 @@
  * segment/ sees these and the leaves below it, never the policy's state or
  * the allocator's record (policy/state.h; built with GA_LAYER_SEGMENT, it
  * cannot include it). Its functions are declared in segment/segment.h.
+ * device/, below, cannot include this header (GA_LAYER_DEVICE).
  *
  * Block states:
  *   FREE      in its pool's free tree (in_tree), merged with free neighbours
@@ -18,6 +19,10 @@
  */
 #ifndef GA_SPACE_H
 #define GA_SPACE_H
+
+#ifdef GA_LAYER_DEVICE
+#error "segment/space.h is above the device layer: device/ sees device/device.h and the leaves"
+#endif
 
 #include <stddef.h>
 #include <stdint.h>
