@@ -25,7 +25,8 @@
 #     at sizes from 4 KiB to 64 MiB in each mode, with instructions per pair
 #     (from callgrind when valgrind is installed);
 #  4. the CPU time of one allocation and one free with N blocks live, for
-#     N = 10^3 .. 10^5 in every mode (ga-bench scale: bench/results/scale.csv,
+#     N = 10^3 .. 10^5 in every mode and with the C library's malloc/free, the
+#     median of 5 rounds per point (ga-bench scale: bench/results/scale.csv,
 #     scale.svg, scale.txt), each series within 30 s of CPU time; --full-scale takes N
 #     up to 10^6 with 180 s per series (GA_BENCH_SCALE_N and
 #     GA_BENCH_SCALE_BUDGET_S set them too).

@@ -22,10 +22,25 @@
  *          default waits for the streams and tries to move pages) and fails.
  *          Both run RELEASE_ROUNDS times per point; the blocks freed are
  *          allocated again untimed.
- * W is N/10 (at least 100, at most 20000) and rounds repeat until at least
- * 2000 of each were timed, after one untimed round (steady state). Times are
+ * W is N/10 (at least 100, at most 20000) and batches repeat until at least
+ * 2000 of each were timed, after one untimed batch (steady state). Times are
  * the thread's CPU time per operation (CLOCK_THREAD_CPUTIME_ID), the
  * simulated device's own bookkeeping included, its modelled driver time not.
+ * All of that is one round; each point repeats it --rounds times (default 5)
+ * and reports each figure's median, minimum and maximum over the rounds (on a
+ * shared machine one round's figure moves by up to 2x). A series that reaches
+ * its budget after its first round at a point reports the rounds it finished.
+ *
+ * The glibc series run the same patterns (the same sizes, the same random
+ * picks) with the C library's malloc and free at the same N: a floor for the
+ * memory-latency growth any allocator pays with N records scattered in
+ * memory. Only alloc, free and reuse apply to them. Their child sets
+ * M_MMAP_THRESHOLD to its largest value (every block up to 4 MiB comes from
+ * the heap: 10^6 separate mappings would pass the host's map limit) and
+ * M_TRIM_THRESHOLD past anything reached (freed memory stays with the
+ * process), and turns transparent huge pages off (a block touches its first
+ * page, not 2 MiB). Their fresh allocations include the kernel's first touch
+ * of new pages.
  *
  * Each series runs in a child process with a budget of CPU time: a series
  * that reaches it stops filling and says where it was (a mode whose cost
@@ -36,6 +51,7 @@
  * --out.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -43,6 +59,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,24 +86,35 @@
 /* ---- Series ---- */
 
 typedef struct scale_mode {
-  const char *name, *conf;
+  const char *name, *conf; /* conf NULL: the C library's malloc/free */
 } scale_mode;
 
 static const scale_mode modes[] = {
     {"native", ""},
     {"expandable", "expandable_segments:True"},
     {"pytorch", "expandable_segments:True,expandable_policy:pytorch"},
+    {"glibc", NULL},
 };
-#define NMODES 3
+#define NMODES 4
+#define GLIBC  3 /* the index of the C library's series in modes[] */
+#define NGA    3 /* the allocator's modes come first */
+static const char *const mode_names[] = {"native", "expandable", "pytorch", "glibc"};
 static const char *const patterns[] = {"4k", "mixed"};
 #define NPATTERNS 2
 #define NSERIES   (NMODES * NPATTERNS)
 #define MAXPOINTS 32
+#define MAXROUNDS 99
+
+/* The figures of a point, each as median, minimum and maximum over the rounds. */
+enum { M_ALLOC, M_FREE, M_REUSE, M_EMPTY, M_REFUSED, NMETRIC };
+static const char *const metric_csv[NMETRIC] = {"alloc_ns", "free_ns", "reuse_ns", "empty_cache_ns",
+                                                "refused_ns"};
 
 typedef struct point {
-  uint64_t n, ops;
-  double alloc_ns, free_ns, reuse_ns, cpu_s; /* cpu_s: the series' CPU time so far */
-  double empty_ns, refused_ns;               /* ga_empty_cache; a request refused after the ladder */
+  uint64_t n, ops; /* ops: operations timed per round */
+  int rounds;
+  double v[NMETRIC][3]; /* ns per call: median, min, max (NAN: does not apply) */
+  double cpu_s;         /* the series' CPU time so far */
 } point;
 
 typedef struct series {
@@ -132,7 +160,7 @@ static double wall_now(void) {
 }
 
 typedef struct run_state {
-  ga_allocator_t *a;
+  ga_allocator_t *a; /* NULL: the C library's malloc/free */
   int pattern;
   void **live;
   size_t n, cap;
@@ -168,7 +196,10 @@ static int alloc_one(run_state *r) {
     r->cap = cap;
   }
   size_t size = size_of(r->pattern);
-  if (ga_malloc(r->a, size, NULL, &r->live[r->n]) != GA_OK) {
+  if (!r->a) {
+    if (!(r->live[r->n] = malloc(size)))
+      return snprintf(r->why, sizeof r->why, "malloc(%zu) failed with %zu live", size, r->n), -1;
+  } else if (ga_malloc(r->a, size, NULL, &r->live[r->n]) != GA_OK) {
     snprintf(r->why, sizeof r->why, "ga_malloc(%zu) failed with %zu live: %.250s", size, r->n,
              ga_last_error());
     return -1;
@@ -180,6 +211,10 @@ static int alloc_one(run_state *r) {
 static int free_at(run_state *r, size_t i) {
   void *p = r->live[i];
   r->live[i] = r->live[--r->n];
+  if (!r->a) {
+    free(p);
+    return 0;
+  }
   if (ga_free(r->a, p) != GA_OK) {
     snprintf(r->why, sizeof r->why, "ga_free failed: %.120s", ga_last_error());
     return -1;
@@ -215,7 +250,7 @@ static int round_grow(run_state *r, size_t w, double *t) {
   *t += cpu_now() - c0;
   while (r->n > base)
     if (free_at(r, r->n - 1)) return -1;
-  if (ga_empty_cache(r->a) != GA_OK) {
+  if (r->a && ga_empty_cache(r->a) != GA_OK) {
     snprintf(r->why, sizeof r->why, "ga_empty_cache failed: %.120s", ga_last_error());
     return -1;
   }
@@ -280,43 +315,78 @@ static int round_release(run_state *r, double *te, double *to) {
   return 0;
 }
 
-/* Measures at r->n live blocks and reports one point. */
-static int measure_at(run_state *r) {
+static int by_value(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* Median, minimum and maximum of v[0..n) (n >= 1; sorts v). */
+static void summarise(double *v, int n, double out[3]) {
+  qsort(v, (size_t)n, sizeof *v, by_value);
+  out[0] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  out[1] = v[0];
+  out[2] = v[n - 1];
+}
+
+/* Measures at r->n live blocks, `rounds` times, and reports one point (with
+ * the rounds done when the budget ran out after the first). */
+static int measure_at(run_state *r, int rounds) {
   size_t n = r->n, w = n / 10;
   if (w < 100) w = 100;
   if (w > 20000) w = 20000;
-  size_t rounds = (2000 + w - 1) / w;
-  double tg = 0, tf = 0, ta = 0, ignored = 0, ignored2 = 0;
+  size_t batches = (2000 + w - 1) / w;
+  double v[NMETRIC][MAXROUNDS], ignored = 0, ignored2 = 0;
   if (round_grow(r, w, &ignored) || round_reuse(r, w, &ignored, &ignored2)) return -1; /* warm */
-  for (size_t k = 0; k < rounds; k++)
-    if (round_grow(r, w, &tg)) return -1;
+  int done = 0, bad = 0;
   CALLGRIND_ZERO_STATS;
-  for (size_t k = 0; k < rounds; k++)
-    if (round_reuse(r, w, &tf, &ta)) return -1;
-  char label[96];
-  snprintf(label, sizeof label, "random frees at N=%zu: %zu", n, w * rounds);
-  CALLGRIND_DUMP_STATS_AT(label);
-  double te = 0, to = 0;
-  for (int k = 0; k < RELEASE_ROUNDS; k++) {
-    if (over_budget(r) || round_release(r, &te, &to)) return -1;
+  for (; done < rounds && !bad; done++) {
+    if (done > 0 && over_budget(r)) break;
+    double tg = 0, tf = 0, ta = 0, te = 0, to = 0;
+    for (size_t k = 0; k < batches && !bad; k++) bad = round_grow(r, w, &tg);
+    for (size_t k = 0; k < batches && !bad; k++) bad = round_reuse(r, w, &tf, &ta);
+    for (int k = 0; r->a && k < RELEASE_ROUNDS && !bad; k++)
+      bad = over_budget(r) || round_release(r, &te, &to);
+    if (bad) break;
+    double ops = (double)(w * batches);
+    v[M_ALLOC][done] = tg * 1e9 / ops;
+    v[M_FREE][done] = tf * 1e9 / ops;
+    v[M_REUSE][done] = ta * 1e9 / ops;
+    v[M_EMPTY][done] = r->a ? te * 1e9 / RELEASE_ROUNDS : NAN;
+    v[M_REFUSED][done] = r->a ? to * 1e9 / RELEASE_ROUNDS : NAN;
   }
-  double ops = (double)(w * rounds);
-  say(r, "point %zu %zu %.1f %.1f %.1f %.2f %.1f %.1f", n, w * rounds, tg * 1e9 / ops, tf * 1e9 / ops,
-      ta * 1e9 / ops, process_now() - r->t0, te * 1e9 / RELEASE_ROUNDS, to * 1e9 / RELEASE_ROUNDS);
-  return 0;
+  char label[96];
+  snprintf(label, sizeof label, "random frees at N=%zu: %zu", n, w * batches * (size_t)done);
+  CALLGRIND_DUMP_STATS_AT(label);
+  if (!done) return -1;
+  char line[1024];
+  int len = snprintf(line, sizeof line, "point %zu %zu %d %.2f", n, w * batches, done, process_now() - r->t0);
+  for (int m = 0; m < NMETRIC; m++) {
+    double s[3];
+    summarise(v[m], done, s);
+    for (int j = 0; j < 3; j++) len += snprintf(line + len, sizeof line - (size_t)len, " %.1f", s[j]);
+  }
+  say(r, "%s", line);
+  return bad || done < rounds ? -1 : 0;
 }
 
-static void run_series(int out, const char *conf, int pattern, const uint64_t *ns, size_t nn, double budget) {
+static void run_series(int out, const char *conf, int pattern, const uint64_t *ns, size_t nn, double budget,
+                       int rounds) {
   run_state r = {.pattern = pattern, .out = out};
   r.t0 = process_now();
   r.deadline = r.t0 + budget;
   rng_state = 0x9E3779B97F4A7C15ULL + (uint64_t)pattern;
-  if (ga_create(conf, 0, &r.a) != GA_OK) {
+  if (!conf) { /* the C library (see the top of the file) */
+    (void)prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    if (!mallopt(M_MMAP_THRESHOLD, 32 << 20) || !mallopt(M_TRIM_THRESHOLD, INT32_MAX)) {
+      say(&r, "stop 0 mallopt refused the thresholds");
+      return;
+    }
+  } else if (ga_create(conf, 0, &r.a) != GA_OK) {
     say(&r, "stop 0 cannot create the allocator: %.200s", ga_last_error());
     return;
   }
   for (size_t i = 0; i < nn; i++)
-    if (fill(&r, ns[i]) || measure_at(&r)) {
+    if (fill(&r, ns[i]) || measure_at(&r, rounds)) {
       say(&r, "stop %zu %s", r.n, r.why);
       return;
     }
@@ -329,8 +399,14 @@ static void run_series(int out, const char *conf, int pattern, const uint64_t *n
 static void parse_line(series *s, char *line) {
   point p;
   unsigned long long n, ops;
-  if (sscanf(line, "point %llu %llu %lf %lf %lf %lf %lf %lf", &n, &ops, &p.alloc_ns, &p.free_ns, &p.reuse_ns,
-             &p.cpu_s, &p.empty_ns, &p.refused_ns) == 8) {
+  int used = 0;
+  if (sscanf(line, "point %llu %llu %d %lf%n", &n, &ops, &p.rounds, &p.cpu_s, &used) == 4) {
+    char *at = line + used, *end;
+    for (int m = 0; m < NMETRIC; m++)
+      for (int j = 0; j < 3; j++, at = end) {
+        p.v[m][j] = strtod(at, &end);
+        if (end == at) return; /* a broken line: no point */
+      }
     p.n = n;
     p.ops = ops;
     if (s->np < MAXPOINTS) s->p[s->np++] = p;
@@ -349,7 +425,7 @@ static void parse_line(series *s, char *line) {
 }
 
 /* Runs one series in a child; kills it when it runs far past its budget. */
-static void run_child(series *s, const char *conf, const uint64_t *ns, size_t nn, double budget) {
+static void run_child(series *s, const char *conf, const uint64_t *ns, size_t nn, double budget, int rounds) {
   int fd[2];
   snprintf(s->status, sizeof s->status, "no result");
   s->stop = "failed"; /* until the child says otherwise */
@@ -367,7 +443,7 @@ static void run_child(series *s, const char *conf, const uint64_t *ns, size_t nn
   }
   if (pid == 0) {
     close(fd[0]);
-    run_series(fd[1], conf, s->pattern, ns, nn, budget);
+    run_series(fd[1], conf, s->pattern, ns, nn, budget, rounds);
     _exit(0);
   }
   close(fd[1]);
@@ -423,38 +499,79 @@ static const point *point_at(const series *s, uint64_t n) {
   return NULL;
 }
 
-static void print_table(const series *sv, size_t nsv, const uint64_t *ns, size_t nn, int which,
+/* "1202 ns (12%)": the median and the spread (max - min) / median, or the
+ * median alone with one round; "-" where there is no figure. */
+static const char *cell(const point *p, int m, char *buf, size_t len) {
+  if (!p || isnan(p->v[m][0])) return snprintf(buf, len, "-"), buf;
+  double v = p->v[m][0];
+  int k = v < 10000 ? snprintf(buf, len, "%.0f ns", v)
+          : v < 1e6 ? snprintf(buf, len, "%.1f us", v / 1e3)
+                    : snprintf(buf, len, "%.2f ms", v / 1e6);
+  if (p->rounds > 1 && k > 0 && (size_t)k < len) {
+    double spread = v > 0 ? 100 * (p->v[m][2] - p->v[m][1]) / v : 0;
+    if (spread < 999.5)
+      snprintf(buf + k, len - (size_t)k, " (%.0f%%)", spread);
+    else
+      snprintf(buf + k, len - (size_t)k, " (>999%%)");
+  }
+  return buf;
+}
+
+/* One figure over N for the allocator's series (not the C library's): each
+ * column is headed by its mode over its pattern, 100 columns hold six. */
+static void print_table(const series *sv, size_t nsv, const uint64_t *ns, size_t nn, int m,
                         const char *title) {
-  /* Each column is headed by its mode over its pattern: 100 columns hold six. */
-  printf("\n%s\n  %-9s", title, "N live");
-  for (size_t i = 0; i < nsv; i++) printf(" %12s", modes[sv[i].mode].name);
-  printf("\n  %-9s", "");
-  for (size_t i = 0; i < nsv; i++) printf(" %12s", patterns[sv[i].pattern]);
+  printf("\n%s\n%-8s", title, "N live");
+  for (size_t i = 0; i < nsv; i++)
+    if (sv[i].mode != GLIBC) printf(" %14s", modes[sv[i].mode].name);
+  printf("\n%-8s", "");
+  for (size_t i = 0; i < nsv; i++)
+    if (sv[i].mode != GLIBC) printf(" %14s", patterns[sv[i].pattern]);
   printf("\n");
   for (size_t k = 0; k < nn; k++) {
-    printf("  %-9llu", (unsigned long long)ns[k]);
+    printf("%-8llu", (unsigned long long)ns[k]);
     for (size_t i = 0; i < nsv; i++) {
-      const point *p = point_at(&sv[i], ns[k]);
-      double v = !p           ? NAN
-                 : which == 0 ? p->alloc_ns
-                 : which == 1 ? p->free_ns
-                 : which == 2 ? p->reuse_ns
-                 : which == 3 ? p->empty_ns
-                              : p->refused_ns;
-      if (!p)
-        printf(" %12s", "-");
-      else if (v >= 10000)
-        printf(" %9.1f us", v / 1000);
-      else
-        printf(" %9.0f ns", v);
+      char buf[32];
+      if (sv[i].mode != GLIBC) printf(" %14s", cell(point_at(&sv[i], ns[k]), m, buf, sizeof buf));
     }
+    printf("\n");
+  }
+}
+
+/* The C library's series: alloc, free and reuse per pattern. */
+static void print_floor(const series *sv, size_t nsv, const uint64_t *ns, size_t nn) {
+  size_t g[NPATTERNS], ng = 0;
+  for (size_t i = 0; i < nsv; i++)
+    if (sv[i].mode == GLIBC) g[ng++] = i;
+  if (!ng) return;
+  static const char *const what[3] = {"alloc", "free", "reuse"};
+  printf("\nthe floor: the C library's malloc/free, the same patterns and N, CPU time per call:\n%-8s",
+         "N live");
+  for (size_t j = 0; j < ng; j++)
+    for (int m = 0; m < 3; m++) printf(" %14s", patterns[sv[g[j]].pattern]);
+  printf("\n%-8s", "");
+  for (size_t j = 0; j < ng; j++)
+    for (int m = 0; m < 3; m++) printf(" %14s", what[m]);
+  printf("\n");
+  for (size_t k = 0; k < nn; k++) {
+    printf("%-8llu", (unsigned long long)ns[k]);
+    for (size_t j = 0; j < ng; j++)
+      for (int m = 0; m < 3; m++) {
+        char buf[32];
+        printf(" %14s", cell(point_at(&sv[g[j]], ns[k]), m, buf, sizeof buf));
+      }
     printf("\n");
   }
 }
 
 /* ---- Plot: ns per operation over live blocks, log-log ---- */
 
-static const char *const colours[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"};
+static const char *const colours[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                      "#E69F00", "#56B4E9", "#555555", "#999999"};
+/* The allocator's series keep their colours; the C library's are grey. */
+static const char *colour_of(const series *s) {
+  return colours[s->mode == GLIBC ? 6 + s->pattern : s->pattern * NGA + s->mode];
+}
 static const double PW = 980, PH = 560, PL = 80, PR = 260, PT = 56, PB = 60;
 
 static double lx_of(double v, double lo, double hi) {
@@ -481,7 +598,7 @@ static int plot(FILE *f, const series *sv, size_t nsv, const char *command, cons
   for (size_t i = 0; i < nsv; i++)
     for (size_t k = 0; k < sv[i].np; k++) {
       const point *p = &sv[i].p[k];
-      double v[2] = {p->alloc_ns, p->free_ns};
+      double v[2] = {p->v[M_ALLOC][0], p->v[M_FREE][0]};
       if ((double)p->n < nlo) nlo = (double)p->n;
       if ((double)p->n > nhi) nhi = (double)p->n;
       for (int j = 0; j < 2; j++) {
@@ -509,7 +626,7 @@ static int plot(FILE *f, const series *sv, size_t nsv, const char *command, cons
   fprintf(
       f,
       "<text x=\"%.0f\" y=\"42\" fill=\"#444\">solid: allocation of a fresh block; dotted: free of a random "
-      "block; backend %s; log-log</text>\n",
+      "block; medians over the rounds; grey: glibc; backend %s; log-log</text>\n",
       PL, backend);
   /* Grid and ticks at powers of ten (and 2, 5 between them on the y axis). */
   fprintf(f, "<g font-size=\"12\">\n");
@@ -542,20 +659,20 @@ static int plot(FILE *f, const series *sv, size_t nsv, const char *command, cons
           PL, PH - PB, PW - PR, PH - PB, PL, PT, PL, PH - PB);
   char label[64];
   for (size_t i = 0; i < nsv; i++) {
-    const char *c = colours[i % 6];
+    const char *c = colour_of(&sv[i]);
     for (int j = 0; j < 2; j++) {
       fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s points=\"", c,
               j ? "1.5" : "2.5", j ? " stroke-dasharray=\"2,3\"" : "");
       for (size_t k = 0; k < sv[i].np; k++) {
-        double v = j ? sv[i].p[k].free_ns : sv[i].p[k].alloc_ns;
+        double v = sv[i].p[k].v[j ? M_FREE : M_ALLOC][0];
         if (v > 0) fprintf(f, "%.1f,%.1f ", lx_of((double)sv[i].p[k].n, xl, xh), ly_of(v, yl, yh));
       }
       fprintf(f, "\"/>\n");
     }
     for (size_t k = 0; k < sv[i].np; k++)
-      if (sv[i].p[k].alloc_ns > 0)
+      if (sv[i].p[k].v[M_ALLOC][0] > 0)
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
-                lx_of((double)sv[i].p[k].n, xl, xh), ly_of(sv[i].p[k].alloc_ns, yl, yh), c);
+                lx_of((double)sv[i].p[k].n, xl, xh), ly_of(sv[i].p[k].v[M_ALLOC][0], yl, yh), c);
     double yy = PT + 8 + 40.0 * (double)i, lx = PW - PR + 16;
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"/>\n",
             lx, yy, lx + 36, yy, c);
@@ -575,15 +692,18 @@ static int plot(FILE *f, const series *sv, size_t nsv, const char *command, cons
 
 static int usage_scale(FILE *f) {
   fprintf(f,
-          "usage: ga-bench scale [--max-n N] [--budget-s S] [--modes LIST] [--patterns LIST]\n"
-          "                      [--capacity-mb N] [--backend sim|auto|cuda] [--out DIR]\n"
+          "usage: ga-bench scale [--max-n N] [--budget-s S] [--rounds R] [--modes LIST]\n"
+          "                      [--patterns LIST] [--capacity-mb N] [--backend sim|auto|cuda]\n"
+          "                      [--out DIR]\n"
           "  The CPU time of one allocation and one free with N blocks live, N = 10^3, 3*10^3, ...\n"
           "  up to --max-n (default 1000000), for each mode (native, expandable, pytorch =\n"
-          "  expandable_policy:pytorch) and pattern (4k; mixed: 512 B to 4 MiB with holes).\n"
+          "  expandable_policy:pytorch; glibc = the C library's malloc/free, the floor) and\n"
+          "  pattern (4k; mixed: 512 B to 4 MiB with holes). --rounds: measurements per point\n"
+          "  (default 5, at most 99); each cell is their median and spread, (max - min) / median.\n"
           "  --budget-s: CPU time each series may take (default 180); a series that reaches it\n"
-          "  stops and says at which N. --capacity-mb: the simulated device (default 4194304, 4 TiB:\n"
-          "  untouched memory costs nothing). Writes DIR/scale.csv, scale.cmd and scale.svg\n"
-          "  (default DIR bench/results).\n");
+          "  stops and says at which N (after the first round at a point, with the rounds done).\n"
+          "  --capacity-mb: the simulated device (default 4194304, 4 TiB: untouched memory costs\n"
+          "  nothing). Writes DIR/scale.csv, scale.cmd and scale.svg (default DIR bench/results).\n");
   return f == stdout ? 0 : 2;
 }
 
@@ -618,8 +738,9 @@ static int list_ok(const char *list, const char *const *names, size_t n, const c
 int cmd_scale(int argc, char **argv) {
   unsigned long long max_n = 1000000, capacity_mb = 4194304;
   double budget = 180;
-  const char *mode_list = "native,expandable,pytorch", *pattern_list = "4k,mixed", *out = "bench/results",
-             *backend = "sim";
+  int rounds = 5;
+  const char *mode_list = "native,expandable,pytorch,glibc", *pattern_list = "4k,mixed",
+             *out = "bench/results", *backend = "sim";
   for (int i = 0; i < argc; i++) {
     char *end = NULL;
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -633,12 +754,16 @@ int cmd_scale(int argc, char **argv) {
       budget = strtod(v, &end);
       if (*end || !(budget > 0) || budget > 86400)
         return fprintf(stderr, "ga-bench scale: --budget-s must be positive seconds (at most a day)\n"), 2;
+    } else if (!strcmp(argv[i], "--rounds")) {
+      long k = strtol(v, &end, 10);
+      if (*end || k < 1 || k > MAXROUNDS)
+        return fprintf(stderr, "ga-bench scale: --rounds must be 1 to 99\n"), 2;
+      rounds = (int)k;
     } else if (!strcmp(argv[i], "--capacity-mb")) {
       capacity_mb = strtoull(v, &end, 10);
       if (*end || capacity_mb < 2) return fprintf(stderr, "ga-bench scale: --capacity-mb must be >= 2\n"), 2;
     } else if (!strcmp(argv[i], "--modes")) {
-      const char *names[] = {"native", "expandable", "pytorch"};
-      if (list_ok(v, names, 3, "--modes")) return 2;
+      if (list_ok(v, mode_names, NMODES, "--modes")) return 2;
       mode_list = v;
     } else if (!strcmp(argv[i], "--patterns")) {
       if (list_ok(v, patterns, NPATTERNS, "--patterns")) return 2;
@@ -670,15 +795,16 @@ int cmd_scale(int argc, char **argv) {
   ga_strbuf cmd = {0};
   bench_command(&cmd, "scale", argc, argv);
   printf(
-      "CPU time per operation with N blocks live\n(backend %s, simulated capacity %llu MiB, budget %.0f s "
-      "per series)\n",
-      backend, capacity_mb, budget);
+      "CPU time per operation with N blocks live; each cell the median of %d rounds and their\n"
+      "spread, (max - min) / median (backend %s, simulated capacity %llu MiB, budget %.0f s per series)\n",
+      rounds, backend, capacity_mb, budget);
   for (size_t i = 0; i < nsv; i++) {
     char conf[512], label[64];
+    const char *mc = modes[sv[i].mode].conf;
     snprintf(conf, sizeof conf, "backend:%s,sim_capacity_mb:%llu%s%s", backend, capacity_mb,
-             modes[sv[i].mode].conf[0] ? "," : "", modes[sv[i].mode].conf);
+             mc && mc[0] ? "," : "", mc ? mc : "");
     fprintf(stderr, "ga-bench scale: %s ...\n", series_label(&sv[i], label, sizeof label));
-    run_child(&sv[i], conf, ns, nn, budget);
+    run_child(&sv[i], modes[sv[i].mode].conf ? conf : NULL, ns, nn, budget, rounds);
     fprintf(stderr, "ga-bench scale: %s: %s, %zu points\n", label, sv[i].status, sv[i].np);
   }
   print_table(sv, nsv, ns, nn, 0, "allocation of a fresh block (growth included), CPU time per call:");
@@ -688,6 +814,7 @@ int cmd_scale(int argc, char **argv) {
   print_table(sv, nsv, ns, nn, 4,
               "a request refused after the whole retry ladder (memory fraction = reserved), 16 random\n"
               "frees before it, CPU time per call:");
+  print_floor(sv, nsv, ns, nn);
   int stopped = 0;
   for (size_t i = 0; i < nsv; i++) {
     char label[64];
@@ -706,21 +833,30 @@ int cmd_scale(int argc, char **argv) {
   int failed = !fc || !fm || !fs;
   if (!failed) {
     fprintf(fm, "%s\n", cmd.s);
-    fprintf(fc,
-            "series,mode,conf,pattern,n_live,ops,alloc_ns,free_ns,reuse_ns,empty_cache_ns,refused_ns,cpu_s,"
-            "status\n");
+    /* Each figure: its median over the rounds, then the minimum and maximum;
+     * empty where it does not apply (the C library's empty_cache and refused). */
+    fprintf(fc, "series,mode,conf,pattern,n_live,ops,rounds");
+    for (int m = 0; m < NMETRIC; m++)
+      fprintf(fc, ",%s,%s_min,%s_max", metric_csv[m], metric_csv[m], metric_csv[m]);
+    fprintf(fc, ",cpu_s,status\n");
     for (size_t i = 0; i < nsv; i++) {
       char label[64];
+      const char *conf = modes[sv[i].mode].conf ? modes[sv[i].mode].conf : "malloc";
       series_label(&sv[i], label, sizeof label);
       for (size_t k = 0; k < sv[i].np; k++) {
         const point *p = &sv[i].p[k];
-        fprintf(fc, "%s,%s,\"%s\",%s,%llu,%llu,%.1f,%.1f,%.1f,%.1f,%.1f,%.2f,\"%s\"\n", label,
-                modes[sv[i].mode].name, modes[sv[i].mode].conf, patterns[sv[i].pattern],
-                (unsigned long long)p->n, (unsigned long long)p->ops, p->alloc_ns, p->free_ns, p->reuse_ns,
-                p->empty_ns, p->refused_ns, p->cpu_s, sv[i].status);
+        fprintf(fc, "%s,%s,\"%s\",%s,%llu,%llu,%d", label, modes[sv[i].mode].name, conf,
+                patterns[sv[i].pattern], (unsigned long long)p->n, (unsigned long long)p->ops, p->rounds);
+        for (int m = 0; m < NMETRIC; m++)
+          for (int j = 0; j < 3; j++)
+            if (isnan(p->v[m][j]))
+              fputc(',', fc);
+            else
+              fprintf(fc, ",%.1f", p->v[m][j]);
+        fprintf(fc, ",%.2f,\"%s\"\n", p->cpu_s, sv[i].status);
       }
       if (!sv[i].np) /* no point: the row says why */
-        fprintf(fc, "%s,%s,\"%s\",%s,,,,,,,,,\"%s\"\n", label, modes[sv[i].mode].name, modes[sv[i].mode].conf,
+        fprintf(fc, "%s,%s,\"%s\",%s,,,,,,,,,,,,,,,,,,,,\"%s\"\n", label, modes[sv[i].mode].name, conf,
                 patterns[sv[i].pattern], sv[i].status);
     }
     failed = plot(fs, sv, nsv, cmd.s, backend) != 0;

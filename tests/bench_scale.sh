@@ -1,7 +1,9 @@
 #!/bin/sh
 # bench_scale.sh GA_BENCH OUTDIR: ga-bench scale measures every series at
 # each N and writes its table, CSV, command and plot; a series over its time
-# budget stops and says so instead of holding the run up.
+# budget stops and says so instead of holding the run up. Each figure is the
+# median of --rounds measurements with their minimum and maximum; the glibc
+# series (the C library's malloc/free) give the floor.
 set -eu
 bench=$1
 dir=$2
@@ -10,24 +12,41 @@ fail() {
   echo "bench_scale: $*" >&2
   exit 1
 }
-out=$("$bench" scale --max-n 3000 --budget-s 60 --out "$dir/full" 2>/dev/null)
+out=$("$bench" scale --max-n 3000 --budget-s 60 --rounds 3 --out "$dir/full" 2>/dev/null)
 for title in "allocation of a fresh block" "free of a random live block" "allocation right after those frees" \
-  "ga_empty_cache right after 16 random frees" "a request refused after the whole retry ladder"; do
+  "ga_empty_cache right after 16 random frees" "a request refused after the whole retry ladder" \
+  "the floor: the C library's malloc/free" "each cell the median of 3 rounds"; do
   printf '%s\n' "$out" | grep -q "$title" || fail "no table '$title' in: $out"
 done
+# Cells are a median and its spread over the rounds: "412 ns (12%)".
+printf '%s\n' "$out" | grep -Eq '^3000 +[0-9.]+ (ns|us|ms) \([0-9]+%\)' || fail "no median (spread) cells in: $out"
 csv="$dir/full/scale.csv"
-head -1 "$csv" | grep -q '^series,mode,conf,pattern,n_live,ops,alloc_ns,free_ns,reuse_ns,empty_cache_ns,refused_ns,cpu_s,status$' ||
-  fail "bad header in $csv"
+want=series,mode,conf,pattern,n_live,ops,rounds
+for m in alloc_ns free_ns reuse_ns empty_cache_ns refused_ns; do want="$want,$m,${m}_min,${m}_max"; done
+want="$want,cpu_s,status"
+[ "$(head -1 "$csv")" = "$want" ] || fail "bad header in $csv: $(head -1 "$csv")"
 rows=$(grep -c ',"done"$' "$csv")
-[ "$rows" -eq 12 ] || fail "$rows rows done in $csv, want 6 series x 2 points"
-for series in "native 4k" "expandable 4k" "pytorch 4k" "native mixed" "expandable mixed" "pytorch mixed"; do
-  grep -q "^$series,.*,3000,[0-9]*,[0-9.]*,[0-9.]*,[0-9.]*,[0-9]*\.[0-9],[0-9]*\.[0-9],[0-9.]*," "$csv" ||
-    fail "no point at 3000 for $series"
+[ "$rows" -eq 16 ] || fail "$rows rows done in $csv, want 8 series x 2 points"
+# Every point: 3 rounds, every figure's minimum <= median <= maximum, the
+# allocator's five figures all present, the C library's last two empty
+# (quoted fields, which may hold commas, are blanked first).
+sed 's/"[^"]*"/Q/g' "$csv" | awk -F, 'NR > 1 {
+  if ($7 != 3) { print "rounds " $7 ": " $0; bad = 1 }
+  for (m = 0; m < 5; m++) {
+    med = $(8 + 3 * m); lo = $(9 + 3 * m); hi = $(10 + 3 * m)
+    glibc_only = ($2 == "glibc" && m >= 3)
+    if (glibc_only) { if (med != "" || lo != "" || hi != "") { print "glibc figure " m ": " $0; bad = 1 } }
+    else if (med == "" || lo + 0 > med + 0 || med + 0 > hi + 0 || lo + 0 <= 0) { print "figure " m ": " $0; bad = 1 }
+  }
+} END { exit bad }' || fail "bad points in $csv"
+for series in "native 4k" "expandable 4k" "pytorch 4k" "glibc 4k" "native mixed" "expandable mixed" "pytorch mixed" \
+  "glibc mixed"; do
+  grep -q "^$series,.*,3000,[0-9]*,3,[0-9]" "$csv" || fail "no point at 3000 for $series"
 done
 grep -q 'ga-bench.* scale --max-n 3000' "$dir/full/scale.cmd" || fail "scale.cmd: $(cat "$dir/full/scale.cmd")"
 head -c 200 "$dir/full/scale.svg" | grep -q '^<svg' || fail "scale.svg is not an SVG"
 # A budget too small for any point: every series stops, says why, and the run still succeeds.
 out=$("$bench" scale --max-n 1000 --budget-s 0.000001 --modes native --patterns 4k --out "$dir/cut" 2>/dev/null)
 printf '%s\n' "$out" | grep -q 'native 4k: time budget reached' || fail "no budget line in: $out"
-grep -q '^native 4k,native,"",4k,,,,,,,,,"time budget reached' "$dir/cut/scale.csv" ||
+grep -q '^native 4k,native,"",4k,,,,,,,,,,,,,,,,,,,,"time budget reached' "$dir/cut/scale.csv" ||
   fail "no budget row in $(cat "$dir/cut/scale.csv")"
