@@ -75,14 +75,35 @@ static inline ga_status_t enter_all(ga_allocator_t *a, const char *fn) {
 
 #ifdef GA_CHECK_EVERY_CALL
 /* The expensive tier (CMake's GA_CHECK_EVERY_CALL, on in CI's sanitizer
- * build and the fuzzers): every invariant ga_check knows, after every call
- * that took the lock. A broken one is described on stderr and aborts. */
-static void check_every_call(ga_allocator_t *a, const char *fn) {
+ * build and the fuzzers): every invariant ga_check knows, after every Nth
+ * call of an allocator that took the lock (N: the environment's
+ * GA_CHECK_STRIDE, else CMake's GA_CHECK_STRIDE, 1 by default; a suite of
+ * a million calls on 10^5 blocks sets a larger one). A broken one is
+ * described on stderr and aborts. */
+#ifndef GA_CHECK_STRIDE
+#define GA_CHECK_STRIDE 1
+#endif
+static unsigned long check_stride(void) {
+  static atomic_ulong stride;
+  unsigned long n = atomic_load_explicit(&stride, memory_order_relaxed);
+  if (n) return n;
+  const char *e = getenv("GA_CHECK_STRIDE");
+  char *end = NULL;
+  n = e && *e ? strtoul(e, &end, 10) : 0;
+  if (!n || (end && *end)) n = GA_CHECK_STRIDE;
+  atomic_store_explicit(&stride, n, memory_order_relaxed);
+  return n;
+}
+static void check_now(ga_allocator_t *a, const char *fn) {
+  a->calls_unchecked = 0;
   int broken = ga_check_locked(a);
   if (broken) {
     fprintf(stderr, "gardenalloc: %s left %d broken invariant(s) (GA_CHECK_EVERY_CALL)\n", fn, broken);
     abort();
   }
+}
+static void check_every_call(ga_allocator_t *a, const char *fn) {
+  if (++a->calls_unchecked >= check_stride()) check_now(a, fn);
 }
 #endif
 
@@ -139,8 +160,10 @@ static ga_status_t create(const char *conf, const ga_config *cfg, ga_device *dev
   a->dev = dev;
   a->owns_dev = owns;
   snprintf(a->conf_text, sizeof a->conf_text, "%s", conf ? conf : "");
-  ga_lock_acquire(&a->mu); /* the *_locked functions state that their caller holds it */
-  int rc = ga_policy_init_locked(a, total);
+  ga_lock_acquire(&a->mu);       /* the *_locked functions state that their caller holds it */
+  int rc = ga_check_register(a); /* listed before it holds anything on the device */
+  if (!rc) rc = ga_policy_init_locked(a, total);
+  if (rc) ga_check_unregister(a);
   ga_lock_release(&a->mu);
   if (rc == GA_DEV_EINVAL) {
     ga_error_set(
@@ -221,9 +244,13 @@ void ga_destroy(ga_allocator_t *a) {
   if (!a || ga_inherited(a)) return; /* the parent's memory is not the child's to give back */
   ga_lock_acquire(&a->mu);
   ga_block_keep_flush_locked(a);
+#ifdef GA_CHECK_EVERY_CALL
+  if (a->calls_unchecked) check_now(a, "the calls before ga_destroy"); /* with a stride, the last ones */
+#endif
   ga_policy_teardown_locked(a);
   ga_history_free(&a->history);
   if (a->owns_dev) ga_dev_destroy(a->dev);
+  ga_check_unregister(a); /* its lock still held: a check of another allocator skips the device */
   ga_lock_release(&a->mu);
   free(a);
 }

@@ -2,7 +2,9 @@
  * counts the broken invariants (TLSF's tlsf_check). Each one is described on
  * stderr. Read-only.
  */
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "inspect.h"
 
@@ -213,6 +215,91 @@ static int check_unmapped(const ga_segment *s) {
   return broken;
 }
 
+/* The events a holds: cached, pending on a free, and its fences. */
+static size_t events_held(const ga_allocator_t *a) {
+  size_t events = a->pol.streams.nevent_cache;
+  for (size_t i = 0; i < a->pol.streams.npending; i++) events += a->pol.streams.pending[i].ev != NULL;
+  for (int i = 0; i < a->pol.streams.nfences; i++) events += a->pol.streams.fences[i].ev != NULL;
+  return events;
+}
+
+/* ---- Allocators sharing a device ----
+ * The device's objects are those of every allocator on it, so ga_check
+ * adds up the others' (ga_create_on_device lets several share one). They
+ * are listed here from creation to destruction. The list's mutex is never
+ * held while waiting for an allocator's lock: another allocator's lock is
+ * only tried, and a busy one makes the device's figures unknown for this
+ * check. So two allocators checking each other cannot deadlock. */
+static pthread_mutex_t on_devices_mu = PTHREAD_MUTEX_INITIALIZER;
+static ga_allocator_t **on_devices;
+static size_t n_on_devices, cap_on_devices;
+
+int ga_check_register(ga_allocator_t *a) {
+  int rc = 0;
+  pthread_mutex_lock(&on_devices_mu);
+  if (n_on_devices == cap_on_devices) {
+    size_t cap = cap_on_devices ? 2 * cap_on_devices : 16;
+    ga_allocator_t **v = realloc(on_devices, cap * sizeof *v);
+    if (v) on_devices = v, cap_on_devices = cap;
+  }
+  if (n_on_devices < cap_on_devices)
+    on_devices[n_on_devices++] = a;
+  else
+    rc = GA_DEV_ENOMEM;
+  pthread_mutex_unlock(&on_devices_mu);
+  return rc;
+}
+
+void ga_check_unregister(ga_allocator_t *a) {
+  pthread_mutex_lock(&on_devices_mu);
+  for (size_t i = 0; i < n_on_devices; i++)
+    if (on_devices[i] == a) {
+      on_devices[i] = on_devices[--n_on_devices];
+      break;
+    }
+  if (n_on_devices == 0) {
+    free(on_devices);
+    on_devices = NULL;
+    cap_on_devices = 0;
+  }
+  pthread_mutex_unlock(&on_devices_mu);
+}
+
+/* What b holds on its device. Caller holds b's lock. */
+static void held_on_device(ga_allocator_t *b, ga_device_usage *w) {
+  size_t ih, im, ir, expandable = 0, mappings = 0;
+  ga_ipc_usage_locked(b, &ih, &im, &ir);
+  for (const ga_segment *s = b->space.segs; s; s = s->next) {
+    if (!s->expandable) continue;
+    expandable++;
+    for (size_t i = 0; i < s->ngranules; i++) mappings += s->granules[i].handle && s->granules[i].off == 0;
+  }
+  w->live_mallocs += b->space.nsegs - expandable;
+  w->live_reservations += expandable + ir;
+  w->live_handles += b->space.nhandles + ih;
+  w->live_mappings += mappings + im;
+  w->live_events += events_held(b);
+}
+
+/* Adds to *w what the other allocators on a's device hold; nonzero (and *w
+ * partial) when one of them is busy. Caller holds a's lock. */
+int ga_check_others_on_device(ga_allocator_t *a, ga_device_usage *w) {
+  int busy = 0;
+  pthread_mutex_lock(&on_devices_mu);
+  for (size_t i = 0; i < n_on_devices && !busy; i++) {
+    ga_allocator_t *b = on_devices[i];
+    if (b == a || b->dev != a->dev) continue;
+    if (!ga_lock_try(&b->mu)) {
+      busy = 1;
+      break;
+    }
+    held_on_device(b, w);
+    ga_lock_release(&b->mu);
+  }
+  pthread_mutex_unlock(&on_devices_mu);
+  return busy;
+}
+
 int ga_check_locked(ga_allocator_t *a) {
   GA_ASSERT_LOCKED(a);
   int broken = 0;
@@ -303,28 +390,31 @@ int ga_check_locked(ga_allocator_t *a) {
            (long long)t.quarantined);
   if (st->requested_bytes[0].current > active)
     BROKEN("requested %lld > active %lld", (long long)st->requested_bytes[0].current, (long long)active);
-  /* The device agrees on what we hold (when it can tell: the simulated device). */
+  /* The device agrees on what we hold (when it can tell: the simulated
+   * device), with every other allocator on the same device (devices.c). */
   ga_device_usage u;
   if (ga_dev_usage(a->dev, &u) == 0) {
-    size_t native = a->space.nsegs - t.expandable_segs, ih, im, ir;
+    ga_device_usage want = {0};
+    size_t ih, im, ir;
     ga_ipc_usage_locked(a, &ih, &im, &ir); /* what imports of other processes' memory hold */
-    u.live_handles -= ih <= u.live_handles ? ih : 0;
-    u.live_mappings -= im <= u.live_mappings ? im : 0;
-    u.live_reservations -= ir <= u.live_reservations ? ir : 0;
-    if (u.live_mallocs != native)
-      BROKEN("the device has %zu live mallocs, the allocator %zu native segments", u.live_mallocs, native);
-    if (u.live_reservations != t.expandable_segs)
-      BROKEN("the device has %zu reservations, the allocator %zu expandable segments", u.live_reservations,
-             t.expandable_segs);
-    if (u.live_handles != a->space.nhandles)
-      BROKEN("the device has %zu handles, the allocator %zu", u.live_handles, a->space.nhandles);
-    if (u.live_mappings != t.mappings)
-      BROKEN("the device has %zu mappings, the allocator %zu", u.live_mappings, t.mappings);
-    size_t events = a->pol.streams.nevent_cache;
-    for (size_t i = 0; i < a->pol.streams.npending; i++) events += a->pol.streams.pending[i].ev != NULL;
-    for (int i = 0; i < a->pol.streams.nfences; i++) events += a->pol.streams.fences[i].ev != NULL;
-    if (u.live_events != events)
-      BROKEN("the device has %zu events, the allocator holds %zu", u.live_events, events);
+    want.live_mallocs = a->space.nsegs - t.expandable_segs;
+    want.live_reservations = t.expandable_segs + ir;
+    want.live_handles = a->space.nhandles + ih;
+    want.live_mappings = t.mappings + im;
+    want.live_events = events_held(a);
+    if (ga_check_others_on_device(a, &want)) return broken; /* another one is busy: cannot tell */
+    if (u.live_mallocs != want.live_mallocs)
+      BROKEN("the device has %zu live mallocs, its allocators %zu native segments", u.live_mallocs,
+             want.live_mallocs);
+    if (u.live_reservations != want.live_reservations)
+      BROKEN("the device has %zu reservations, its allocators %zu expandable segments and imports",
+             u.live_reservations, want.live_reservations);
+    if (u.live_handles != want.live_handles)
+      BROKEN("the device has %zu handles, its allocators %zu", u.live_handles, want.live_handles);
+    if (u.live_mappings != want.live_mappings)
+      BROKEN("the device has %zu mappings, its allocators %zu", u.live_mappings, want.live_mappings);
+    if (u.live_events != want.live_events)
+      BROKEN("the device has %zu events, its allocators hold %zu", u.live_events, want.live_events);
   }
   return broken;
 }

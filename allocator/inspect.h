@@ -12,6 +12,15 @@
  * the lock. */
 int ga_check_locked(ga_allocator_t *a);
 
+/* ga_create lists every allocator (until ga_destroy) so that ga_check can
+ * add up what all the allocators on one device hold. Register: 0 or
+ * GA_DEV_ENOMEM. Others: adds the other allocators' objects to *w; nonzero
+ * when one of them holds its lock (tried, never waited for), so that the
+ * device's figures cannot be compared now. */
+int ga_check_register(ga_allocator_t *a);
+void ga_check_unregister(ga_allocator_t *a);
+int ga_check_others_on_device(ga_allocator_t *a, ga_device_usage *w);
+
 /* Appends the snapshot JSON of `a` to *o. Caller holds the lock. */
 void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o);
 

@@ -78,6 +78,15 @@ static inline void ga_lock_acquire(ga_lock *l) {
 #endif
 }
 
+/* Takes l if it is free and returns 1; returns 0 at once if it is held. */
+static inline int ga_lock_try(ga_lock *l) {
+  if (ga_lock_cas(l, 0, 1) != 0) return 0;
+#ifdef GA_ASSERTS
+  atomic_store_explicit(&l->owner, ga_lock_self(), memory_order_relaxed);
+#endif
+  return 1;
+}
+
 static inline void ga_lock_release(ga_lock *l) {
 #ifdef GA_ASSERTS
   atomic_store_explicit(&l->owner, 0, memory_order_relaxed);

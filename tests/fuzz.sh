@@ -4,6 +4,8 @@
 #   tests/fuzz.sh --minutes N        each for N minutes
 #   tests/fuzz.sh --seconds N [config|ops|trace|streams|torch ...]
 #   tests/fuzz.sh --coverage ...     then the line coverage of what the corpus reaches (llvm-cov)
+# Every harness runs ga_check after every public call (GA_CHECK_EVERY_CALL):
+# a broken invariant aborts, naming the call, and counts as a crash.
 # Builds into build-fuzz/ (installing clang and libFuzzer with apt-get when
 # missing, as root; GA_WERROR=1 makes warnings errors). Each harness starts from its seed corpus and the inputs
 # that once crashed (tests/fuzz/corpus/<name>, tests/fuzz/crashes/<name>) and
@@ -41,7 +43,7 @@ need_packages "file:$(clang -print-resource-dir)/lib/linux/libclang_rt.fuzzer-$(
 
 jobs=$(nproc 2>/dev/null || echo 2)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGA_FUZZ=ON -DGA_BUILD_TESTS=ON \
-  -DGA_BUILD_BENCH=OFF -DGA_BUILD_EXAMPLES=OFF -DGA_LTO=OFF \
+  -DGA_CHECK_EVERY_CALL=ON -DGA_BUILD_BENCH=OFF -DGA_BUILD_EXAMPLES=OFF -DGA_LTO=OFF \
   -DGA_WERROR="$([ "${GA_WERROR:-0}" = 1 ] && echo ON || echo OFF)" >/dev/null
 cmake --build build-fuzz -j"$jobs" --target $(printf 'fuzz_%s ' "${harnesses[@]}") >/dev/null
 

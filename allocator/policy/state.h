@@ -122,6 +122,7 @@ struct ga_allocator {
   unsigned fork_gen;   /* ga_fork_generation when it was created: another one means a forked child */
   int pid;             /* the process that created it */
   char conf_text[512]; /* the configuration string it was created with */
+  unsigned long calls_unchecked; /* GA_CHECK_EVERY_CALL (api.c): calls since ga_check last ran */
 };
 
 /* ---- Preconditions (debug.h: GA_ASSERT) ---- */
