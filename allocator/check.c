@@ -153,11 +153,21 @@ static int check_stat(const char *name, const ga_stat_t *s, const int64_t *want)
 
 /* A free tree is ordered, a heap, and holds what its count says; adds its
  * blocks to *total. */
-static int check_tree(const ga_free_tree *tree, int p, size_t *total) {
+static int check_tree(const ga_allocator_t *a, const ga_free_tree *tree, int p, size_t *total) {
   int broken = 0;
   size_t n;
+  const ga_block *bad;
   if (!ga_free_tree_valid(tree, &n)) BROKEN("free tree %d is out of order", p);
   if (n != tree->count) BROKEN("free tree %d holds %zu blocks, its count says %zu", p, n, tree->count);
+  if (tree->gran != a->space.gran)
+    BROKEN("free tree %d counts granules of %zu bytes, the device's are %zu", p, tree->gran, a->space.gran);
+  else if (!ga_free_tree_sums_valid(tree, &bad)) {
+    if (bad)
+      BROKEN("free tree %d: block %p's marks of whole granules are wrong", p, (void *)bad->ptr);
+    else
+      BROKEN("free tree %d: its sums (%zu bytes, %zu in whole granules, %zu stranded) are not its blocks'", p,
+             tree->bytes, tree->whole_bytes, tree->stranded);
+  }
   *total += n;
   return broken;
 }
@@ -338,9 +348,9 @@ int ga_check_locked(ga_allocator_t *a) {
   }
   for (int p = 0; p < 2; p++) {
     size_t total = 0;
-    broken += check_tree(&a->pol.trees[p], p, &total);
+    broken += check_tree(a, &a->pol.trees[p], p, &total);
     for (ga_private *v = a->pol.capture.privates; v; v = v->next)
-      broken += check_tree(&v->trees[p], p, &total);
+      broken += check_tree(a, &v->trees[p], p, &total);
     if (total != t.free_blocks[p])
       BROKEN("free trees %d hold %zu blocks, segments have %zu free", p, total, t.free_blocks[p]);
   }

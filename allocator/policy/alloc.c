@@ -364,18 +364,6 @@ const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p) {
 
 /* ---- The OOM report's facts ---- */
 
-/* The largest free block, and the free bytes that lie in whole granules
- * (memory that expandable segments could map elsewhere). */
-static int free_facts(ga_block *b, void *arg) {
-  ga_oom_facts *f = arg;
-  if (b->size > f->largest_free) f->largest_free = b->size;
-  if (b->size > f->largest_pool[b->pool]) f->largest_pool[b->pool] = b->size;
-  f->cached_free += b->size;
-  uintptr_t lo = (b->ptr + f->gran - 1) / f->gran, hi = (b->ptr + b->size) / f->gran;
-  if (hi > lo) f->movable += (hi - lo) * f->gran;
-  return 0;
-}
-
 static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused, int budget) {
   ga_stats_sync(&a->stats, &a->hot);
   ga_oom_facts f = {.device = a->dev->ordinal,
@@ -393,7 +381,16 @@ static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int frac
   /* Past the budget no device call is made, not even this query. */
   f.have_free = !budget && ga_dev_mem_info(a->dev, &f.free, &f.total) == 0;
   ga_history_add_locked(a, GA_H_OOM, f.free, rounded, NULL); /* PyTorch records the rounded request */
-  for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], free_facts, &f);
+  /* The largest free block, and the free bytes that lie in whole granules
+   * (memory that expandable segments could map elsewhere): from the trees'
+   * sums, without a walk over the free blocks. */
+  for (int p = 0; p < 2; p++) {
+    const ga_free_tree *t = &a->pol.trees[p];
+    f.largest_pool[p] = ga_free_tree_largest(t);
+    if (f.largest_pool[p] > f.largest_free) f.largest_free = f.largest_pool[p];
+    f.cached_free += t->bytes;
+    f.movable += t->whole_bytes;
+  }
   if (f.expandable) f.stranded = ga_move_stranded_locked(a);
   ga_report_oom(&f);
 }

@@ -12,8 +12,52 @@
  * another's node in ga_free_tree_rekey), so the shape is deterministic for a
  * given history and the expected depth is O(log n).
  * Owns nothing: blocks are the allocator's; this file only links them.
+ *
+ * Two aggregates keep the out-of-memory report and the moves of expandable
+ * memory from walking every free block. The tree's sums (bytes, bytes in
+ * whole granules, stranded bytes) change by each block that comes and goes,
+ * in O(1). Each node's `whole` byte says whether the block holds a whole
+ * granule of an expandable segment (WHOLE_OWN, exact) and whether some block
+ * of its subtree may (WHOLE_SUB): set on the way down whenever such a block
+ * comes in, never cleared by a removal, and tightened to the children's by
+ * ga_free_tree_whole_at as it passes. A search skips every subtree without
+ * WHOLE_SUB, so it costs O(log n) plus the marks it clears, each of them made
+ * by one insertion: O(log n) amortised. Nothing of this is on the path of
+ * the free kept back (block.c), which leaves the tree alone.
  */
 #include "policy.h"
+
+#define WHOLE_OWN 1u /* the block holds a whole granule of an expandable segment */
+#define WHOLE_SUB 2u /* some block of its subtree may (always set when one does) */
+
+void ga_free_tree_init(ga_free_tree *p, size_t gran) {
+  GA_ASSERT(gran > 0 && !p->root);
+  p->gran = gran;
+}
+
+/* The bytes in whole granules of [ptr, ptr + size). */
+static size_t whole_bytes(uintptr_t ptr, size_t size, size_t g) {
+  if (size < g) return 0;
+  uintptr_t lo = (ptr + g - 1) / g, hi = (ptr + size) / g;
+  return hi > lo ? (size_t)(hi - lo) * g : 0;
+}
+
+/* Adds (add) or takes away a block of b's segment at [ptr, ptr + size) from
+ * the sums; returns WHOLE_OWN when it holds a whole granule of an expandable
+ * segment. */
+static unsigned tally(ga_free_tree *p, const ga_block *b, uintptr_t ptr, size_t size, int add) {
+  size_t w = whole_bytes(ptr, size, p->gran), st = b->seg->expandable ? size - w : 0;
+  if (add) {
+    p->bytes += size;
+    p->whole_bytes += w;
+    p->stranded += st;
+  } else {
+    p->bytes -= size;
+    p->whole_bytes -= w;
+    p->stranded -= st;
+  }
+  return w && b->seg->expandable ? WHOLE_OWN : 0;
+}
 
 static uint32_t prio_of(uintptr_t p) {
   uint64_t h = (uint64_t)p * 0x9e3779b97f4a7c15ULL;
@@ -34,10 +78,12 @@ static int cmp_key(const ga_block *b, const ga_block *k, size_t ksize) {
   return cmp(b, k->stream, ksize, k->tie, k->ptr);
 }
 
+/* The new root of a subtree takes its marks: it holds what t held. */
 static ga_block *rot_right(ga_block *t) {
   ga_block *l = t->left;
   t->left = l->right;
   l->right = t;
+  l->whole |= t->whole & WHOLE_SUB;
   return l;
 }
 
@@ -45,6 +91,7 @@ static ga_block *rot_left(ga_block *t) {
   ga_block *r = t->right;
   t->right = r->left;
   r->left = t;
+  r->whole |= t->whole & WHOLE_SUB;
   return r;
 }
 
@@ -65,9 +112,11 @@ static ga_block *merge(ga_block *l, ga_block *r) {
   if (!r) return l;
   if (l->prio > r->prio) {
     l->right = merge(l->right, r);
+    l->whole |= r->whole & WHOLE_SUB;
     return l;
   }
   r->left = merge(l, r->left);
+  r->whole |= l->whole & WHOLE_SUB;
   return r;
 }
 
@@ -81,12 +130,28 @@ static ga_block *remove_node(ga_block *t, ga_block *b) {
   return t;
 }
 
+/* Marks WHOLE_SUB on the path from the root to where the key (b's, with
+ * the size `size` and the address `ptr`) is or goes, `stop` excluded. */
+static void mark_path(ga_free_tree *p, const ga_block *b, size_t size, uintptr_t ptr, const ga_block *stop) {
+  for (ga_block *t = p->root; t && t != stop;) {
+    t->whole |= WHOLE_SUB;
+    t = cmp(t, b->stream, size, b->tie, ptr) > 0 ? t->left : t->right;
+  }
+}
+
+/* b (its sums counted, own = its WHOLE_OWN) goes in as a leaf and up. */
+static void insert_marked(ga_free_tree *p, ga_block *b, unsigned own) {
+  b->left = b->right = NULL;
+  b->prio = prio_of(b->ptr);
+  b->whole = (uint8_t)(own ? WHOLE_OWN | WHOLE_SUB : 0);
+  if (own) mark_path(p, b, b->size, b->ptr, NULL);
+  p->root = insert(p->root, b);
+}
+
 void ga_free_tree_insert(ga_free_tree *p, ga_block *b) {
   GA_ASSERT(!b->in_tree && b->state == GA_BLOCK_FREE);
   b->in_tree = 1;
-  b->left = b->right = NULL;
-  b->prio = prio_of(b->ptr);
-  p->root = insert(p->root, b);
+  insert_marked(p, b, tally(p, b, b->ptr, b->size, 1));
   p->count++;
 }
 
@@ -95,6 +160,7 @@ void ga_free_tree_remove(ga_free_tree *p, ga_block *b) {
   b->in_tree = 0;
   p->root = remove_node(p->root, b);
   b->left = b->right = NULL;
+  (void)tally(p, b, b->ptr, b->size, 0);
   p->count--;
 }
 
@@ -109,6 +175,8 @@ void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xp
   GA_ASSERT(x->in_tree && (y == x || !y->in_tree) && y->state == GA_BLOCK_FREE && y->tie == x->tie);
   x->in_tree = 0;
   y->in_tree = 1;
+  (void)tally(p, x, xptr, xsize, 0);
+  unsigned own = tally(p, y, y->ptr, y->size, 1);
   ga_block **link = &p->root, *lo = NULL, *hi = NULL;
   while (*link && *link != x) {
     ga_block *t = *link;
@@ -126,6 +194,7 @@ void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xp
   if (x->right)
     for (succ = x->right; succ->left;) succ = succ->left;
   if ((!pred || cmp_key(pred, y, y->size) < 0) && (!succ || cmp_key(succ, y, y->size) > 0)) {
+    unsigned sub = x->whole & WHOLE_SUB;
     if (y != x) {
       y->left = x->left;
       y->right = x->right;
@@ -133,13 +202,15 @@ void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xp
       x->left = x->right = NULL;
       *link = y;
     }
+    y->whole = (uint8_t)(own ? WHOLE_OWN | WHOLE_SUB : sub);
+    /* The blocks above hold no mark for it yet (rare: a block that gains a
+     * whole granule where none was below). */
+    if (own && !sub) mark_path(p, x, xsize, xptr, y);
     return;
   }
   *link = merge(x->left, x->right);
   x->left = x->right = NULL;
-  y->left = y->right = NULL;
-  y->prio = prio_of(y->ptr);
-  p->root = insert(p->root, y);
+  insert_marked(p, y, own);
 }
 
 static ga_block *lower_bound(const ga_free_tree *p, ga_stream_t stream, size_t size, uint32_t tie,
@@ -204,6 +275,46 @@ int ga_free_tree_first_is(const ga_free_tree *p, ga_stream_t stream, size_t size
   return !first || cmp(first, stream, ksize, kb->tie, kb->ptr) > 0;
 }
 
+static ga_block *before(const ga_free_tree *p, ga_stream_t stream, size_t size, uint32_t tie, uintptr_t ptr);
+
+/* The first block from the key on that holds a whole granule: WHOLE_SUB
+ * leads the way, and each node passed keeps only its children's and its own
+ * (a bound that stays one). */
+static ga_block *whole_from(ga_block *t, ga_stream_t stream, size_t size, uint32_t tie, uintptr_t ptr) {
+  if (!t || !(t->whole & WHOLE_SUB)) return NULL;
+  ga_block *r;
+  if (cmp(t, stream, size, tie, ptr) < 0)
+    r = whole_from(t->right, stream, size, tie, ptr);
+  else if (!(r = whole_from(t->left, stream, size, tie, ptr)))
+    r = t->whole & WHOLE_OWN ? t : whole_from(t->right, stream, size, tie, ptr);
+  unsigned below = (t->left ? t->left->whole : 0) | (t->right ? t->right->whole : 0);
+  if (!(t->whole & WHOLE_OWN) && !(below & WHOLE_SUB)) t->whole = 0;
+  return r;
+}
+
+ga_block *ga_free_tree_whole_at(ga_free_tree *p, ga_stream_t stream, size_t size, uint32_t tie,
+                                uintptr_t ptr) {
+  return whole_from(p->root, stream, size, tie, ptr);
+}
+
+/* The largest block of each stream is the last of its stream. */
+size_t ga_free_tree_largest(const ga_free_tree *p) {
+  size_t most = 0;
+  for (ga_block *f = lower_bound(p, NULL, 0, 0, 0); f;) {
+    uintptr_t st = (uintptr_t)f->stream;
+    ga_block *last = f, *next = NULL;
+    if (st != UINTPTR_MAX) {
+      next = lower_bound(p, (ga_stream_t)(st + 1), 0, 0, 0);
+      last = before(p, (ga_stream_t)(st + 1), 0, 0, 0);
+    } else {
+      for (last = p->root; last->right;) last = last->right;
+    }
+    if (last->size > most) most = last->size;
+    f = next;
+  }
+  return most;
+}
+
 static ga_block *before(const ga_free_tree *p, ga_stream_t stream, size_t size, uint32_t tie, uintptr_t ptr) {
   ga_block *best = NULL;
   for (ga_block *t = p->root; t;) {
@@ -252,4 +363,27 @@ int ga_free_tree_valid(const ga_free_tree *p, size_t *n) {
   const ga_block *last = NULL;
   *n = 0;
   return valid(p->root, &last, n);
+}
+
+typedef struct sums {
+  ga_free_tree t; /* the sums recounted; gran from the tree checked */
+  const ga_block *bad;
+} sums;
+
+/* Recounts the sums; returns t's subtree's marks, and names a block whose
+ * marks are wrong in s->bad. */
+static unsigned recount(const ga_block *t, sums *s) {
+  if (!t) return 0;
+  unsigned below = recount(t->left, s) | recount(t->right, s);
+  unsigned own = tally(&s->t, t, t->ptr, t->size, 1);
+  if (!s->bad && ((t->whole & WHOLE_OWN) != own || ((own || (below & WHOLE_SUB)) && !(t->whole & WHOLE_SUB))))
+    s->bad = t;
+  return t->whole;
+}
+
+int ga_free_tree_sums_valid(const ga_free_tree *p, const ga_block **bad) {
+  sums s = {.t = {.gran = p->gran}};
+  (void)recount(p->root, &s);
+  *bad = s.bad;
+  return !s.bad && s.t.bytes == p->bytes && s.t.whole_bytes == p->whole_bytes && s.t.stranded == p->stranded;
 }

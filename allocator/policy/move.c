@@ -39,13 +39,6 @@
 
 static size_t round_up(size_t v, size_t g) { return (v + g - 1) / g * g; }
 
-/* The whole granules [*g0, *g1) of b (absolute numbers); 0 when none. */
-static int whole_granules(const ga_block *b, size_t gran, size_t *g0, size_t *g1) {
-  *g0 = (b->ptr + gran - 1) / gran;
-  *g1 = (b->ptr + b->size) / gran;
-  return *g1 > *g0;
-}
-
 /* ---- Moving whole free granules into the page cache ---- */
 
 int ga_move_unmap_free_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t g1) {
@@ -64,7 +57,7 @@ int ga_move_unmap_free_locked(ga_allocator_t *a, ga_block *b, size_t g0, size_t 
 
 typedef struct cand {
   size_t klo, khi; /* granules that must stay: the range being mapped */
-  const ga_allocator_t *a;
+  ga_allocator_t *a;
   uint64_t hold; /* frees during which memory that moved in stays (0: none) */
   int keep;      /* segments keep what they swung back to (see above) */
   int edge;      /* only free blocks at the end of a mapped run give memory */
@@ -112,10 +105,10 @@ static int keeps(const ga_allocator_t *a, int wait) {
 /* The free blocks of one stream in one general free tree that may give
  * memory, in the tree's (size, tie, address) order: b is the next one (NULL:
  * none left), found under the key (size, tie, ptr), and may give [g0, g1).
- * Blocks smaller than a granule hold no whole granule and are skipped by the
- * tree. */
+ * Blocks without a whole granule of an expandable segment are skipped by the
+ * tree (ga_free_tree_whole_at), however many there are. */
 typedef struct cursor {
-  const ga_free_tree *t;
+  ga_free_tree *t;
   ga_stream_t stream;
   ga_block *b;
   size_t size, g0, g1;
@@ -125,8 +118,9 @@ typedef struct cursor {
 
 /* k's next block from the key (size, tie, ptr) on. */
 static void advance(const cand *c, cursor *k, size_t size, uint32_t tie, uintptr_t ptr) {
-  ga_block *b = ga_free_tree_at(k->t, k->stream, size, tie, ptr);
-  while (b && b->stream == k->stream && !movable(c, b, &k->g0, &k->g1)) b = ga_free_tree_next(k->t, b);
+  ga_block *b = ga_free_tree_whole_at(k->t, k->stream, size, tie, ptr);
+  while (b && b->stream == k->stream && !movable(c, b, &k->g0, &k->g1))
+    b = ga_free_tree_whole_at(k->t, b->stream, b->size, b->tie, b->ptr + 1);
   k->b = b && b->stream == k->stream ? b : NULL;
   if (k->b) k->size = b->size, k->tie = b->tie, k->ptr = b->ptr;
 }
@@ -149,8 +143,9 @@ static int cursors(const cand *c, cursor **v, size_t *n) {
   *v = NULL;
   *n = 0;
   for (int p = 0; p < 2; p++) {
-    const ga_free_tree *t = &c->a->pol.trees[p];
-    for (ga_block *f = ga_free_tree_lower_bound(t, NULL, 0); f;) {
+    ga_free_tree *t = &c->a->pol.trees[p];
+    /* Streams with no block that holds a whole granule are skipped. */
+    for (ga_block *f = ga_free_tree_whole_at(t, NULL, 0, 0, 0); f;) {
       cursor k = {.t = t, .stream = f->stream};
       advance(c, &k, c->a->space.gran, 0, 0);
       if (k.b) {
@@ -158,7 +153,7 @@ static int cursors(const cand *c, cursor **v, size_t *n) {
         (*v)[(*n)++] = k;
       }
       uintptr_t st = (uintptr_t)f->stream;
-      f = st == UINTPTR_MAX ? NULL : ga_free_tree_lower_bound(t, (ga_stream_t)(st + 1), 0);
+      f = st == UINTPTR_MAX ? NULL : ga_free_tree_whole_at(t, (ga_stream_t)(st + 1), 0, 0, 0);
     }
   }
   if (*n > 1) qsort(*v, *n, sizeof **v, by_head);
@@ -408,16 +403,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
 
 /* ---- For the OOM report ---- */
 
-static int add_stranded(ga_block *b, void *arg) {
-  size_t *sum = arg, gran = sum[1], g0, g1;
-  if (!b->seg->expandable) return 0;
-  sum[0] += whole_granules(b, gran, &g0, &g1) ? b->size - (g1 - g0) * gran : b->size;
-  return 0;
-}
-
 size_t ga_move_stranded_locked(ga_allocator_t *a) {
   GA_ASSERT_LOCKED(a);
-  size_t sum[2] = {0, a->space.gran};
-  for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], add_stranded, sum);
-  return sum[0];
+  return a->pol.trees[0].stranded + a->pol.trees[1].stranded; /* the trees' sums */
 }

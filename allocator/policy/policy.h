@@ -19,6 +19,8 @@
 #include "state.h"
 
 /* ---- Free trees (free_tree.c) ---- */
+/* An empty tree for a device whose granule is `gran` bytes. */
+void ga_free_tree_init(ga_free_tree *t, size_t gran);
 /* pre: b in no tree. */
 void ga_free_tree_insert(ga_free_tree *t, ga_block *b);
 /* pre: b in t. */
@@ -56,6 +58,17 @@ int ga_free_tree_holds(const ga_free_tree *t, const ga_block *b);
 int ga_free_tree_walk(const ga_free_tree *t, int (*fn)(ga_block *, void *), void *arg);
 /* Is the tree ordered, a heap, with every node marked in_tree? Counts nodes into *n. */
 int ga_free_tree_valid(const ga_free_tree *t, size_t *n);
+/* Do the tree's sums and marks of whole granules hold? *bad: a block with
+ * wrong marks, or NULL. */
+int ga_free_tree_sums_valid(const ga_free_tree *t, const ga_block **bad);
+/* The first block at or after the key (stream, size, tie, ptr) in tree order
+ * (of that stream or a later one) that holds a whole granule of an
+ * expandable segment, or NULL: O(log n) amortised, however many blocks it
+ * passes. It tightens marks in the tree: not during a walk. */
+ga_block *ga_free_tree_whole_at(ga_free_tree *t, ga_stream_t stream, size_t size, uint32_t tie,
+                                uintptr_t ptr);
+/* The size of the largest block, 0 when none: O(log n) per stream. */
+size_t ga_free_tree_largest(const ga_free_tree *t);
 
 /* The free trees a block belongs to: its private pool's or the general ones. */
 static inline ga_free_tree *ga_trees_of(ga_allocator_t *a, const ga_block *b) {

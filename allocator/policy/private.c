@@ -18,6 +18,7 @@ int ga_private_new_locked(ga_allocator_t *a, uint64_t id, ga_private **out) {
   ga_private *v = ga_host_calloc(1, sizeof *v);
   if (!v) return GA_DEV_ENOMEM;
   v->id = id;
+  for (int pool = 0; pool < 2; pool++) ga_free_tree_init(&v->trees[pool], a->space.gran);
   v->next = a->pol.capture.privates;
   a->pol.capture.privates = v;
   *out = v;

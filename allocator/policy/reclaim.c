@@ -208,12 +208,13 @@ static int by_address(const void *x, const void *y) {
 static int release_segment(ga_allocator_t *a, ga_segment *s, frees *f) {
   int rc = 0;
   /* Collect first: unmapping a free block never touches another FREE one.
-   * s's FREE blocks are in its owner's tree under its stream; only those of
-   * a granule or more can hold a whole one. They go in address order. */
+   * s's FREE blocks are in its owner's tree under its stream; the tree finds
+   * those that hold a whole granule without a walk over the others. They go
+   * in address order. */
   ga_free_tree *t = &(s->priv ? s->priv->trees : a->pol.trees)[s->pool];
   f->n = 0;
-  for (ga_block *b = ga_free_tree_lower_bound(t, s->stream, a->space.gran); b && b->stream == s->stream;
-       b = ga_free_tree_next(t, b)) {
+  for (ga_block *b = ga_free_tree_whole_at(t, s->stream, a->space.gran, 0, 0); b && b->stream == s->stream;
+       b = ga_free_tree_whole_at(t, b->stream, b->size, b->tie, b->ptr + 1)) {
     size_t g0, g1;
     if (b->seg != s || !ga_expandable_movable_locked(&a->space, b, &g0, &g1)) continue;
     if ((rc = GA_VEC_ROOM(f->v, f->cap, f->n + 1))) return rc;

@@ -82,6 +82,7 @@ struct ga_block {
   uint8_t tag;           /* 0 = none, else index + 1 in the policy's sleep.tags */
   uint8_t asleep;        /* some of its granules are asleep (ga_sleep) */
   uint8_t free_at_wake;  /* freed by PyTorch while asleep: ga_wake frees it */
+  uint8_t whole;         /* in a free tree: policy/free_tree.c's marks of whole granules */
   uint32_t nquarantined; /* its pending entries without an event (counted in quarantined_bytes) */
 };
 
