@@ -530,30 +530,30 @@ ga_status_t ga_stats(ga_allocator_t *a, ga_stats_t *out) {
 }
 
 size_t ga_stats_json(ga_allocator_t *a, char *buf, size_t cap) {
-  ga_stats_t s;
+  ga_stats_t stats;
   ga_text j = {buf, cap, 0};
-  if (ga_stats(a, &s) != GA_OK) {
+  if (ga_stats(a, &stats) != GA_OK) {
     if (cap) buf[0] = 0;
     return 0;
   }
-  ga_stats_write_json(&s, &j);
+  ga_stats_write_json(&stats, &j);
   return ga_text_end(&j);
 }
 
-static void each_stat(ga_stats_t *s, void (*fn)(ga_stat_t *)) {
+static void each_stat(ga_stats_t *stats, void (*fn)(ga_stat_t *)) {
 #define GA_X(name, doc) \
-  for (int p = 0; p < GA_POOL_COUNT; p++) fn(&s->name[p]);
+  for (int p = 0; p < GA_POOL_COUNT; p++) fn(&stats->name[p]);
   GA_POOL_STATS(GA_X)
 #undef GA_X
-  fn(&s->oversize_allocations);
-  fn(&s->oversize_segments);
-#define GA_X(name, doc) fn(&s->name);
+  fn(&stats->oversize_allocations);
+  fn(&stats->oversize_segments);
+#define GA_X(name, doc) fn(&stats->name);
   GA_EXTRA_STATS(GA_X)
 #undef GA_X
 }
 
-static void peak_to_current(ga_stat_t *s) { s->peak = s->current; }
-static void zero_accumulated(ga_stat_t *s) { s->allocated = s->freed = 0; }
+static void peak_to_current(ga_stat_t *stat) { stat->peak = stat->current; }
+static void zero_accumulated(ga_stat_t *stat) { stat->allocated = stat->freed = 0; }
 
 ga_status_t ga_reset_peak_stats(ga_allocator_t *a) {
   ENTER("ga_reset_peak_stats");
@@ -567,10 +567,10 @@ ga_status_t ga_reset_accumulated_stats(ga_allocator_t *a) {
   ENTER("ga_reset_accumulated_stats");
   ga_stats_sync(&a->stats, &a->hot);
   each_stat(&a->stats, zero_accumulated);
-  ga_stats_t *s = &a->stats;
-  s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
-  s->num_device_alloc = s->num_device_free = 0;
-  s->num_unmap_syncs = s->num_granules_moved = s->num_capture_deferred_flushes = 0;
+  ga_stats_t *stats = &a->stats;
+  stats->num_alloc_retries = stats->num_ooms = stats->num_sync_all_streams = 0;
+  stats->num_device_alloc = stats->num_device_free = 0;
+  stats->num_unmap_syncs = stats->num_granules_moved = stats->num_capture_deferred_flushes = 0;
   return leave(a, GA_OK);
 }
 

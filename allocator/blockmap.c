@@ -28,10 +28,10 @@ static int grow(ga_blockmap *m, size_t cap) {
   ga_blockmap n = {keys, vals, cap, 0, (unsigned)__builtin_clzll((unsigned long long)cap) + 1};
   for (size_t i = 0; i < m->cap; i++) {
     if (!m->keys[i]) continue;
-    size_t s = slot_of(&n, m->keys[i]);
-    while (n.keys[s]) s = (s + 1) & (cap - 1);
-    n.keys[s] = m->keys[i];
-    n.vals[s] = m->vals[i];
+    size_t slot = slot_of(&n, m->keys[i]);
+    while (n.keys[slot]) slot = (slot + 1) & (cap - 1);
+    n.keys[slot] = m->keys[i];
+    n.vals[slot] = m->vals[i];
     n.count++;
   }
   free(m->keys);
@@ -45,7 +45,7 @@ int ga_blockmap_init(ga_blockmap *m) {
   return grow(m, 1024);
 }
 
-void ga_blockmap_destroy(ga_blockmap *m) {
+void ga_blockmap_teardown(ga_blockmap *m) {
   free(m->keys);
   free(m->vals);
   *m = (ga_blockmap){0};
@@ -56,24 +56,24 @@ int ga_blockmap_reserve(ga_blockmap *m) { return (m->count + 1) * 2 > m->cap ? g
 int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val) {
   int rc = ga_blockmap_reserve(m);
   if (rc) return rc;
-  size_t s = slot_of(m, key);
-  while (m->keys[s]) s = (s + 1) & (m->cap - 1);
-  m->keys[s] = key;
-  m->vals[s] = val;
+  size_t slot = slot_of(m, key);
+  while (m->keys[slot]) slot = (slot + 1) & (m->cap - 1);
+  m->keys[slot] = key;
+  m->vals[slot] = val;
   m->count++;
   return 0;
 }
 
 long ga_blockmap_find(const ga_blockmap *m, uintptr_t ptr) {
   if (!ptr) return -1;
-  for (size_t s = slot_of(m, ptr); m->keys[s]; s = (s + 1) & (m->cap - 1))
-    if (m->keys[s] == ptr) return (long)s;
+  for (size_t slot = slot_of(m, ptr); m->keys[slot]; slot = (slot + 1) & (m->cap - 1))
+    if (m->keys[slot] == ptr) return (long)slot;
   return -1;
 }
 
 void *ga_blockmap_get(const ga_blockmap *m, uintptr_t ptr) {
-  long s = ga_blockmap_find(m, ptr);
-  return s < 0 ? NULL : m->vals[s];
+  long slot = ga_blockmap_find(m, ptr);
+  return slot < 0 ? NULL : m->vals[slot];
 }
 
 void *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr) {

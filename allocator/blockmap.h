@@ -17,7 +17,7 @@ typedef struct ga_blockmap {
 
 /* 0, or GA_DEV_ENOMEM (host memory) for init, put and reserve. */
 int ga_blockmap_init(ga_blockmap *m);
-void ga_blockmap_destroy(ga_blockmap *m);
+void ga_blockmap_teardown(ga_blockmap *m);
 /* Room for one more entry, so that the next put cannot fail. */
 int ga_blockmap_reserve(ga_blockmap *m);
 /* pre: key != 0 and not in the map. */

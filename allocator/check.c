@@ -19,40 +19,41 @@ typedef struct totals {
 
 #define BROKEN(...) (fprintf(stderr, "ga_check: " __VA_ARGS__), fputc('\n', stderr), broken++)
 
-static void add3(int64_t *v, int pool, int64_t d) {
+static void add3(int64_t *v, int size_class, int64_t d) {
   v[GA_POOL_ALL] += d;
-  v[pool == GA_P_SMALL ? GA_POOL_SMALL : GA_POOL_LARGE] += d;
+  v[size_class == GA_CLASS_SMALL ? GA_POOL_SMALL : GA_POOL_LARGE] += d;
 }
 
 /* The granules of an expandable segment's block: memory behind every granule
  * a mapped block touches, none behind an unmapped block. Each granule is
  * counted once, by the block holding its first byte... or the one starting in it. */
-static int check_granules(ga_allocator_t *a, ga_segment *s, ga_block *b, totals *t) {
+static int check_granules(ga_allocator_t *a, ga_segment *seg, ga_block *b, totals *t) {
   int broken = 0;
-  size_t g = a->space.gran, first = (b->ptr - s->base) / g, last = (b->ptr - s->base + b->size + g - 1) / g;
+  size_t g = a->space.gran, first = (b->ptr - seg->base) / g,
+         last = (b->ptr - seg->base + b->size + g - 1) / g;
   if (b->state == GA_BLOCK_UNMAPPED) {
     if (b->ptr % g || b->size % g)
       BROKEN("unmapped block %p+%zu is not granule-aligned", (void *)b->ptr, b->size);
-    for (size_t i = first; i < last && i < s->ngranules; i++)
-      if (s->granules[i].handle)
-        BROKEN("granule %zu of segment %p is mapped inside an unmapped block", i, (void *)s->base);
+    for (size_t i = first; i < last && i < seg->ngranules; i++)
+      if (seg->granules[i].handle)
+        BROKEN("granule %zu of segment %p is mapped inside an unmapped block", i, (void *)seg->base);
     return broken;
   }
   for (size_t i = first; i < last; i++) {
-    int asleep = i < s->ngranules && !s->granules[i].handle && s->granules[i].idx == GA_GRANULE_ASLEEP;
+    int asleep = i < seg->ngranules && !seg->granules[i].handle && seg->granules[i].idx == GA_GRANULE_ASLEEP;
     if (asleep && !(b->state == GA_BLOCK_ALLOCATED && b->asleep))
       BROKEN("granule %zu of segment %p is asleep under block %p, which is not a sleeping allocation", i,
-             (void *)s->base, (void *)b->ptr);
-    if (!asleep && (i >= s->ngranules || !s->granules[i].handle)) {
-      BROKEN("granule %zu of segment %p is used by block %p but not mapped", i, (void *)s->base,
+             (void *)seg->base, (void *)b->ptr);
+    if (!asleep && (i >= seg->ngranules || !seg->granules[i].handle)) {
+      BROKEN("granule %zu of segment %p is used by block %p but not mapped", i, (void *)seg->base,
              (void *)b->ptr);
       break;
     }
   }
   /* Count granules starting inside this block (each granule once). */
-  for (size_t i = (b->ptr - s->base + g - 1) / g; i * g < b->ptr - s->base + b->size && i < s->ngranules;
-       i++) {
-    const ga_granule *m = &s->granules[i];
+  for (size_t i = (b->ptr - seg->base + g - 1) / g;
+       i * g < b->ptr - seg->base + b->size && i < seg->ngranules; i++) {
+    const ga_granule *m = &seg->granules[i];
     if (!m->handle) {
       t->asleep_granules++;
       continue;
@@ -60,52 +61,52 @@ static int check_granules(ga_allocator_t *a, ga_segment *s, ga_block *b, totals 
     t->mapped_granules++;
     /* Each mapping is len granules of one handle, consecutive in both. */
     size_t st = i - m->off;
-    const ga_granule *f = &s->granules[st];
+    const ga_granule *f = &seg->granules[st];
     if (m->off >= m->len || !f->handle || f->off || f->len != m->len || f->handle != m->handle ||
-        f->idx + m->off != m->idx || st + m->len > s->ngranules || m->idx >= m->handle->ngran)
+        f->idx + m->off != m->idx || st + m->len > seg->ngranules || m->idx >= m->handle->ngran)
       BROKEN("granule %zu of segment %p: its mapping (granule %u of %u, handle granule %u) is inconsistent",
-             i, (void *)s->base, m->off, m->len, m->idx);
+             i, (void *)seg->base, m->off, m->len, m->idx);
     else if (m->off == 0)
       t->mappings++;
   }
   return broken;
 }
 
-static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t at, totals *t) {
+static int check_block(ga_allocator_t *a, ga_segment *seg, ga_block *b, uintptr_t at, totals *t) {
   int broken = 0;
-  if (b->seg != s) BROKEN("block %p does not point to its segment %p", (void *)b->ptr, (void *)s->base);
+  if (b->seg != seg) BROKEN("block %p does not point to its segment %p", (void *)b->ptr, (void *)seg->base);
   if (b->ptr != at)
-    BROKEN("block at %p should start at %p (segment %p)", (void *)b->ptr, (void *)at, (void *)s->base);
+    BROKEN("block at %p should start at %p (segment %p)", (void *)b->ptr, (void *)at, (void *)seg->base);
   if (b->size == 0 || b->size % GA_MIN_BLOCK)
     BROKEN("block %p has size %zu, not a positive multiple of 512", (void *)b->ptr, b->size);
   if (b->next && b->next->prev != b) BROKEN("block %p: next->prev is not the block", (void *)b->ptr);
-  if (b->pool != s->pool || b->stream != s->stream)
+  if (b->size_class != seg->size_class || b->stream != seg->stream)
     BROKEN("block %p: pool or stream differs from its segment's", (void *)b->ptr);
-  if (b->tie != (a->cfg.deterministic ? (uint32_t)s->created : 0))
+  if (b->tie != (a->cfg.deterministic ? (uint32_t)seg->created : 0))
     BROKEN("block %p: free tree tie %u, not its segment's (created %llu)", (void *)b->ptr, b->tie,
-           (unsigned long long)s->created);
-  if (s->expandable) broken += check_granules(a, s, b, t);
+           (unsigned long long)seg->created);
+  if (seg->expandable) broken += check_granules(a, seg, b, t);
   if (b->state == GA_BLOCK_UNMAPPED) {
-    if (!s->expandable) BROKEN("block %p is unmapped in a native segment", (void *)b->ptr);
+    if (!seg->expandable) BROKEN("block %p is unmapped in a native segment", (void *)b->ptr);
     if (b->next && b->next->state == GA_BLOCK_UNMAPPED)
       BROKEN("unmapped blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
     return broken;
   }
   if (b->state == GA_BLOCK_FREE) {
-    t->free_blocks[b->pool]++;
+    t->free_blocks[b->size_class]++;
     if (b->next && b->next->state == GA_BLOCK_FREE)
       BROKEN("free blocks %p and %p are neighbours but not merged", (void *)b->ptr, (void *)b->next->ptr);
-    if (!ga_free_tree_holds(&ga_trees_of(a, b)[b->pool], b))
+    if (!ga_free_tree_holds(&ga_trees_of(a, b)[b->size_class], b))
       BROKEN("free block %p is not in its free tree", (void *)b->ptr);
-    if (b->counted_split != (uint8_t)(ga_tiles_is_split(b) && !s->expandable))
+    if (b->counted_split != (uint8_t)(ga_tiles_is_split(b) && !seg->expandable))
       BROKEN("free block %p: split flag out of date", (void *)b->ptr);
-    if (ga_tiles_is_split(b) && !s->expandable)
-      add3(t->inactive, b->pool, 1), add3(t->inactive_bytes, b->pool, (int64_t)b->size);
+    if (ga_tiles_is_split(b) && !seg->expandable)
+      add3(t->inactive, b->size_class, 1), add3(t->inactive_bytes, b->size_class, (int64_t)b->size);
     return broken;
   }
-  add3(t->active, b->pool, 1);
-  add3(t->active_bytes, b->pool, (int64_t)b->size);
-  add3(t->requested, b->pool, (int64_t)b->requested);
+  add3(t->active, b->size_class, 1);
+  add3(t->active_bytes, b->size_class, (int64_t)b->size);
+  add3(t->requested, b->size_class, (int64_t)b->requested);
   if (b->requested > b->size)
     BROKEN("block %p: requested %zu > size %zu", (void *)b->ptr, b->requested, b->size);
   /* The free kept back (policy/block.c) is PENDING on no event, out of the
@@ -119,8 +120,8 @@ static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t 
   }
   if (b->state == GA_BLOCK_ALLOCATED || kept) {
     t->allocated_blocks++;
-    add3(t->allocation, b->pool, 1);
-    add3(t->allocated_bytes, b->pool, (int64_t)b->size);
+    add3(t->allocation, b->size_class, 1);
+    add3(t->allocated_bytes, b->size_class, (int64_t)b->size);
     if (b->size >= a->cfg.max_split_size && !kept) t->oversize_alloc++; /* its free took it off */
     if (ga_blockmap_get(&a->pol.map, b->ptr) != b)
       BROKEN("allocated block %p is not in the block map", (void *)b->ptr);
@@ -138,15 +139,16 @@ static int check_block(ga_allocator_t *a, ga_segment *s, ga_block *b, uintptr_t 
   return broken;
 }
 
-static int check_stat(const char *name, const ga_stat_t *s, const int64_t *want) {
+static int check_stat(const char *name, const ga_stat_t *stat, const int64_t *want) {
   int broken = 0;
   static const char *const pools[3] = {"all", "small_pool", "large_pool"};
   for (int p = 0; p < 3; p++) {
-    if (s[p].current != want[p])
-      BROKEN("%s.%s.current is %lld, the blocks say %lld", name, pools[p], (long long)s[p].current,
+    if (stat[p].current != want[p])
+      BROKEN("%s.%s.current is %lld, the blocks say %lld", name, pools[p], (long long)stat[p].current,
              (long long)want[p]);
-    if (s[p].peak < s[p].current)
-      BROKEN("%s.%s.peak %lld < current %lld", name, pools[p], (long long)s[p].peak, (long long)s[p].current);
+    if (stat[p].peak < stat[p].current)
+      BROKEN("%s.%s.peak %lld < current %lld", name, pools[p], (long long)stat[p].peak,
+             (long long)stat[p].current);
   }
   return broken;
 }
@@ -179,7 +181,7 @@ static int check_pages(ga_allocator_t *a, totals *t, size_t *reserved) {
   for (ga_handle *ph = a->space.handles; ph; ph = ph->next) {
     nphys++;
     *reserved += ph->size;
-    add3(t->reserved, ph->pool, (int64_t)ph->size);
+    add3(t->reserved, ph->size_class, (int64_t)ph->size);
     mapped += ph->nmapped;
     size_t cached = 0;
     for (size_t i = 0; i < a->space.ncache; i++) cached += a->space.cache[i].handle == ph;
@@ -197,31 +199,32 @@ static int check_pages(ga_allocator_t *a, totals *t, size_t *reserved) {
   return broken;
 }
 
-/* The unmapped index of s holds each of its UNMAPPED blocks once, each with
+/* The unmapped index of seg holds each of its UNMAPPED blocks once, each with
  * a bound at least its reach, and its counters equal a recount. */
-static int check_unmapped(const ga_segment *s) {
+static int check_unmapped(const ga_segment *seg) {
   int broken = 0;
   size_t n = 0, bytes = 0, in = 0, in_bytes = 0;
-  for (const ga_block *b = s->head; b; b = b->next) {
+  for (const ga_block *b = seg->head; b; b = b->next) {
     if (b->state != GA_BLOCK_UNMAPPED) continue;
     n++;
     bytes += b->size;
-    if (ga_unmapped_lookup(s, b->ptr) != b) {
-      BROKEN("unmapped block %p of segment %p is not in its unmapped index", (void *)b->ptr, (void *)s->base);
+    if (ga_unmapped_lookup(seg, b->ptr) != b) {
+      BROKEN("unmapped block %p of segment %p is not in its unmapped index", (void *)b->ptr,
+             (void *)seg->base);
       continue;
     }
     size_t reach = ga_unmapped_reach(b);
     if (b->reach < reach)
       BROKEN("unmapped block %p: its bound %zu is below its reach %zu", (void *)b->ptr, b->reach, reach);
   }
-  if (!ga_unmapped_valid(s, &in, &in_bytes))
-    BROKEN("the unmapped index of segment %p is out of order", (void *)s->base);
+  if (!ga_unmapped_valid(seg, &in, &in_bytes))
+    BROKEN("the unmapped index of segment %p is out of order", (void *)seg->base);
   if (in != n || in_bytes != bytes)
     BROKEN("the unmapped index of segment %p holds %zu blocks (%zu bytes), the segment %zu (%zu bytes)",
-           (void *)s->base, in, in_bytes, n, bytes);
-  if (s->nunmapped != n || s->unmapped_bytes != bytes)
-    BROKEN("segment %p counts %zu unmapped blocks (%zu bytes), a recount %zu (%zu bytes)", (void *)s->base,
-           s->nunmapped, s->unmapped_bytes, n, bytes);
+           (void *)seg->base, in, in_bytes, n, bytes);
+  if (seg->nunmapped != n || seg->unmapped_bytes != bytes)
+    BROKEN("segment %p counts %zu unmapped blocks (%zu bytes), a recount %zu (%zu bytes)", (void *)seg->base,
+           seg->nunmapped, seg->unmapped_bytes, n, bytes);
   return broken;
 }
 
@@ -279,10 +282,11 @@ void ga_check_unregister(ga_allocator_t *a) {
 static void held_on_device(ga_allocator_t *b, ga_device_usage *w) {
   size_t ih, im, ir, expandable = 0, mappings = 0;
   ga_ipc_usage_locked(b, &ih, &im, &ir);
-  for (const ga_segment *s = b->space.segs; s; s = s->next) {
-    if (!s->expandable) continue;
+  for (const ga_segment *seg = b->space.segs; seg; seg = seg->next) {
+    if (!seg->expandable) continue;
     expandable++;
-    for (size_t i = 0; i < s->ngranules; i++) mappings += s->granules[i].handle && s->granules[i].off == 0;
+    for (size_t i = 0; i < seg->ngranules; i++)
+      mappings += seg->granules[i].handle && seg->granules[i].off == 0;
   }
   w->live_mallocs += b->space.nsegs - expandable;
   w->live_reservations += expandable + ir;
@@ -315,42 +319,43 @@ int ga_check_locked(ga_allocator_t *a) {
   int broken = 0;
   totals t = {0};
   size_t nsegs = 0, reserved = 0;
-  for (ga_segment *s = a->space.segs; s; s = s->next) {
+  for (ga_segment *seg = a->space.segs; seg; seg = seg->next) {
     nsegs++;
-    if (s->expandable) {
+    if (seg->expandable) {
       t.expandable_segs++;
-      if (s->base % a->space.gran || s->size % a->space.gran)
-        BROKEN("expandable segment %p is not granule-aligned", (void *)s->base);
-      for (const ga_block *b = s->head; b; b = b->next) /* runs of mapped blocks: the snapshot's segments */
+      if (seg->base % a->space.gran || seg->size % a->space.gran)
+        BROKEN("expandable segment %p is not granule-aligned", (void *)seg->base);
+      for (const ga_block *b = seg->head; b; b = b->next) /* runs of mapped blocks: the snapshot's segments */
         if (b->state != GA_BLOCK_UNMAPPED && (!b->prev || b->prev->state == GA_BLOCK_UNMAPPED))
-          add3(t.segment, s->pool, 1);
-      for (size_t i = 0; i < s->ngranules; i++) /* a granule counts in the pool it is mapped in */
-        if (s->granules[i].handle && s->granules[i].handle->pool != s->pool) {
-          add3(t.reserved, s->granules[i].handle->pool, -(int64_t)a->space.gran);
-          add3(t.reserved, s->pool, (int64_t)a->space.gran);
+          add3(t.segment, seg->size_class, 1);
+      for (size_t i = 0; i < seg->ngranules; i++) /* a granule counts in the pool it is mapped in */
+        if (seg->granules[i].handle && seg->granules[i].handle->size_class != seg->size_class) {
+          add3(t.reserved, seg->granules[i].handle->size_class, -(int64_t)a->space.gran);
+          add3(t.reserved, seg->size_class, (int64_t)a->space.gran);
         }
     } else {
-      reserved += s->size;
-      add3(t.segment, s->pool, 1);
-      add3(t.reserved, s->pool, (int64_t)s->size);
-      if (s->size >= a->cfg.max_split_size) t.oversize_seg++;
+      reserved += seg->size;
+      add3(t.segment, seg->size_class, 1);
+      add3(t.reserved, seg->size_class, (int64_t)seg->size);
+      if (seg->size >= a->cfg.max_split_size) t.oversize_seg++;
     }
-    broken += check_unmapped(s);
-    if (s->next && s->next->prev != s) BROKEN("segment list broken at %p", (void *)s->base);
-    if (!s->head || s->head->prev) BROKEN("segment %p: bad head block", (void *)s->base);
-    uintptr_t at = s->base;
-    for (ga_block *b = s->head; b; b = b->next) {
-      broken += check_block(a, s, b, at, &t);
+    broken += check_unmapped(seg);
+    if (seg->next && seg->next->prev != seg) BROKEN("segment list broken at %p", (void *)seg->base);
+    if (!seg->head || seg->head->prev) BROKEN("segment %p: bad head block", (void *)seg->base);
+    uintptr_t at = seg->base;
+    for (ga_block *b = seg->head; b; b = b->next) {
+      broken += check_block(a, seg, b, at, &t);
       at += b->size;
     }
-    if (at != s->base + s->size)
-      BROKEN("segment %p: blocks cover %zu bytes of %zu", (void *)s->base, (size_t)(at - s->base), s->size);
+    if (at != seg->base + seg->size)
+      BROKEN("segment %p: blocks cover %zu bytes of %zu", (void *)seg->base, (size_t)(at - seg->base),
+             seg->size);
   }
   for (int p = 0; p < 2; p++) {
     size_t total = 0;
     broken += check_tree(a, &a->pol.trees[p], p, &total);
-    for (ga_private *v = a->pol.capture.privates; v; v = v->next)
-      broken += check_tree(a, &v->trees[p], p, &total);
+    for (ga_private *priv = a->pol.capture.privates; priv; priv = priv->next)
+      broken += check_tree(a, &priv->trees[p], p, &total);
     if (total != t.free_blocks[p])
       BROKEN("free trees %d hold %zu blocks, segments have %zu free", p, total, t.free_blocks[p]);
   }

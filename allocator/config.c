@@ -35,9 +35,9 @@ typedef struct lexer {
 
 static int is_sep(char c) { return c == ',' || c == ':' || c == '[' || c == ']'; }
 
-static int lex(const char *s, lexer *lx, char *err, size_t errlen) {
+static int lex(const char *str, lexer *lx, char *err, size_t errlen) {
   lx->n = lx->i = 0;
-  for (const char *p = s; *p;) {
+  for (const char *p = str; *p;) {
     if (isspace((unsigned char)*p)) {
       p++;
       continue;
@@ -56,7 +56,9 @@ static int lex(const char *s, lexer *lx, char *err, size_t errlen) {
   return 0;
 }
 
-static int tok_is(const tok *t, const char *s) { return t->n == strlen(s) && memcmp(t->s, s, t->n) == 0; }
+static int tok_is(const tok *t, const char *str) {
+  return t->n == strlen(str) && memcmp(t->s, str, t->n) == 0;
+}
 
 /* Copies a token into a NUL-terminated buffer; one longer than 63 chars is
  * shown by its start and its length, never cut without saying so. */
@@ -462,10 +464,10 @@ static size_t distance(const char *a, size_t n, const char *b, size_t m) {
   return d[n][m];
 }
 
-/* The option named by the n bytes at s, or NULL. */
-static const option *find(const char *s, size_t n) {
+/* The option named by the n bytes at str, or NULL. */
+static const option *find(const char *str, size_t n) {
   for (size_t i = 0; i < NOPTIONS; i++)
-    if (strlen(options[i].name) == n && memcmp(options[i].name, s, n) == 0) return &options[i];
+    if (strlen(options[i].name) == n && memcmp(options[i].name, str, n) == 0) return &options[i];
   return NULL;
 }
 
@@ -518,13 +520,13 @@ void ga_config_defaults(ga_config *c) {
   strcpy(c->sim_cost_table, "blackwell");
 }
 
-int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen) {
+int ga_config_parse(const char *str, ga_config *out, char *err, size_t errlen) {
   lexer lx;
   ga_config c;
   ga_config_defaults(&c);
-  if (s && lex(s, &lx, err, errlen)) return GA_DEV_EINVAL;
+  if (str && lex(str, &lx, err, errlen)) return GA_DEV_EINVAL;
   ctx x = {.lx = &lx, .c = &c, .err = err, .errlen = errlen};
-  while (s && lx.i < lx.n) {
+  while (str && lx.i < lx.n) {
     const tok *k = next(&lx), *colon = next(&lx);
     tok_str(k, x.key);
     const option *o = NULL;

@@ -143,10 +143,10 @@ typedef struct ga_config {
 /* Fills *c with the defaults. */
 void ga_config_defaults(ga_config *c);
 
-/* Parses `s` (NULL or "" = defaults) into *out. Returns 0, or GA_DEV_EINVAL
+/* Parses `str` (NULL or "" = defaults) into *out. Returns 0, or GA_DEV_EINVAL
  * with a message naming the key, the value and what is allowed in err (and
  * *out untouched). */
-int ga_config_parse(const char *s, ga_config *out, char *err, size_t errlen);
+int ga_config_parse(const char *str, ga_config *out, char *err, size_t errlen);
 
 /* The message for an unrecognized key (n bytes at `key`, found in the
  * setting `where`, e.g. "GARDENALLOC_CONF"), never cut short in a buffer of

@@ -85,10 +85,10 @@ static size_t slot_of(void *code) {
 
 static char *attr_text(void *obj, const char *attr) {
   void *v = py.getattr(obj, attr);
-  const char *s = v ? py.utf8(v) : NULL;
-  char *copy = ga_host_strdup(s ? s : "??");
+  const char *str = v ? py.utf8(v) : NULL;
+  char *copy = ga_host_strdup(str ? str : "??");
   if (v) py.decref(v);
-  if (!s) py.err_clear();
+  if (!str) py.err_clear();
   return copy;
 }
 
@@ -97,10 +97,10 @@ static char *attr_text(void *obj, const char *attr) {
 static size_t intern(void *code) {
   if (ncodes * 2 >= nslots) {
     size_t n = nslots ? nslots * 2 : 1024;
-    size_t *s = ga_host_calloc(n, sizeof *s);
-    if (!s) return 0;
+    size_t *grown = ga_host_calloc(n, sizeof *grown);
+    if (!grown) return 0;
     free(slots);
-    slots = s;
+    slots = grown;
     nslots = n;
     for (size_t i = 0; i < ncodes; i++) {
       size_t j = slot_of(codes[i].code);

@@ -26,7 +26,7 @@ void *ga_host_realloc(void *p, size_t size) { return refused() ? NULL : realloc(
 void *ga_host_aligned_alloc(size_t align, size_t size) {
   return refused() ? NULL : aligned_alloc(align, size);
 }
-char *ga_host_strdup(const char *s) { return refused() ? NULL : strdup(s); }
+char *ga_host_strdup(const char *str) { return refused() ? NULL : strdup(str); }
 void *ga_host_zeroed(size_t size) {
   if (refused() || !size) return NULL;
   /* Not calloc: once the C library has freed a mapped chunk it serves the

@@ -14,7 +14,7 @@ void *ga_host_malloc(size_t size);
 void *ga_host_calloc(size_t n, size_t size);
 void *ga_host_realloc(void *p, size_t size);
 void *ga_host_aligned_alloc(size_t align, size_t size);
-char *ga_host_strdup(const char *s);
+char *ga_host_strdup(const char *str);
 /* `size` zeroed bytes of fresh pages, made only as they are first touched
  * (a large table that is mostly never written costs what is written);
  * released with ga_host_zeroed_free(p, size), not free(). */

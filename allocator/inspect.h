@@ -24,7 +24,7 @@ int ga_check_others_on_device(ga_allocator_t *a, ga_device_usage *w);
 /* Appends the snapshot JSON of `a` to *o. Caller holds the lock. */
 void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o);
 
-/* Writes *s as one flat JSON object with PyTorch's key names. */
-void ga_stats_write_json(const ga_stats_t *s, ga_text *j);
+/* Writes *stats as one flat JSON object with PyTorch's key names. */
+void ga_stats_write_json(const ga_stats_t *stats, ga_text *j);
 
 #endif /* GA_INSPECT_H */

@@ -54,7 +54,7 @@ void ga_report_oom(const ga_oom_facts *f) {
   if (f->expandable) {
     char part[32];
     ga_format_size(f->stranded, part, sizeof part);
-    snprintf(extra, sizeof extra, " %s of free cached memory lies in partly used 2 MiB pages.", part);
+    snprintf(extra, sizeof extra, " %s of free cached memory lies in partly used 2 MiB granules.", part);
   } else if (expandable_would_serve(f)) {
     char mov[32];
     ga_format_size(f->movable, mov, sizeof mov);
@@ -85,7 +85,7 @@ void ga_report_oom(const ga_oom_facts *f) {
              " (The request is past the budget of %s that max_reserved_mb and headroom_mb allow, even with "
              "the whole cache given back: no device call was made.)",
              b);
-  } else if (f->fraction_refused) {
+  } else if (f->limit_refused) {
     snprintf(why, sizeof why,
              " (The request was refused by the memory limit: per_process_memory_fraction, max_reserved_mb "
              "or headroom_mb.)");

@@ -22,7 +22,7 @@ typedef struct ga_oom_facts {
   size_t largest_free;    /* largest cached free block */
   int expandable;         /* expandable segments are on */
   size_t stranded;        /* expandable: free cached bytes in partly used granules */
-  int fraction_refused;   /* the memory fraction refused the request */
+  int limit_refused;      /* the memory fraction refused the request */
   size_t budget;          /* max_reserved_mb / headroom_mb in bytes, when budget_refused */
   int budget_refused;     /* the request is past that budget: no device call was made */
   size_t cached_free;     /* free bytes in the cache, every pool */

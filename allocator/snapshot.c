@@ -68,7 +68,7 @@ static const char *block_state(const ga_block *b) {
 }
 
 /* One snapshot segment: the blocks [first, last] (none UNMAPPED). */
-static void segment(ga_text *o, const ga_allocator_t *a, const ga_segment *s, const ga_block *first,
+static void segment(ga_text *o, const ga_allocator_t *a, const ga_segment *seg, const ga_block *first,
                     const ga_block *last, const alloc_index *x, int *comma) {
   size_t total = 0, allocated = 0, active = 0, requested = 0;
   for (const ga_block *b = first;; b = b->next) {
@@ -83,8 +83,8 @@ static void segment(ga_text *o, const ga_allocator_t *a, const ga_segment *s, co
       "\"requested_size\":%zu,\"stream\":%llu,\"segment_type\":\"%s\",\"segment_pool_id\":[0,0],"
       "\"is_expandable\":%s,\"frames\":[],\"blocks\":[",
       *comma ? "," : "", a->dev->ordinal, (unsigned long long)first->ptr, total, allocated, active, requested,
-      (unsigned long long)(uintptr_t)s->stream, s->pool == GA_P_SMALL ? "small" : "large",
-      s->expandable ? "true" : "false");
+      (unsigned long long)(uintptr_t)seg->stream, seg->size_class == GA_CLASS_SMALL ? "small" : "large",
+      seg->expandable ? "true" : "false");
   *comma = 1;
   for (const ga_block *b = first;; b = b->next) {
     ga_text_put(o, "%s{\"address\":%llu,\"size\":%zu,\"requested_size\":%zu,\"state\":\"%s\",\"frames\":",
@@ -109,7 +109,7 @@ void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
   GA_ASSERT_LOCKED(a);
   ga_segment **segs = ga_host_malloc((a->space.nsegs + 1) * sizeof *segs);
   size_t n = 0;
-  for (ga_segment *s = a->space.segs; s && segs; s = s->next) segs[n++] = s;
+  for (ga_segment *seg = a->space.segs; seg && segs; seg = seg->next) segs[n++] = seg;
   if (segs) qsort(segs, n, sizeof *segs, by_address);
   alloc_index x;
   index_allocs(&a->history, &x);
@@ -119,8 +119,8 @@ void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
    * segment per pool at addresses no mapping has, so the segments add up to
    * memory_stats()' reserved bytes, per pool as well. */
   uintptr_t at = 0;
-  for (int pool = GA_P_SMALL; pool <= GA_P_LARGE; pool++) {
-    size_t bytes = ga_pages_cached_bytes_locked(&a->space, pool);
+  for (int size_class = GA_CLASS_SMALL; size_class <= GA_CLASS_LARGE; size_class++) {
+    size_t bytes = ga_pages_cached_bytes_locked(&a->space, size_class);
     if (!bytes) continue;
     ga_text_put(o,
                 "%s{\"device\":%d,\"address\":%llu,\"total_size\":%zu,\"allocated_size\":0,\"active_size\":0,"
@@ -128,7 +128,7 @@ void ga_snapshot_write_locked(ga_allocator_t *a, ga_text *o) {
                 "\"is_expandable\":true,\"page_cache\":true,\"frames\":[],\"blocks\":[{\"address\":%llu,"
                 "\"size\":%zu,\"requested_size\":0,\"state\":\"inactive\",\"frames\":[]}]}",
                 comma ? "," : "", a->dev->ordinal, (unsigned long long)at, bytes,
-                pool == GA_P_SMALL ? "small" : "large", (unsigned long long)at, bytes);
+                size_class == GA_CLASS_SMALL ? "small" : "large", (unsigned long long)at, bytes);
     comma = 1;
     at += bytes;
   }

@@ -10,43 +10,45 @@
 #include "gardenalloc.h"
 #include "text.h"
 
-/* The two pools a request goes to: small (<= 1 MiB rounded) and large. */
-enum { GA_P_SMALL = 0, GA_P_LARGE = 1 };
+/* The size class of a request: small (<= 1 MiB rounded) or large. */
+enum { GA_CLASS_SMALL = 0, GA_CLASS_LARGE = 1 };
 
-static inline void ga_stat_add(ga_stat_t *s, int64_t delta) {
-  s->current += delta;
+static inline void ga_stat_add(ga_stat_t *stat, int64_t delta) {
+  stat->current += delta;
   if (delta > 0) {
-    s->allocated += delta;
-    if (s->current > s->peak) s->peak = s->current;
+    stat->allocated += delta;
+    if (stat->current > stat->peak) stat->peak = stat->current;
   } else {
-    s->freed -= delta;
+    stat->freed -= delta;
   }
 }
 /* Known-sign variants, for the hot path. */
-static inline void ga_stat_inc(ga_stat_t *s, uint64_t d) {
-  s->current += (int64_t)d;
-  s->allocated += (int64_t)d;
-  if (s->current > s->peak) s->peak = s->current;
+static inline void ga_stat_inc(ga_stat_t *stat, uint64_t d) {
+  stat->current += (int64_t)d;
+  stat->allocated += (int64_t)d;
+  if (stat->current > stat->peak) stat->peak = stat->current;
 }
-static inline void ga_stat_dec(ga_stat_t *s, uint64_t d) {
-  s->current -= (int64_t)d;
-  s->freed += (int64_t)d;
+static inline void ga_stat_dec(ga_stat_t *stat, uint64_t d) {
+  stat->current -= (int64_t)d;
+  stat->freed += (int64_t)d;
 }
-_Static_assert(GA_POOL_SMALL + GA_P_SMALL == 1 && GA_POOL_SMALL + GA_P_LARGE == GA_POOL_LARGE,
-               "pool indices");
-static inline ga_stat_t *ga_pool_stat(ga_stat_t *st, int pool) { return &st[GA_POOL_SMALL + pool]; }
+_Static_assert(GA_POOL_SMALL + GA_CLASS_SMALL == 1 && GA_POOL_SMALL + GA_CLASS_LARGE == GA_POOL_LARGE,
+               "the statistics index of a size class is GA_POOL_SMALL + the class");
+static inline ga_stat_t *ga_pool_stat(ga_stat_t *st, int size_class) {
+  return &st[GA_POOL_SMALL + size_class];
+}
 /* The [all] and [pool] entries of a per-pool stat array together. */
-static inline void ga_pstat_inc(ga_stat_t *st, int pool, uint64_t d) {
+static inline void ga_pstat_inc(ga_stat_t *st, int size_class, uint64_t d) {
   ga_stat_inc(&st[GA_POOL_ALL], d);
-  ga_stat_inc(ga_pool_stat(st, pool), d);
+  ga_stat_inc(ga_pool_stat(st, size_class), d);
 }
-static inline void ga_pstat_dec(ga_stat_t *st, int pool, uint64_t d) {
+static inline void ga_pstat_dec(ga_stat_t *st, int size_class, uint64_t d) {
   ga_stat_dec(&st[GA_POOL_ALL], d);
-  ga_stat_dec(ga_pool_stat(st, pool), d);
+  ga_stat_dec(ga_pool_stat(st, size_class), d);
 }
-static inline void ga_pstat_add(ga_stat_t *st, int pool, int64_t delta) {
+static inline void ga_pstat_add(ga_stat_t *st, int size_class, int64_t delta) {
   ga_stat_add(&st[GA_POOL_ALL], delta);
-  ga_stat_add(ga_pool_stat(st, pool), delta);
+  ga_stat_add(ga_pool_stat(st, size_class), delta);
 }
 
 /* ---- The counters of every allocation and free ----
@@ -96,19 +98,20 @@ enum {
 enum { GA_ROOM_ACTIVE, GA_ROOM_BYTES, GA_ROOM_SPLIT, GA_ROOM_SPLIT_BYTES, GA_ROOMS };
 
 typedef struct ga_hot {
-  int64_t d[2][GA_HOT_KINDS];            /* by pool (GA_P_*): since the last fold */
+  int64_t d[2][GA_HOT_KINDS];            /* by size class (GA_CLASS_*): since the last fold */
   int64_t room[GA_POOL_COUNT][GA_ROOMS]; /* by stats entry (GA_POOL_ALL, _SMALL, _LARGE) */
 } ga_hot;
 
-/* Folds h into s, raises the peaks passed and measures the rooms again. */
-void ga_stats_peaks(ga_stats_t *s, ga_hot *h);
-/* Makes s exact (folds h into it): before anything reads or resets s, and
+/* Folds h into stats, raises the peaks passed and measures the rooms again. */
+void ga_stats_peaks(ga_stats_t *stats, ga_hot *h);
+/* Makes stats exact (folds h into it): before anything reads or resets stats, and
  * again after the peaks are reset (the rooms are measured from them). */
-static inline void ga_stats_sync(ga_stats_t *s, ga_hot *h) { ga_stats_peaks(s, h); }
+static inline void ga_stats_sync(ga_stats_t *stats, ga_hot *h) { ga_stats_peaks(stats, h); }
 
 /* A block of `bytes` (rounded) handed out for `requested` bytes. */
-static inline void ga_hot_alloc(ga_stats_t *s, ga_hot *h, int pool, uint64_t bytes, uint64_t requested) {
-  int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
+static inline void ga_hot_alloc(ga_stats_t *stats, ga_hot *h, int size_class, uint64_t bytes,
+                                uint64_t requested) {
+  int64_t *d = h->d[size_class], *r = h->room[GA_POOL_SMALL + size_class], *all = h->room[GA_POOL_ALL];
   d[GA_HOT_ALLOC_N]++;
   d[GA_HOT_ALLOC_B] += (int64_t)bytes;
   d[GA_HOT_ALLOC_R] += (int64_t)requested;
@@ -117,16 +120,16 @@ static inline void ga_hot_alloc(ga_stats_t *s, ga_hot *h, int pool, uint64_t byt
   r[GA_ROOM_BYTES] -= (int64_t)bytes;
   all[GA_ROOM_BYTES] -= (int64_t)bytes;
   if ((r[GA_ROOM_ACTIVE] | all[GA_ROOM_ACTIVE] | r[GA_ROOM_BYTES] | all[GA_ROOM_BYTES]) < 0)
-    ga_stats_peaks(s, h);
+    ga_stats_peaks(stats, h);
 }
 /* The client freed a block of `bytes` (it may stay active). */
-static inline void ga_hot_free(ga_hot *h, int pool, uint64_t bytes) {
-  h->d[pool][GA_HOT_FREE_N]++;
-  h->d[pool][GA_HOT_FREE_B] += (int64_t)bytes;
+static inline void ga_hot_free(ga_hot *h, int size_class, uint64_t bytes) {
+  h->d[size_class][GA_HOT_FREE_N]++;
+  h->d[size_class][GA_HOT_FREE_B] += (int64_t)bytes;
 }
 /* A freed block is no longer active. */
-static inline void ga_hot_done(ga_hot *h, int pool, uint64_t bytes, uint64_t requested) {
-  int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
+static inline void ga_hot_done(ga_hot *h, int size_class, uint64_t bytes, uint64_t requested) {
+  int64_t *d = h->d[size_class], *r = h->room[GA_POOL_SMALL + size_class], *all = h->room[GA_POOL_ALL];
   d[GA_HOT_DONE_N]++;
   d[GA_HOT_DONE_B] += (int64_t)bytes;
   d[GA_HOT_DONE_R] += (int64_t)requested;
@@ -139,9 +142,9 @@ static inline void ga_hot_done(ga_hot *h, int pool, uint64_t bytes, uint64_t req
  * completed, and handed out again for `requested` bytes: as ga_hot_free,
  * ga_hot_done and ga_hot_alloc in turn. Only the bytes' room can be spent
  * (the active room comes back as it goes). */
-static inline void ga_hot_reuse(ga_stats_t *s, ga_hot *h, int pool, uint64_t bytes, uint64_t was,
+static inline void ga_hot_reuse(ga_stats_t *stats, ga_hot *h, int size_class, uint64_t bytes, uint64_t was,
                                 uint64_t requested) {
-  int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
+  int64_t *d = h->d[size_class], *r = h->room[GA_POOL_SMALL + size_class], *all = h->room[GA_POOL_ALL];
   int64_t spent = (int64_t)bytes - (int64_t)was;
   d[GA_HOT_REUSE_N]++;
   d[GA_HOT_REUSE_B] += (int64_t)bytes;
@@ -149,11 +152,11 @@ static inline void ga_hot_reuse(ga_stats_t *s, ga_hot *h, int pool, uint64_t byt
   d[GA_HOT_ALLOC_R] += (int64_t)requested;
   r[GA_ROOM_BYTES] -= spent;
   all[GA_ROOM_BYTES] -= spent;
-  if ((r[GA_ROOM_BYTES] | all[GA_ROOM_BYTES]) < 0) ga_stats_peaks(s, h);
+  if ((r[GA_ROOM_BYTES] | all[GA_ROOM_BYTES]) < 0) ga_stats_peaks(stats, h);
 }
 /* inactive_split changes by n blocks and `bytes` (each a net change). */
-static inline void ga_hot_split(ga_stats_t *s, ga_hot *h, int pool, int64_t n, int64_t bytes) {
-  int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
+static inline void ga_hot_split(ga_stats_t *stats, ga_hot *h, int size_class, int64_t n, int64_t bytes) {
+  int64_t *d = h->d[size_class], *r = h->room[GA_POOL_SMALL + size_class], *all = h->room[GA_POOL_ALL];
   d[GA_HOT_SPLIT_UP_N] += n > 0 ? n : 0;
   d[GA_HOT_SPLIT_DOWN_N] += n < 0 ? -n : 0;
   d[GA_HOT_SPLIT_UP_B] += bytes > 0 ? bytes : 0;
@@ -163,20 +166,21 @@ static inline void ga_hot_split(ga_stats_t *s, ga_hot *h, int pool, int64_t n, i
   r[GA_ROOM_SPLIT_BYTES] -= bytes;
   all[GA_ROOM_SPLIT_BYTES] -= bytes;
   if ((r[GA_ROOM_SPLIT] | all[GA_ROOM_SPLIT] | r[GA_ROOM_SPLIT_BYTES] | all[GA_ROOM_SPLIT_BYTES]) < 0)
-    ga_stats_peaks(s, h);
+    ga_stats_peaks(stats, h);
 }
 
 /* The two calls of ga_hot_split that ga_hot_split_swing stands for (stats.c). */
-void ga_hot_split_swing_peak(ga_stats_t *s, ga_hot *h, int pool, int64_t n, int64_t bytes);
+void ga_hot_split_swing_peak(ga_stats_t *stats, ga_hot *h, int size_class, int64_t n, int64_t bytes);
 /* inactive_split changes by n blocks and `bytes`, then straight back (a
  * merge and the split that undoes it): as the two calls of ga_hot_split,
  * without either when no peak can move between them. */
-__attribute__((always_inline)) static inline void ga_hot_split_swing(ga_stats_t *s, ga_hot *h, int pool,
-                                                                     int64_t n, int64_t bytes) {
-  int64_t *d = h->d[pool], *r = h->room[GA_POOL_SMALL + pool], *all = h->room[GA_POOL_ALL];
+__attribute__((always_inline)) static inline void ga_hot_split_swing(ga_stats_t *stats, ga_hot *h,
+                                                                     int size_class, int64_t n,
+                                                                     int64_t bytes) {
+  int64_t *d = h->d[size_class], *r = h->room[GA_POOL_SMALL + size_class], *all = h->room[GA_POOL_ALL];
   if (n > r[GA_ROOM_SPLIT] || n > all[GA_ROOM_SPLIT] || bytes > r[GA_ROOM_SPLIT_BYTES] ||
       bytes > all[GA_ROOM_SPLIT_BYTES]) {
-    ga_hot_split_swing_peak(s, h, pool, n, bytes);
+    ga_hot_split_swing_peak(stats, h, size_class, n, bytes);
     return;
   }
   d[GA_HOT_SWING_N] += n < 0 ? -n : n;
@@ -184,9 +188,9 @@ __attribute__((always_inline)) static inline void ga_hot_split_swing(ga_stats_t 
 }
 /* inactive_split falls by n blocks and `bytes` and rises straight back: no
  * peak can move. */
-static inline void ga_hot_split_dip(ga_hot *h, int pool, uint64_t n, uint64_t bytes) {
-  h->d[pool][GA_HOT_SWING_N] += (int64_t)n;
-  h->d[pool][GA_HOT_SWING_B] += (int64_t)bytes;
+static inline void ga_hot_split_dip(ga_hot *h, int size_class, uint64_t n, uint64_t bytes) {
+  h->d[size_class][GA_HOT_SWING_N] += (int64_t)n;
+  h->d[size_class][GA_HOT_SWING_B] += (int64_t)bytes;
 }
 
 #endif /* GA_STATS_H */

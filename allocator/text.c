@@ -71,10 +71,10 @@ void ga_text_put(ga_text *t, const char *fmt, ...) {
   if (n > 0) t->len += (size_t)n;
 }
 
-void ga_text_json_str(ga_text *t, const char *s) {
+void ga_text_json_str(ga_text *t, const char *str) {
   ga_text_put(t, "\"");
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
+  for (; *str; str++) {
+    unsigned char ch = (unsigned char)*str;
     if (ch == '"' || ch == '\\')
       ga_text_put(t, "\\%c", ch);
     else if (ch < 0x20 || ch == 0x7f)

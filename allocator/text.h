@@ -47,9 +47,9 @@ typedef struct ga_text {
   size_t cap, len;
 } ga_text;
 void ga_text_put(ga_text *t, const char *fmt, ...) GA_PRINTF(2, 3);
-/* Appends s as a JSON string, quotes included: '"' and '\\' escaped, control
+/* Appends str as a JSON string, quotes included: '"' and '\\' escaped, control
  * characters as \u00XX. */
-void ga_text_json_str(ga_text *t, const char *s);
+void ga_text_json_str(ga_text *t, const char *str);
 /* Terminates a truncated text; returns the full length. */
 size_t ga_text_end(ga_text *t);
 

@@ -97,7 +97,7 @@ Test(expandable, a_first_mapping_touches_only_its_part_of_the_granule_table) {
   size_t grew = resident_bytes() - before;
   cr_assert_lt(grew, 8 * MiB, "the first mapping of a segment made %zu bytes resident", grew);
   const ga_segment *s = NULL;
-  for (s = fx_a->space.segs; s && s->pool != GA_P_LARGE; s = s->next) {}
+  for (s = fx_a->space.segs; s && s->size_class != GA_CLASS_LARGE; s = s->next) {}
   cr_assert(s != NULL && s->size / fx_a->space.gran > (size_t)2000000, "a reservation of %zu granules",
             s ? s->size / fx_a->space.gran : 0);
   fx_free(p);
@@ -157,7 +157,7 @@ Test(expandable, a_request_fits_whenever_free_pages_and_capacity_hold_it) {
   void *e;
   cr_assert_eq(ga_malloc(fx_a, 2 * MiB, S1, &e), GA_ERR_OOM);
   cr_assert(strstr(ga_last_error(), "Tried to allocate 2.00 MiB") != NULL, "%s", ga_last_error());
-  cr_assert(strstr(ga_last_error(), "lies in partly used 2 MiB pages") != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "lies in partly used 2 MiB granules") != NULL, "%s", ga_last_error());
   cr_assert(strstr(ga_last_error(), "expandable_segments:True to avoid") == NULL, "%s", ga_last_error());
   fx_free(d);
   fx_free(b);
@@ -174,7 +174,7 @@ Test(expandable, partly_used_pages_are_reported_and_cannot_move) {
   void *q;
   ga_status_t st = ga_malloc(fx_a, 8 * MiB, S1, &q);
   cr_assert_eq(st, GA_ERR_OOM);
-  cr_assert(strstr(ga_last_error(), "lies in partly used 2 MiB pages") != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "lies in partly used 2 MiB granules") != NULL, "%s", ga_last_error());
   cr_assert(strstr(ga_last_error(), " 0 bytes of free cached memory") == NULL, "%s", ga_last_error());
   for (int i = 1; i < n; i += 2) fx_free(p[i]);
 }

@@ -102,7 +102,7 @@ Test(sleep, a_failing_copy_leaves_a_consistent_allocator) {
   fx_fill(w, 12 * MiB, 9);
   fx_inject(GA_CALL_COPY, 3, GA_DEV_EDRIVER, 0); /* the third page's copy fails */
   cr_assert_eq(ga_sleep(fx_a, "weights", GA_SLEEP_OFFLOAD), GA_ERR_DEVICE);
-  cr_assert(strstr(ga_last_error(), "2 pages sleep") != NULL, "%s", ga_last_error());
+  cr_assert(strstr(ga_last_error(), "2 granules sleep") != NULL, "%s", ga_last_error());
   cr_assert_eq(ga_check(fx_a), 0);
   cr_assert_eq(ga_wake(fx_a), GA_OK, "%s", ga_last_error());
   cr_assert(fx_verify(w, 12 * MiB, 9), "nothing lost");

@@ -283,8 +283,8 @@ static int cuda_event_create(ga_device *d, ga_event *e) {
   if (!rc) *e = ev;
   return rc;
 }
-static int cuda_event_record(ga_device *d, ga_event e, ga_stream_t s) {
-  return CALL(d, cu.cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord");
+static int cuda_event_record(ga_device *d, ga_event e, ga_stream_t stream) {
+  return CALL(d, cu.cuEventRecord((CUevent)e, (CUstream)stream), "cuEventRecord");
 }
 static int cuda_event_query(ga_device *d, ga_event e) {
   return CALL(d, cu.cuEventQuery((CUevent)e), "cuEventQuery");
@@ -295,13 +295,13 @@ static int cuda_event_synchronize(ga_device *d, ga_event e) {
 static int cuda_event_destroy(ga_device *d, ga_event e) {
   return CALL(d, cu.cuEventDestroy((CUevent)e), "cuEventDestroy");
 }
-static int cuda_stream_synchronize(ga_device *d, ga_stream_t s) {
-  return CALL(d, cu.cuStreamSynchronize((CUstream)s), "cuStreamSynchronize");
+static int cuda_stream_synchronize(ga_device *d, ga_stream_t stream) {
+  return CALL(d, cu.cuStreamSynchronize((CUstream)stream), "cuStreamSynchronize");
 }
 static int cuda_synchronize(ga_device *d) { return CALL(d, cu.cuCtxSynchronize(), "cuCtxSynchronize"); }
-static int cuda_stream_capturing(ga_device *d, ga_stream_t s, int *capturing) {
+static int cuda_stream_capturing(ga_device *d, ga_stream_t stream, int *capturing) {
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-  int rc = CALL(d, cu.cuStreamIsCapturing((CUstream)s, &st), "cuStreamIsCapturing");
+  int rc = CALL(d, cu.cuStreamIsCapturing((CUstream)stream, &st), "cuStreamIsCapturing");
   if (!rc) *capturing = st != CU_STREAM_CAPTURE_STATUS_NONE;
   return rc;
 }

@@ -267,36 +267,36 @@ static inline int ga_dev_device_count(ga_device *d, int *n) {
 static inline int ga_dev_mem_info(ga_device *d, size_t *f, size_t *t) {
   GA_DEV_CALL(d, GA_CALL_MEM_INFO, d->ops->mem_info(d, f, t));
 }
-static inline int ga_dev_malloc(ga_device *d, size_t s, void **p) {
-  GA_DEV_CALL(d, GA_CALL_MALLOC, d->ops->malloc(d, s, p));
+static inline int ga_dev_malloc(ga_device *d, size_t size, void **p) {
+  GA_DEV_CALL(d, GA_CALL_MALLOC, d->ops->malloc(d, size, p));
 }
 static inline int ga_dev_free(ga_device *d, void *p) { GA_DEV_CALL(d, GA_CALL_FREE, d->ops->free(d, p)); }
-static inline int ga_dev_reserve(ga_device *d, size_t s, size_t al, void **va) {
-  GA_DEV_CALL(d, GA_CALL_RESERVE, d->ops->reserve(d, s, al, va));
+static inline int ga_dev_reserve(ga_device *d, size_t size, size_t al, void **va) {
+  GA_DEV_CALL(d, GA_CALL_RESERVE, d->ops->reserve(d, size, al, va));
 }
-static inline int ga_dev_unreserve(ga_device *d, void *va, size_t s) {
-  GA_DEV_CALL(d, GA_CALL_UNRESERVE, d->ops->unreserve(d, va, s));
+static inline int ga_dev_unreserve(ga_device *d, void *va, size_t size) {
+  GA_DEV_CALL(d, GA_CALL_UNRESERVE, d->ops->unreserve(d, va, size));
 }
-static inline int ga_dev_create(ga_device *d, size_t s, ga_mem_handle *h) {
-  GA_DEV_CALL(d, GA_CALL_CREATE, d->ops->create(d, s, h));
+static inline int ga_dev_create(ga_device *d, size_t size, ga_mem_handle *h) {
+  GA_DEV_CALL(d, GA_CALL_CREATE, d->ops->create(d, size, h));
 }
 static inline int ga_dev_release(ga_device *d, ga_mem_handle h) {
   GA_DEV_CALL(d, GA_CALL_RELEASE, d->ops->release(d, h));
 }
-static inline int ga_dev_map(ga_device *d, void *va, size_t s, ga_mem_handle h, size_t off) {
-  GA_DEV_CALL(d, GA_CALL_MAP, d->ops->map(d, va, s, h, off));
+static inline int ga_dev_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t off) {
+  GA_DEV_CALL(d, GA_CALL_MAP, d->ops->map(d, va, size, h, off));
 }
-static inline int ga_dev_unmap(ga_device *d, void *va, size_t s) {
-  GA_DEV_CALL(d, GA_CALL_UNMAP, d->ops->unmap(d, va, s));
+static inline int ga_dev_unmap(ga_device *d, void *va, size_t size) {
+  GA_DEV_CALL(d, GA_CALL_UNMAP, d->ops->unmap(d, va, size));
 }
-static inline int ga_dev_set_access(ga_device *d, void *va, size_t s, const int *devs, int n) {
-  GA_DEV_CALL(d, GA_CALL_SET_ACCESS, d->ops->set_access(d, va, s, devs, n));
+static inline int ga_dev_set_access(ga_device *d, void *va, size_t size, const int *devs, int n) {
+  GA_DEV_CALL(d, GA_CALL_SET_ACCESS, d->ops->set_access(d, va, size, devs, n));
 }
-static inline int ga_dev_copy(ga_device *d, void *host, void *dev, size_t s, int to_host) {
-  GA_DEV_CALL(d, GA_CALL_COPY, d->ops->copy(d, host, dev, s, to_host));
+static inline int ga_dev_copy(ga_device *d, void *host, void *dev, size_t size, int to_host) {
+  GA_DEV_CALL(d, GA_CALL_COPY, d->ops->copy(d, host, dev, size, to_host));
 }
-static inline int ga_dev_host_alloc(ga_device *d, size_t s, void **p) {
-  GA_DEV_CALL(d, GA_CALL_HOST_ALLOC, d->ops->host_alloc(d, s, p));
+static inline int ga_dev_host_alloc(ga_device *d, size_t size, void **p) {
+  GA_DEV_CALL(d, GA_CALL_HOST_ALLOC, d->ops->host_alloc(d, size, p));
 }
 static inline int ga_dev_host_free(ga_device *d, void *p) {
   GA_DEV_CALL(d, GA_CALL_HOST_FREE, d->ops->host_free(d, p));
@@ -304,8 +304,8 @@ static inline int ga_dev_host_free(ga_device *d, void *p) {
 static inline int ga_dev_event_create(ga_device *d, ga_event *e) {
   GA_DEV_CALL(d, GA_CALL_EVENT_CREATE, d->ops->event_create(d, e));
 }
-static inline int ga_dev_event_record(ga_device *d, ga_event e, ga_stream_t s) {
-  GA_DEV_CALL(d, GA_CALL_EVENT_RECORD, d->ops->event_record(d, e, s));
+static inline int ga_dev_event_record(ga_device *d, ga_event e, ga_stream_t stream) {
+  GA_DEV_CALL(d, GA_CALL_EVENT_RECORD, d->ops->event_record(d, e, stream));
 }
 static inline int ga_dev_event_query(ga_device *d, ga_event e) {
   GA_DEV_CALL(d, GA_CALL_EVENT_QUERY, d->ops->event_query(d, e));
@@ -316,14 +316,14 @@ static inline int ga_dev_event_synchronize(ga_device *d, ga_event e) {
 static inline int ga_dev_event_destroy(ga_device *d, ga_event e) {
   GA_DEV_CALL(d, GA_CALL_EVENT_DESTROY, d->ops->event_destroy(d, e));
 }
-static inline int ga_dev_stream_synchronize(ga_device *d, ga_stream_t s) {
-  GA_DEV_CALL(d, GA_CALL_STREAM_SYNCHRONIZE, d->ops->stream_synchronize(d, s));
+static inline int ga_dev_stream_synchronize(ga_device *d, ga_stream_t stream) {
+  GA_DEV_CALL(d, GA_CALL_STREAM_SYNCHRONIZE, d->ops->stream_synchronize(d, stream));
 }
 static inline int ga_dev_synchronize(ga_device *d) {
   GA_DEV_CALL(d, GA_CALL_SYNCHRONIZE, d->ops->synchronize(d));
 }
-static inline int ga_dev_stream_capturing(ga_device *d, ga_stream_t s, int *c) {
-  GA_DEV_CALL(d, GA_CALL_CAPTURE_QUERY, d->ops->stream_capturing(d, s, c));
+static inline int ga_dev_stream_capturing(ga_device *d, ga_stream_t stream, int *c) {
+  GA_DEV_CALL(d, GA_CALL_CAPTURE_QUERY, d->ops->stream_capturing(d, stream, c));
 }
 static inline int ga_dev_capture_mode(ga_device *d, int relaxed, int *previous) {
   GA_DEV_CALL(d, GA_CALL_CAPTURE_MODE, d->ops->capture_mode(d, relaxed, previous));

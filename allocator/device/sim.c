@@ -154,18 +154,18 @@ static sim_device *sim_of(const ga_device *d) {
  * completion of what it waits for, and the difference is a stall. With no
  * queued work (the default) every stream is idle and nothing stalls. */
 
-static void spend_units(sim_device *s, ga_device_call_t k, size_t units) {
-  uint64_t ns = (uint64_t)units * s->cost_unit[k];
-  s->now_ns += ns;
-  s->driver_ns += ns;
+static void spend_units(sim_device *sim, ga_device_call_t k, size_t units) {
+  uint64_t ns = (uint64_t)units * sim->cost_unit[k];
+  sim->now_ns += ns;
+  sim->driver_ns += ns;
 }
 
 /* The CPU waits until `t`: a stall when that is in the future. */
-static void wait_until(sim_device *s, uint64_t t) {
-  if (t <= s->now_ns) return;
-  s->base.stalls++;
-  s->base.stall_ns += t - s->now_ns;
-  s->now_ns = t;
+static void wait_until(sim_device *sim, uint64_t t) {
+  if (t <= sim->now_ns) return;
+  sim->base.stalls++;
+  sim->base.stall_ns += t - sim->now_ns;
+  sim->now_ns = t;
 }
 
 static size_t granules_of(size_t bytes) { return (bytes + SIM_GRAN - 1) / SIM_GRAN; }
@@ -224,38 +224,38 @@ static const sim_cost_table cost_tables[] = {
  * would invalidate the capture. In the relaxed mode it may, except
  * synchronise the capturing stream or the whole device, which no mode
  * allows. The sim refuses such a call and counts it. */
-static int capture_refused(sim_device *s, const char *call, const char *why) {
-  s->captures_broken++;
-  ga_dev_set_error(&s->base, "%s: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (%s)", call, why);
+static int capture_refused(sim_device *sim, const char *call, const char *why) {
+  sim->captures_broken++;
+  ga_dev_set_error(&sim->base, "%s: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (%s)", call, why);
   return GA_DEV_ECAPTURE;
 }
-static int capture_breaks(sim_device *s, const char *call) {
-  if (!s->capturing || thread_relaxed) return 0;
-  return capture_refused(s, call, "a stream is capturing and this thread is in the global capture mode");
+static int capture_breaks(sim_device *sim, const char *call) {
+  if (!sim->capturing || thread_relaxed) return 0;
+  return capture_refused(sim, call, "a stream is capturing and this thread is in the global capture mode");
 }
 
 /* ---- Faults ---- */
 
 /* Every call passes here first: it takes its fixed cost, then may fail. */
-static int fault_hit(sim_device *s, ga_device_call_t k, const char *call) {
-  s->now_ns += s->cost_call[k];
-  s->driver_ns += s->cost_call[k];
-  sim_fault *f = &s->faults[k];
-  int err = s->sticky;
+static int fault_hit(sim_device *sim, ga_device_call_t k, const char *call) {
+  sim->now_ns += sim->cost_call[k];
+  sim->driver_ns += sim->cost_call[k];
+  sim_fault *f = &sim->faults[k];
+  int err = sim->sticky;
   if (!err) {
     if (!f->armed) return 0;
     if (f->countdown > 1) {
       f->countdown--;
       return 0;
     }
-    if (f->repeat == GA_SIM_STICKY) s->sticky = f->err;
+    if (f->repeat == GA_SIM_STICKY) sim->sticky = f->err;
     if (!f->repeat) f->armed = 0;
     err = f->err;
   }
-  s->faults_fired++;
-  ga_dev_set_error(&s->base, "%s: %s (injected %sfault)", call,
+  sim->faults_fired++;
+  ga_dev_set_error(&sim->base, "%s: %s (injected %sfault)", call,
                    err == GA_DEV_EOOM ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_UNKNOWN",
-                   s->sticky ? "sticky " : "");
+                   sim->sticky ? "sticky " : "");
   return err;
 }
 
@@ -267,11 +267,11 @@ enum { SIM_CAPTURE_SAFE, SIM_CAPTURE_UNSAFE };
  * way. */
 static sim_device *sim_enter(ga_device *d, ga_device_call_t k, const char *call, int capture_unsafe,
                              int *rc) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  *rc = fault_hit(s, k, call);
-  if (!*rc && capture_unsafe) *rc = capture_breaks(s, call);
-  return s;
+  sim_device *sim = sim_of(d);
+  pthread_mutex_lock(&sim->mu);
+  *rc = fault_hit(sim, k, call);
+  if (!*rc && capture_unsafe) *rc = capture_breaks(sim, call);
+  return sim;
 }
 
 /* ---- Ranges (reservations, mappings, mallocs) ---- */
@@ -290,7 +290,7 @@ static sim_range *range_add(ga_rtree *t, sim_range x) {
   return r;
 }
 
-static void range_drop(ga_rtree *t, sim_range *r) {
+static void range_delete(ga_rtree *t, sim_range *r) {
   ga_rtree_remove(t, &r->node);
   free(r);
 }
@@ -300,31 +300,31 @@ static void range_drop(ga_rtree *t, sim_range *r) {
  * test can make it fail (ga_sim_inject_host). A host failure is the host's,
  * reported as such: GA_DEV_ENOMEM with "host:" in the message. */
 
-static void *host_mmap(sim_device *s, void *addr, size_t len, int prot, int flags, int fd, off_t off) {
-  sim_fault *f = &s->host_fault;
+static void *host_mmap(sim_device *sim, void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  sim_fault *f = &sim->host_fault;
   if (f->armed && f->countdown > 1) {
     f->countdown--;
   } else if (f->armed) {
     if (!f->repeat) f->armed = 0;
-    s->faults_fired++;
+    sim->faults_fired++;
     errno = f->err;
     return MAP_FAILED;
   }
   return mmap(addr, len, prot, flags, fd, off);
 }
 
-static int host_failed(sim_device *s, const char *call, const char *what, size_t bytes, int err) {
-  s->host_failures++;
-  ga_dev_set_error(&s->base, "%s: host: %s of %zu bytes failed: %s (%s)", call, what, bytes, strerror(err),
+static int host_failed(sim_device *sim, const char *call, const char *what, size_t bytes, int err) {
+  sim->host_failures++;
+  ga_dev_set_error(&sim->base, "%s: host: %s of %zu bytes failed: %s (%s)", call, what, bytes, strerror(err),
                    err == ENOMEM ? "the host that runs the simulated device is out of address space or of "
                                    "mappings (vm.max_map_count); the device is not out of memory"
                                  : "a failure of the host that runs the simulated device");
   return GA_DEV_ENOMEM;
 }
 
-static int host_no_memory(sim_device *s, const char *call) {
-  s->host_failures++;
-  ga_dev_set_error(&s->base, "%s: host: out of memory for the simulated device's bookkeeping", call);
+static int host_no_memory(sim_device *sim, const char *call) {
+  sim->host_failures++;
+  ga_dev_set_error(&sim->base, "%s: host: out of memory for the simulated device's bookkeeping", call);
   return GA_DEV_ENOMEM;
 }
 
@@ -338,25 +338,25 @@ static int host_no_memory(sim_device *s, const char *call) {
 
 #define UNBOUND UINT32_MAX
 
-static int gran_used(const sim_device *s, size_t g) { return (s->bitmap[g / 64] >> (g % 64)) & 1; }
-static void gran_set(sim_device *s, size_t g, int on) {
+static int gran_used(const sim_device *sim, size_t g) { return (sim->bitmap[g / 64] >> (g % 64)) & 1; }
+static void gran_set(sim_device *sim, size_t g, int on) {
   if (on)
-    s->bitmap[g / 64] |= (uint64_t)1 << (g % 64);
+    sim->bitmap[g / 64] |= (uint64_t)1 << (g % 64);
   else
-    s->bitmap[g / 64] &= ~((uint64_t)1 << (g % 64));
+    sim->bitmap[g / 64] &= ~((uint64_t)1 << (g % 64));
 }
 
 /* Picks n free granules: the first contiguous run if there is one, else the
  * first n free ones. pre: n <= free granules. */
-static void gran_pick(sim_device *s, size_t n, uint32_t *out) {
+static void gran_pick(sim_device *sim, size_t n, uint32_t *out) {
   size_t run = 0, start = 0;
-  for (size_t g = s->hint * 64; g < s->ngran; g++) {
-    if (g % 64 == 0 && s->bitmap[g / 64] == ~(uint64_t)0) {
+  for (size_t g = sim->hint * 64; g < sim->ngran; g++) {
+    if (g % 64 == 0 && sim->bitmap[g / 64] == ~(uint64_t)0) {
       g += 63;
       run = 0;
       continue;
     }
-    if (gran_used(s, g)) {
+    if (gran_used(sim, g)) {
       run = 0;
       continue;
     }
@@ -367,21 +367,21 @@ static void gran_pick(sim_device *s, size_t n, uint32_t *out) {
     }
   }
   size_t k = 0; /* every granule below the hint's word is in use */
-  for (size_t g = s->hint * 64; g < s->ngran && k < n; g++) {
-    if (g % 64 == 0 && s->bitmap[g / 64] == ~(uint64_t)0) {
+  for (size_t g = sim->hint * 64; g < sim->ngran && k < n; g++) {
+    if (g % 64 == 0 && sim->bitmap[g / 64] == ~(uint64_t)0) {
       g += 63;
       continue;
     }
-    if (!gran_used(s, g)) out[k++] = (uint32_t)g;
+    if (!gran_used(sim, g)) out[k++] = (uint32_t)g;
   }
 }
 
 /* The middle of the longest run of free granules: room to grow both ways
  * for memory mapped where nothing is mapped beside it. pre: one is free. */
-static uint32_t gran_fresh(const sim_device *s) {
+static uint32_t gran_fresh(const sim_device *sim) {
   size_t best = 0, best_len = 0, start = 0, len = 0;
-  for (size_t w = 0; w < (s->ngran + 63) / 64; w++) {
-    uint64_t bits = s->bitmap[w];
+  for (size_t w = 0; w < (sim->ngran + 63) / 64; w++) {
+    uint64_t bits = sim->bitmap[w];
     if (bits == 0) { /* 64 free */
       if (!len) start = w * 64;
       len += 64;
@@ -400,86 +400,86 @@ static uint32_t gran_fresh(const sim_device *s) {
   return (uint32_t)(best + best_len / 2);
 }
 
-static void gran_bind(sim_device *s, uint32_t g) {
-  gran_set(s, g, 1);
-  while (s->hint < (s->ngran + 63) / 64 && s->bitmap[s->hint] == ~(uint64_t)0) s->hint++;
+static void gran_bind(sim_device *sim, uint32_t g) {
+  gran_set(sim, g, 1);
+  while (sim->hint < (sim->ngran + 63) / 64 && sim->bitmap[sim->hint] == ~(uint64_t)0) sim->hint++;
 }
 
 /* Gives back the bound granules of g[0..n) and their host memory. */
-static void gran_unbind(sim_device *s, const uint32_t *g, size_t n) {
+static void gran_unbind(sim_device *sim, const uint32_t *g, size_t n) {
   for (size_t i = 0, run; i < n; i += run) {
     run = 1;
     if (g[i] == UNBOUND) continue;
     while (i + run < n && g[i + run] == g[i] + run) run++;
-    for (size_t k = 0; k < run; k++) gran_set(s, g[i] + k, 0);
-    if (g[i] / 64 < s->hint) s->hint = g[i] / 64;
+    for (size_t k = 0; k < run; k++) gran_set(sim, g[i] + k, 0);
+    if (g[i] / 64 < sim->hint) sim->hint = g[i] / 64;
     /* Return the host memory; the next owner reads zeroes. */
-    (void)fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)g[i] * (off_t)SIM_GRAN,
+    (void)fallocate(sim->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)g[i] * (off_t)SIM_GRAN,
                     (off_t)(run * SIM_GRAN));
   }
 }
 
 /* Has nothing ever been written to granule g since it was last given back? */
-static int gran_empty(const sim_device *s, uint32_t g) {
-  off_t at = (off_t)g * (off_t)SIM_GRAN, data = lseek(s->fd, at, SEEK_DATA);
+static int gran_empty(const sim_device *sim, uint32_t g) {
+  off_t at = (off_t)g * (off_t)SIM_GRAN, data = lseek(sim->fd, at, SEEK_DATA);
   if (data < 0) return errno == ENXIO;
   return data >= at + (off_t)SIM_GRAN;
 }
 
 /* ---- Handles ---- */
 
-static sim_handle *handle_get(sim_device *s, ga_mem_handle h) {
-  if (h == 0 || h > s->nhandles) return NULL;
-  sim_handle *x = &s->handles[h - 1];
+static sim_handle *handle_get(sim_device *sim, ga_mem_handle h) {
+  if (h == 0 || h > sim->nhandles) return NULL;
+  sim_handle *x = &sim->handles[h - 1];
   return (x->ngran && !x->released) ? x : NULL;
 }
 
 /* A handle of ngran granules, taken now (bind: a malloc) or at its first
  * mapping. Free slots are reused, last freed first. pre: ngran <= free. */
-static int handle_new(sim_device *s, size_t ngran, int bind, ga_mem_handle *out) {
-  if (!s->free_slots && s->nhandles == s->cap_handles) {
-    size_t cap = s->cap_handles ? s->cap_handles * 2 : 64;
-    sim_handle *v = ga_host_realloc(s->handles, cap * sizeof *v);
+static int handle_new(sim_device *sim, size_t ngran, int bind, ga_mem_handle *out) {
+  if (!sim->free_slots && sim->nhandles == sim->cap_handles) {
+    size_t cap = sim->cap_handles ? sim->cap_handles * 2 : 64;
+    sim_handle *v = ga_host_realloc(sim->handles, cap * sizeof *v);
     if (!v) return GA_DEV_ENOMEM;
-    s->handles = v;
-    s->cap_handles = cap;
+    sim->handles = v;
+    sim->cap_handles = cap;
   }
   uint32_t *g = ga_host_malloc(2 * ngran * sizeof *g);
   if (!g) return GA_DEV_ENOMEM;
   size_t slot;
-  if (s->free_slots) {
-    slot = s->free_slots - 1;
-    s->free_slots = s->handles[slot].next_free;
+  if (sim->free_slots) {
+    slot = sim->free_slots - 1;
+    sim->free_slots = sim->handles[slot].next_free;
   } else {
-    slot = s->nhandles++;
+    slot = sim->nhandles++;
   }
   memset(g + ngran, 0, ngran * sizeof *g); /* mapped by nothing */
   if (bind) {
-    gran_pick(s, ngran, g);
-    for (size_t i = 0; i < ngran; i++) gran_bind(s, g[i]);
+    gran_pick(sim, ngran, g);
+    for (size_t i = 0; i < ngran; i++) gran_bind(sim, g[i]);
   } else {
     for (size_t i = 0; i < ngran; i++) g[i] = UNBOUND;
   }
-  s->used += ngran;
-  s->handles[slot] = (sim_handle){.ngran = ngran, .gran = g, .shown = g + ngran};
-  s->live_handles++;
+  sim->used += ngran;
+  sim->handles[slot] = (sim_handle){.ngran = ngran, .gran = g, .shown = g + ngran};
+  sim->live_handles++;
   *out = slot + 1;
   return 0;
 }
 
 /* Frees the handle's granules once it is released and unmapped. */
-static void handle_maybe_free(sim_device *s, sim_handle *x) {
+static void handle_maybe_free(sim_device *sim, sim_handle *x) {
   if (!x->released || x->maps) return;
   if (x->ext)
     close(x->ext_fd);
   else {
-    gran_unbind(s, x->gran, x->ngran);
-    s->used -= x->ngran;
+    gran_unbind(sim, x->gran, x->ngran);
+    sim->used -= x->ngran;
   }
   free(x->gran);
-  *x = (sim_handle){.next_free = s->free_slots};
-  s->free_slots = (size_t)(x - s->handles) + 1;
-  s->live_handles--;
+  *x = (sim_handle){.next_free = sim->free_slots};
+  sim->free_slots = (size_t)(x - sim->handles) + 1;
+  sim->live_handles--;
 }
 
 /* Are the handle's granules [first, first+n) one run of the memfd? */
@@ -491,17 +491,17 @@ static int gran_contiguous(const sim_handle *x, size_t first, size_t n) {
 
 /* The memfd granule that would continue the mapping that ends at va, or
  * precede by n the one that starts at va + n granules; UNBOUND if neither. */
-static uint32_t neighbour_target(sim_device *s, uintptr_t va, size_t n) {
-  ga_rnode *below = va ? ga_rtree_floor(&s->maps, va - 1) : NULL;
-  if (below && below->va + below->size == va && !s->handles[range_of(below)->h - 1].ext) {
+static uint32_t neighbour_target(sim_device *sim, uintptr_t va, size_t n) {
+  ga_rnode *below = va ? ga_rtree_floor(&sim->maps, va - 1) : NULL;
+  if (below && below->va + below->size == va && !sim->handles[range_of(below)->h - 1].ext) {
     sim_range *m = range_of(below);
-    uint32_t g = s->handles[m->h - 1].gran[(m->offset + m->node.size) / SIM_GRAN - 1];
-    if (g + 1 < s->ngran) return g + 1;
+    uint32_t g = sim->handles[m->h - 1].gran[(m->offset + m->node.size) / SIM_GRAN - 1];
+    if (g + 1 < sim->ngran) return g + 1;
   }
-  ga_rnode *above = ga_rtree_lower(&s->maps, va + n * SIM_GRAN);
-  if (above && above->va == va + n * SIM_GRAN && !s->handles[range_of(above)->h - 1].ext) {
+  ga_rnode *above = ga_rtree_lower(&sim->maps, va + n * SIM_GRAN);
+  if (above && above->va == va + n * SIM_GRAN && !sim->handles[range_of(above)->h - 1].ext) {
     sim_range *m = range_of(above);
-    uint32_t g = s->handles[m->h - 1].gran[m->offset / SIM_GRAN];
+    uint32_t g = sim->handles[m->h - 1].gran[m->offset / SIM_GRAN];
     if (g >= n) return g - (uint32_t)n;
   }
   return UNBOUND;
@@ -514,49 +514,50 @@ static uint32_t neighbour_target(sim_device *s, uintptr_t va, size_t n) {
  * something was written to it; otherwise it moves to its better place when
  * that is free. Then the host sees one mapping where the device has a run
  * of mappings side by side. */
-static void bind_for_map(sim_device *s, sim_handle *x, size_t first, size_t n, uintptr_t va) {
+static void bind_for_map(sim_device *sim, sim_handle *x, size_t first, size_t n, uintptr_t va) {
   for (size_t i = 0; i < n; i++) {
     uint32_t *g = &x->gran[first + i], want;
     if (*g != UNBOUND && x->shown[first + i]) continue;
     if (i == 0)
-      want = neighbour_target(s, va, n);
+      want = neighbour_target(sim, va, n);
     else
-      want = g[-1] + 1 < s->ngran ? g[-1] + 1 : UNBOUND;
-    int free_there = want != UNBOUND && !gran_used(s, want);
+      want = g[-1] + 1 < sim->ngran ? g[-1] + 1 : UNBOUND;
+    int free_there = want != UNBOUND && !gran_used(sim, want);
     if (*g == UNBOUND) {
-      *g = free_there ? want : gran_fresh(s);
-      gran_bind(s, *g);
-    } else if (free_there && gran_empty(s, *g)) {
-      gran_set(s, *g, 0);
-      if (*g / 64 < s->hint) s->hint = *g / 64;
+      *g = free_there ? want : gran_fresh(sim);
+      gran_bind(sim, *g);
+    } else if (free_there && gran_empty(sim, *g)) {
+      gran_set(sim, *g, 0);
+      if (*g / 64 < sim->hint) sim->hint = *g / 64;
       *g = want;
-      gran_bind(s, *g);
+      gran_bind(sim, *g);
     }
   }
 }
 
 /* ---- The mirror: the memfd mapped whole, for mallocs ---- */
 
-static int in_mirror(const sim_device *s, uintptr_t va) {
-  return s->mirror && va - s->mirror < s->ngran * SIM_GRAN;
+static int in_mirror(const sim_device *sim, uintptr_t va) {
+  return sim->mirror && va - sim->mirror < sim->ngran * SIM_GRAN;
 }
 
 /* Maps the whole memfd at a granule-aligned address, once. When the host
  * cannot (address space), mallocs map themselves one by one, as before. */
-static void mirror_open(sim_device *s) {
-  s->mirror_tried = 1;
-  size_t len = s->ngran * SIM_GRAN;
-  void *p = host_mmap(s, NULL, len + SIM_GRAN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+static void mirror_open(sim_device *sim) {
+  sim->mirror_tried = 1;
+  size_t len = sim->ngran * SIM_GRAN;
+  void *p =
+      host_mmap(sim, NULL, len + SIM_GRAN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return;
   uintptr_t base = (uintptr_t)p, start = (base + SIM_GRAN - 1) & ~(uintptr_t)(SIM_GRAN - 1);
-  if (host_mmap(s, (void *)start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->fd, 0) ==
+  if (host_mmap(sim, (void *)start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, sim->fd, 0) ==
       MAP_FAILED) {
     munmap(p, len + SIM_GRAN);
     return;
   }
   if (start > base) munmap(p, start - base);
   if (base + SIM_GRAN > start) munmap((void *)(start + len), base + SIM_GRAN - start);
-  s->mirror = start;
+  sim->mirror = start;
 }
 
 /* ---- Core VMM operations (no fault checks; shared by malloc) ---- */
@@ -569,9 +570,9 @@ static void protnone(uintptr_t va, size_t size) {
  * granule drawn from [32 TiB, 96 TiB) of the address space (above what
  * sanitizers keep for themselves, below the host's own mappings). A hint
  * only: the host puts the range elsewhere when that place is taken. */
-static void *scatter_hint(sim_device *s) {
-  if (!s->scatter) return NULL;
-  uint64_t z = (s->scatter += 0x9e3779b97f4a7c15ULL); /* splitmix64 */
+static void *scatter_hint(sim_device *sim) {
+  if (!sim->scatter) return NULL;
+  uint64_t z = (sim->scatter += 0x9e3779b97f4a7c15ULL); /* splitmix64 */
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   z ^= z >> 31;
@@ -581,105 +582,105 @@ static void *scatter_hint(sim_device *s) {
 
 /* Reserves size bytes aligned to align (0 = the granularity) of host address
  * space; `at` != 0: the range at `at` in the mirror, which the host already backs. */
-static int do_reserve(sim_device *s, const char *call, size_t size, size_t align, uintptr_t at, void **va) {
+static int do_reserve(sim_device *sim, const char *call, size_t size, size_t align, uintptr_t at, void **va) {
   if (align == 0) align = SIM_GRAN;
   uintptr_t start = at;
   void *p = NULL;
   size_t span = size + align;
   if (!at) {
     p = span < size ? MAP_FAILED
-                    : host_mmap(s, scatter_hint(s), span, PROT_NONE,
+                    : host_mmap(sim, scatter_hint(sim), span, PROT_NONE,
                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
-      return host_failed(s, call, "reserving address space", size, span < size ? ENOMEM : errno);
+      return host_failed(sim, call, "reserving address space", size, span < size ? ENOMEM : errno);
     uintptr_t base = (uintptr_t)p;
     start = (base + align - 1) & ~(uintptr_t)(align - 1);
     if (start > base) munmap(p, start - base);
     if (base + span > start + size) munmap((void *)(start + size), base + span - start - size);
   }
-  if (!range_add(&s->resv, (sim_range){.node = {.va = start, .size = size}})) {
+  if (!range_add(&sim->resv, (sim_range){.node = {.va = start, .size = size}})) {
     if (!at) munmap((void *)start, size);
-    return host_no_memory(s, call);
+    return host_no_memory(sim, call);
   }
   *va = (void *)start;
   return 0;
 }
 
-static void do_unreserve(sim_device *s, sim_range *r) {
-  if (!in_mirror(s, r->node.va)) munmap((void *)r->node.va, r->node.size);
-  range_drop(&s->resv, r);
+static void do_unreserve(sim_device *sim, sim_range *r) {
+  if (!in_mirror(sim, r->node.va)) munmap((void *)r->node.va, r->node.size);
+  range_delete(&sim->resv, r);
 }
 
-static int do_create(sim_device *s, const char *call, size_t size, int bind, ga_mem_handle *h) {
+static int do_create(sim_device *sim, const char *call, size_t size, int bind, ga_mem_handle *h) {
   size_t n = size / SIM_GRAN;
-  if (n > s->ngran - s->used) {
-    ga_dev_set_error(&s->base, "%s: CUDA_ERROR_OUT_OF_MEMORY (%zu bytes asked, %zu free)", call, size,
-                     (s->ngran - s->used) * SIM_GRAN);
+  if (n > sim->ngran - sim->used) {
+    ga_dev_set_error(&sim->base, "%s: CUDA_ERROR_OUT_OF_MEMORY (%zu bytes asked, %zu free)", call, size,
+                     (sim->ngran - sim->used) * SIM_GRAN);
     return GA_DEV_EOOM;
   }
-  return handle_new(s, n, bind, h) ? host_no_memory(s, call) : 0;
+  return handle_new(sim, n, bind, h) ? host_no_memory(sim, call) : 0;
 }
 
-static void do_release(sim_device *s, sim_handle *x) {
+static void do_release(sim_device *sim, sim_handle *x) {
   x->released = 1;
-  handle_maybe_free(s, x);
+  handle_maybe_free(sim, x);
 }
 
 /* Maps the handle at va; `access` = the devices that may use it at once. In
  * the mirror the host already shows the handle's granules at va. */
-static int do_map(sim_device *s, const char *call, uintptr_t va, size_t size, ga_mem_handle h, size_t offset,
-                  uint64_t access) {
-  sim_handle *x = &s->handles[h - 1];
+static int do_map(sim_device *sim, const char *call, uintptr_t va, size_t size, ga_mem_handle h,
+                  size_t offset, uint64_t access) {
+  sim_handle *x = &sim->handles[h - 1];
   size_t first = offset / SIM_GRAN, n = size / SIM_GRAN;
-  int mirrored = in_mirror(s, va);
+  int mirrored = in_mirror(sim, va);
   if (x->ext) { /* another process's memory: its fd at offset */
-    void *p = host_mmap(s, (void *)va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, x->ext_fd,
+    void *p = host_mmap(sim, (void *)va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, x->ext_fd,
                         (off_t)offset);
     if (p == MAP_FAILED) {
       int err = errno;
       protnone(va, size);
-      return host_failed(s, call, "mapping imported memory", size, err);
+      return host_failed(sim, call, "mapping imported memory", size, err);
     }
     mirrored = 1; /* nothing more to map */
   } else if (!mirrored)
-    bind_for_map(s, x, first, n, va);
+    bind_for_map(sim, x, first, n, va);
   for (size_t i = 0; i < n && !mirrored;) {
     size_t run = 1;
     while (i + run < n && x->gran[first + i + run] == x->gran[first + i] + run) run++;
-    void *p = host_mmap(s, (void *)(va + i * SIM_GRAN), run * SIM_GRAN, PROT_READ | PROT_WRITE,
-                        MAP_SHARED | MAP_FIXED, s->fd, (off_t)x->gran[first + i] * (off_t)SIM_GRAN);
+    void *p = host_mmap(sim, (void *)(va + i * SIM_GRAN), run * SIM_GRAN, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_FIXED, sim->fd, (off_t)x->gran[first + i] * (off_t)SIM_GRAN);
     if (p == MAP_FAILED) {
       int err = errno;
       protnone(va, size);
-      return host_failed(s, call, "mapping device memory", run * SIM_GRAN, err);
+      return host_failed(sim, call, "mapping device memory", run * SIM_GRAN, err);
     }
     i += run;
   }
-  if (!range_add(&s->maps,
+  if (!range_add(&sim->maps,
                  (sim_range){.node = {.va = va, .size = size}, .h = h, .offset = offset, .access = access})) {
     if (!mirrored || x->ext) protnone(va, size);
-    return host_no_memory(s, call);
+    return host_no_memory(sim, call);
   }
   x->maps++;
   for (size_t i = 0; i < n && !x->ext; i++) x->shown[first + i]++;
   return 0;
 }
 
-static void do_unmap_one(sim_device *s, sim_range *m) {
-  if (!in_mirror(s, m->node.va)) protnone(m->node.va, m->node.size);
-  sim_handle *x = &s->handles[m->h - 1];
+static void do_unmap_one(sim_device *sim, sim_range *m) {
+  if (!in_mirror(sim, m->node.va)) protnone(m->node.va, m->node.size);
+  sim_handle *x = &sim->handles[m->h - 1];
   for (size_t i = 0; i < m->node.size / SIM_GRAN && !x->ext; i++) x->shown[m->offset / SIM_GRAN + i]--;
-  range_drop(&s->maps, m);
+  range_delete(&sim->maps, m);
   x->maps--;
-  handle_maybe_free(s, x);
+  handle_maybe_free(sim, x);
 }
 
 /* Walks the mappings from the one containing (or, with exact, starting at)
  * va over [va, va+size) while they follow each other without a gap. Returns
  * the first and the number walked; *end = where the walk stopped. */
-static sim_range *maps_walk(sim_device *s, uintptr_t va, size_t size, int exact, size_t *count,
+static sim_range *maps_walk(sim_device *sim, uintptr_t va, size_t size, int exact, size_t *count,
                             uintptr_t *end) {
-  ga_rnode *first = exact ? ga_rtree_lower(&s->maps, va) : ga_rtree_find(&s->maps, va), *n = first;
+  ga_rnode *first = exact ? ga_rtree_lower(&sim->maps, va) : ga_rtree_find(&sim->maps, va), *n = first;
   uintptr_t at = va;
   size_t k = 0;
   while (n && (exact ? n->va == at : n->va <= at) && at - va < size) at = n->va + n->size, n = n->next, k++;
@@ -698,18 +699,18 @@ static int sim_granularity(ga_device *d, size_t *g) {
 
 static int sim_mem_info(ga_device *d, size_t *free_bytes, size_t *total) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_MEM_INFO, "mem_info", SIM_CAPTURE_SAFE, &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_MEM_INFO, "mem_info", SIM_CAPTURE_SAFE, &rc);
   if (!rc) {
-    *free_bytes = (s->ngran - s->used) * SIM_GRAN;
-    *total = s->ngran * SIM_GRAN;
+    *free_bytes = (sim->ngran - sim->used) * SIM_GRAN;
+    *total = sim->ngran * SIM_GRAN;
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_malloc(ga_device *d, size_t size, void **ptr) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_MALLOC, "malloc", SIM_CAPTURE_UNSAFE, &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_MALLOC, "malloc", SIM_CAPTURE_UNSAFE, &rc);
   size_t rsize = (size + SIM_GRAN - 1) & ~(SIM_GRAN - 1);
   void *va = NULL;
   ga_mem_handle h = 0;
@@ -718,62 +719,63 @@ static int sim_malloc(ga_device *d, size_t size, void **ptr) {
     *ptr = NULL;
     goto out;
   }
-  if (rsize < size || rsize / SIM_GRAN > s->ngran - s->used) {
+  if (rsize < size || rsize / SIM_GRAN > sim->ngran - sim->used) {
     ga_dev_set_error(d, "malloc: CUDA_ERROR_OUT_OF_MEMORY (%zu bytes asked, %zu free)", size,
-                     (s->ngran - s->used) * SIM_GRAN);
+                     (sim->ngran - sim->used) * SIM_GRAN);
     rc = GA_DEV_EOOM;
     goto out;
   }
-  spend_units(s, GA_CALL_MALLOC, granules_of(rsize));
-  if ((rc = do_create(s, "malloc", rsize, 1, &h))) goto out;
-  sim_handle *x = &s->handles[h - 1];
-  if (!s->mirror_tried) mirror_open(s);
+  spend_units(sim, GA_CALL_MALLOC, granules_of(rsize));
+  if ((rc = do_create(sim, "malloc", rsize, 1, &h))) goto out;
+  sim_handle *x = &sim->handles[h - 1];
+  if (!sim->mirror_tried) mirror_open(sim);
   /* Scattered addresses: a range of its own, where the draw puts it. */
-  uintptr_t at =
-      s->mirror && !s->scatter && gran_contiguous(x, 0, x->ngran) ? s->mirror + x->gran[0] * SIM_GRAN : 0;
-  if ((rc = do_reserve(s, "malloc", rsize, SIM_GRAN, at, &va))) goto release;
-  if ((rc = do_map(s, "malloc", (uintptr_t)va, rsize, h, 0, (uint64_t)1 << d->ordinal))) goto unreserve;
-  if (!range_add(&s->mallocs, (sim_range){.node = {.va = (uintptr_t)va, .size = rsize}, .h = h})) {
-    rc = host_no_memory(s, "malloc");
+  uintptr_t at = sim->mirror && !sim->scatter && gran_contiguous(x, 0, x->ngran)
+                     ? sim->mirror + x->gran[0] * SIM_GRAN
+                     : 0;
+  if ((rc = do_reserve(sim, "malloc", rsize, SIM_GRAN, at, &va))) goto release;
+  if ((rc = do_map(sim, "malloc", (uintptr_t)va, rsize, h, 0, (uint64_t)1 << d->ordinal))) goto unreserve;
+  if (!range_add(&sim->mallocs, (sim_range){.node = {.va = (uintptr_t)va, .size = rsize}, .h = h})) {
+    rc = host_no_memory(sim, "malloc");
     goto unmap;
   }
   *ptr = va;
   goto out;
 unmap:
-  do_unmap_one(s, range_find(&s->maps, (uintptr_t)va));
+  do_unmap_one(sim, range_find(&sim->maps, (uintptr_t)va));
 unreserve:
-  do_unreserve(s, range_find(&s->resv, (uintptr_t)va));
+  do_unreserve(sim, range_find(&sim->resv, (uintptr_t)va));
 release:
-  do_release(s, &s->handles[h - 1]);
+  do_release(sim, &sim->handles[h - 1]);
 out:
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_free(ga_device *d, void *ptr) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_FREE, "free", SIM_CAPTURE_UNSAFE, &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_FREE, "free", SIM_CAPTURE_UNSAFE, &rc);
   if (rc || !ptr) goto out;
-  sim_range *r = range_find(&s->mallocs, (uintptr_t)ptr);
+  sim_range *r = range_find(&sim->mallocs, (uintptr_t)ptr);
   if (!r || r->node.va != (uintptr_t)ptr) {
     ga_dev_set_error(d, "free: CUDA_ERROR_INVALID_VALUE (%p was not returned by malloc)", ptr);
     rc = GA_DEV_EINVAL;
     goto out;
   }
   sim_range m = *r;
-  spend_units(s, GA_CALL_FREE, granules_of(m.node.size));
-  range_drop(&s->mallocs, r);
-  do_unmap_one(s, range_find(&s->maps, m.node.va));
-  do_release(s, &s->handles[m.h - 1]);
-  do_unreserve(s, range_find(&s->resv, m.node.va));
+  spend_units(sim, GA_CALL_FREE, granules_of(m.node.size));
+  range_delete(&sim->mallocs, r);
+  do_unmap_one(sim, range_find(&sim->maps, m.node.va));
+  do_release(sim, &sim->handles[m.h - 1]);
+  do_unreserve(sim, range_find(&sim->resv, m.node.va));
 out:
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_reserve(ga_device *d, size_t size, size_t align, void **va) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_RESERVE, "reserve", SIM_CAPTURE_UNSAFE, &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_RESERVE, "reserve", SIM_CAPTURE_UNSAFE, &rc);
   if (rc) goto out;
   if (size == 0 || size % SIM_GRAN || (align && (align % SIM_GRAN || (align & (align - 1))))) {
     ga_dev_set_error(d,
@@ -783,34 +785,34 @@ static int sim_reserve(ga_device *d, size_t size, size_t align, void **va) {
     rc = GA_DEV_EINVAL;
     goto out;
   }
-  rc = do_reserve(s, "reserve", size, align, 0, va);
+  rc = do_reserve(sim, "reserve", size, align, 0, va);
 out:
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_unreserve(ga_device *d, void *va, size_t size) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_UNRESERVE, "unreserve", SIM_CAPTURE_UNSAFE, &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_UNRESERVE, "unreserve", SIM_CAPTURE_UNSAFE, &rc);
   if (rc) goto out;
-  sim_range *r = range_find(&s->resv, (uintptr_t)va);
+  sim_range *r = range_find(&sim->resv, (uintptr_t)va);
   if (!r || r->node.va != (uintptr_t)va || r->node.size != size) {
     ga_dev_set_error(d, "unreserve: CUDA_ERROR_INVALID_VALUE (%p+%zu is not a reservation)", va, size);
     rc = GA_DEV_EINVAL;
-  } else if (ga_rtree_overlaps(&s->maps, (uintptr_t)va, size)) {
+  } else if (ga_rtree_overlaps(&sim->maps, (uintptr_t)va, size)) {
     ga_dev_set_error(d, "unreserve: CUDA_ERROR_INVALID_VALUE (%p+%zu still has mappings)", va, size);
     rc = GA_DEV_EINVAL;
   } else {
-    do_unreserve(s, r);
+    do_unreserve(sim, r);
   }
 out:
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_create(ga_device *d, size_t size, ga_mem_handle *h) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_CREATE, "create", SIM_CAPTURE_UNSAFE, &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_CREATE, "create", SIM_CAPTURE_UNSAFE, &rc);
   if (rc) goto out;
   if (size == 0 || size % SIM_GRAN) {
     ga_dev_set_error(
@@ -819,43 +821,43 @@ static int sim_create(ga_device *d, size_t size, ga_mem_handle *h) {
     rc = GA_DEV_EINVAL;
     goto out;
   }
-  if (d->shareable == GA_DEV_SHARE_FABRIC && s->fabric_refused) {
-    rc = ga_dev_fabric_refused(d, "create", s->fabric_refused == GA_SIM_FABRIC_NOT_PERMITTED);
+  if (d->shareable == GA_DEV_SHARE_FABRIC && sim->fabric_refused) {
+    rc = ga_dev_fabric_refused(d, "create", sim->fabric_refused == GA_SIM_FABRIC_NOT_PERMITTED);
     goto out;
   }
-  spend_units(s, GA_CALL_CREATE, granules_of(size));
-  rc = do_create(s, "create", size, 0, h);
+  spend_units(sim, GA_CALL_CREATE, granules_of(size));
+  rc = do_create(sim, "create", size, 0, h);
 out:
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_release(ga_device *d, ga_mem_handle h) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_RELEASE, "release", SIM_CAPTURE_UNSAFE, &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_RELEASE, "release", SIM_CAPTURE_UNSAFE, &rc);
   if (rc) goto out;
-  sim_handle *x = handle_get(s, h);
+  sim_handle *x = handle_get(sim, h);
   if (!x) {
     ga_dev_set_error(d, "release: CUDA_ERROR_INVALID_VALUE (handle %llu is not live)", (unsigned long long)h);
     rc = GA_DEV_EINVAL;
     goto out;
   }
-  spend_units(s, GA_CALL_RELEASE, x->ngran);
-  do_release(s, x);
+  spend_units(sim, GA_CALL_RELEASE, x->ngran);
+  do_release(sim, x);
 out:
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t offset) {
-  sim_device *s = sim_of(d);
+  sim_device *sim = sim_of(d);
   uintptr_t v = (uintptr_t)va;
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_MAP, "map");
-  if (!rc) rc = capture_breaks(s, "map");
+  pthread_mutex_lock(&sim->mu);
+  int rc = fault_hit(sim, GA_CALL_MAP, "map");
+  if (!rc) rc = capture_breaks(sim, "map");
   if (rc) goto out;
-  sim_handle *x = handle_get(s, h);
-  sim_range *r = range_find(&s->resv, v);
+  sim_handle *x = handle_get(sim, h);
+  sim_range *r = range_find(&sim->resv, v);
   const char *why = NULL;
   if (!x)
     why = "the handle is not live";
@@ -865,58 +867,58 @@ static int sim_map(ga_device *d, void *va, size_t size, ga_mem_handle h, size_t 
     why = "offset + size exceeds the handle";
   else if (!r || size > r->node.size - (v - r->node.va))
     why = "the range is not inside one reservation";
-  else if (ga_rtree_overlaps(&s->maps, v, size))
+  else if (ga_rtree_overlaps(&sim->maps, v, size))
     why = "part of the range is already mapped";
   if (why) {
     ga_dev_set_error(d, "map: CUDA_ERROR_INVALID_VALUE (%p+%zu: %s)", va, size, why);
     rc = GA_DEV_EINVAL;
     goto out;
   }
-  spend_units(s, GA_CALL_MAP, 1);
-  rc = do_map(s, "map", v, size, h, offset, 0); /* no device has access until set_access */
+  spend_units(sim, GA_CALL_MAP, 1);
+  rc = do_map(sim, "map", v, size, h, offset, 0); /* no device has access until set_access */
 out:
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_unmap(ga_device *d, void *va, size_t size) {
-  sim_device *s = sim_of(d);
+  sim_device *sim = sim_of(d);
   uintptr_t v = (uintptr_t)va;
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_UNMAP, "unmap");
-  if (!rc) rc = capture_breaks(s, "unmap");
+  pthread_mutex_lock(&sim->mu);
+  int rc = fault_hit(sim, GA_CALL_UNMAP, "unmap");
+  if (!rc) rc = capture_breaks(sim, "unmap");
   if (rc) goto out;
   /* The range must be exactly a union of whole, adjacent mappings. */
   size_t k;
   uintptr_t at;
-  sim_range *m = maps_walk(s, v, size, 1, &k, &at);
-  if (size == 0 || at != v + size || range_find(&s->mallocs, v)) {
+  sim_range *m = maps_walk(sim, v, size, 1, &k, &at);
+  if (size == 0 || at != v + size || range_find(&sim->mallocs, v)) {
     ga_dev_set_error(d, "unmap: CUDA_ERROR_INVALID_VALUE (%p+%zu is not a union of whole mappings)", va,
                      size);
     rc = GA_DEV_EINVAL;
     goto out;
   }
-  spend_units(s, GA_CALL_UNMAP, k);
+  spend_units(sim, GA_CALL_UNMAP, k);
   for (ga_rnode *n = &m->node, *next; k-- > 0; n = next) {
     next = n->next;
-    do_unmap_one(s, range_of(n));
+    do_unmap_one(sim, range_of(n));
   }
 out:
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_set_access(ga_device *d, void *va, size_t size, const int *devices, int n) {
-  sim_device *s = sim_of(d);
+  sim_device *sim = sim_of(d);
   uintptr_t v = (uintptr_t)va;
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_SET_ACCESS, "set_access");
-  if (!rc) rc = capture_breaks(s, "set_access");
+  pthread_mutex_lock(&sim->mu);
+  int rc = fault_hit(sim, GA_CALL_SET_ACCESS, "set_access");
+  if (!rc) rc = capture_breaks(sim, "set_access");
   uint64_t mask = 0;
   for (int i = 0; !rc && i < n; i++) {
-    if (devices[i] < 0 || devices[i] >= s->ndevices) {
+    if (devices[i] < 0 || devices[i] >= sim->ndevices) {
       ga_dev_set_error(d, "set_access: CUDA_ERROR_INVALID_DEVICE (device %d; the machine has %d)", devices[i],
-                       s->ndevices);
+                       sim->ndevices);
       rc = GA_DEV_EINVAL;
     } else
       mask |= (uint64_t)1 << devices[i];
@@ -924,40 +926,40 @@ static int sim_set_access(ga_device *d, void *va, size_t size, const int *device
   /* The range must be mapped from end to end. */
   size_t k = 0;
   uintptr_t at = v;
-  sim_range *m = rc ? NULL : maps_walk(s, v, size, 0, &k, &at);
+  sim_range *m = rc ? NULL : maps_walk(sim, v, size, 0, &k, &at);
   if (!rc && (size == 0 || !m || at - v < size)) {
     ga_dev_set_error(d, "set_access: CUDA_ERROR_INVALID_VALUE (%p+%zu is not mapped from end to end)", va,
                      size);
     rc = GA_DEV_EINVAL;
   }
-  if (!rc) spend_units(s, GA_CALL_SET_ACCESS, k);
+  if (!rc) spend_units(sim, GA_CALL_SET_ACCESS, k);
   for (ga_rnode *n = rc ? NULL : &m->node; n && k-- > 0; n = n->next) range_of(n)->access = mask;
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_copy(ga_device *d, void *host, void *dev, size_t size, int to_host) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  int rc = fault_hit(s, GA_CALL_COPY, to_host ? "copy (device to host)" : "copy (host to device)");
-  if (!rc) rc = capture_breaks(s, "copy");
+  sim_device *sim = sim_of(d);
+  pthread_mutex_lock(&sim->mu);
+  int rc = fault_hit(sim, GA_CALL_COPY, to_host ? "copy (device to host)" : "copy (host to device)");
+  if (!rc) rc = capture_breaks(sim, "copy");
   uintptr_t v = (uintptr_t)dev, at = v;
   size_t k = 0;
-  sim_range *m = rc ? NULL : maps_walk(s, v, size, 0, &k, &at);
+  sim_range *m = rc ? NULL : maps_walk(sim, v, size, 0, &k, &at);
   if (!rc && (!m || at - v < size)) {
     ga_dev_set_error(d, "copy: CUDA_ERROR_INVALID_VALUE (%p+%zu is not mapped)", dev, size);
     rc = GA_DEV_EINVAL;
   }
   if (!rc) {
     /* From or into pinned memory, at the pinned rate (the cost tables). */
-    ga_rnode *pin = ga_rtree_find(&s->pinned, (uintptr_t)host);
-    uint64_t ns = (uint64_t)granules_of(size) * s->cost_unit[GA_CALL_COPY];
+    ga_rnode *pin = ga_rtree_find(&sim->pinned, (uintptr_t)host);
+    uint64_t ns = (uint64_t)granules_of(size) * sim->cost_unit[GA_CALL_COPY];
     if (pin && (uintptr_t)host + size <= pin->va + pin->size)
       ns = (uint64_t)((double)ns * (to_host ? GA_SIM_PINNED_TO_HOST : GA_SIM_PINNED_TO_DEVICE));
-    s->now_ns += ns;
-    s->driver_ns += ns;
+    sim->now_ns += ns;
+    sim->driver_ns += ns;
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   if (!rc) memcpy(to_host ? host : dev, to_host ? dev : host, size);
   return rc;
 }
@@ -966,7 +968,7 @@ static int sim_copy(ga_device *d, void *host, void *dev, size_t size, int to_hos
  * from it are charged at the pinned rate. */
 static int sim_host_alloc(ga_device *d, size_t size, void **ptr) {
   int rc = 0;
-  sim_device *s = sim_enter(d, GA_CALL_HOST_ALLOC, "host_alloc", SIM_CAPTURE_SAFE, &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_HOST_ALLOC, "host_alloc", SIM_CAPTURE_SAFE, &rc);
   void *p = NULL;
   if (!rc && size == 0) {
     ga_dev_set_error(d, "host_alloc: CUDA_ERROR_INVALID_VALUE (size 0)");
@@ -974,52 +976,52 @@ static int sim_host_alloc(ga_device *d, size_t size, void **ptr) {
   }
   if (!rc && !(p = ga_host_malloc(size))) {
     ga_dev_set_error(d, "host_alloc: host: out of memory pinning %zu bytes", size);
-    s->host_failures++;
+    sim->host_failures++;
     rc = GA_DEV_ENOMEM;
   }
-  if (!rc && !range_add(&s->pinned, (sim_range){.node = {.va = (uintptr_t)p, .size = size}})) {
+  if (!rc && !range_add(&sim->pinned, (sim_range){.node = {.va = (uintptr_t)p, .size = size}})) {
     free(p);
     ga_dev_set_error(d, "host_alloc: host: out of memory");
-    s->host_failures++;
+    sim->host_failures++;
     rc = GA_DEV_ENOMEM;
   }
   if (!rc) {
-    spend_units(s, GA_CALL_HOST_ALLOC, granules_of(size));
+    spend_units(sim, GA_CALL_HOST_ALLOC, granules_of(size));
     *ptr = p;
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_host_free(ga_device *d, void *ptr) {
   int rc = 0;
-  sim_device *s = sim_enter(d, GA_CALL_HOST_FREE, "host_free", SIM_CAPTURE_SAFE, &rc);
-  sim_range *r = rc ? NULL : range_find(&s->pinned, (uintptr_t)ptr);
+  sim_device *sim = sim_enter(d, GA_CALL_HOST_FREE, "host_free", SIM_CAPTURE_SAFE, &rc);
+  sim_range *r = rc ? NULL : range_find(&sim->pinned, (uintptr_t)ptr);
   if (!rc && (!r || r->node.va != (uintptr_t)ptr)) {
     ga_dev_set_error(d, "host_free: CUDA_ERROR_INVALID_VALUE (%p is not pinned host memory of host_alloc)",
                      ptr);
     rc = GA_DEV_EINVAL;
   }
   if (!rc) {
-    spend_units(s, GA_CALL_HOST_FREE, granules_of(r->node.size));
-    range_drop(&s->pinned, r);
+    spend_units(sim, GA_CALL_HOST_FREE, granules_of(r->node.size));
+    range_delete(&sim->pinned, r);
     free(ptr);
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 /* ---- Streams and events ---- */
 
-static sim_stream *stream_get(sim_device *s, ga_stream_t st, int create) {
-  for (size_t i = 0; i < s->nstreams; i++)
-    if (s->streams[i].s == st) return &s->streams[i];
+static sim_stream *stream_get(sim_device *sim, ga_stream_t st, int create) {
+  for (size_t i = 0; i < sim->nstreams; i++)
+    if (sim->streams[i].s == st) return &sim->streams[i];
   if (!create) return NULL;
-  sim_stream *v = ga_host_realloc(s->streams, (s->nstreams + 1) * sizeof *v);
+  sim_stream *v = ga_host_realloc(sim->streams, (sim->nstreams + 1) * sizeof *v);
   if (!v) return NULL;
-  s->streams = v;
-  v[s->nstreams] = (sim_stream){.s = st};
-  return &v[s->nstreams++];
+  sim->streams = v;
+  v[sim->nstreams] = (sim_stream){.s = st};
+  return &v[sim->nstreams++];
 }
 
 static sim_event *event_get(ga_event e) {
@@ -1028,152 +1030,152 @@ static sim_event *event_get(ga_event e) {
 }
 /* The event behind `e`; when it is not one (and *rc is still 0), NULL and
  * the driver's invalid-handle error for `call`. */
-static sim_event *event_check(sim_device *s, ga_event e, const char *call, int *rc) {
+static sim_event *event_check(sim_device *sim, ga_event e, const char *call, int *rc) {
   sim_event *ev = event_get(e);
   if (!*rc && !ev) {
-    ga_dev_set_error(&s->base, "%s: CUDA_ERROR_INVALID_HANDLE", call);
+    ga_dev_set_error(&sim->base, "%s: CUDA_ERROR_INVALID_HANDLE", call);
     *rc = GA_DEV_EINVAL;
   }
   return ev;
 }
 
-static void stream_complete(sim_device *s, ga_stream_t st, int count_wait) {
+static void stream_complete(sim_device *sim, ga_stream_t st, int count_wait) {
   int waited = 0;
-  sim_stream *ss = stream_get(s, st, 0);
+  sim_stream *ss = stream_get(sim, st, 0);
   if (ss) ss->completed = ss->seq;
-  for (size_t i = 0; i < s->nevents; i++)
-    if (s->events[i]->pending && s->events[i]->stream == st) s->events[i]->pending = 0, waited = 1;
-  if (waited && count_wait) s->waits++;
+  for (size_t i = 0; i < sim->nevents; i++)
+    if (sim->events[i]->pending && sim->events[i]->stream == st) sim->events[i]->pending = 0, waited = 1;
+  if (waited && count_wait) sim->waits++;
 }
 
 static int sim_event_create(ga_device *d, ga_event *e) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_EVENT_CREATE, "event_create", SIM_CAPTURE_SAFE, &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_EVENT_CREATE, "event_create", SIM_CAPTURE_SAFE, &rc);
   if (rc) goto out;
-  if (s->nevents == s->cap_events) {
-    size_t cap = s->cap_events ? s->cap_events * 2 : 16;
-    sim_event **v = ga_host_realloc(s->events, cap * sizeof *v);
+  if (sim->nevents == sim->cap_events) {
+    size_t cap = sim->cap_events ? sim->cap_events * 2 : 16;
+    sim_event **v = ga_host_realloc(sim->events, cap * sizeof *v);
     if (!v) goto oom;
-    s->events = v;
-    s->cap_events = cap;
+    sim->events = v;
+    sim->cap_events = cap;
   }
   sim_event *ev = ga_host_calloc(1, sizeof *ev);
   if (!ev) goto oom;
   ev->magic = SIM_MAGIC;
-  s->events[s->nevents++] = ev;
+  sim->events[sim->nevents++] = ev;
   *e = ev;
   goto out;
 oom:
   ga_dev_set_error(d, "event_create: out of host memory");
   rc = GA_DEV_ENOMEM;
 out:
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_event_record(ga_device *d, ga_event e, ga_stream_t st) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_EVENT_RECORD, "event_record", SIM_CAPTURE_SAFE, &rc);
-  sim_event *ev = event_check(s, e, "event_record", &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_EVENT_RECORD, "event_record", SIM_CAPTURE_SAFE, &rc);
+  sim_event *ev = event_check(sim, e, "event_record", &rc);
   if (!rc) {
-    sim_stream *ss = stream_get(s, st, 0);
+    sim_stream *ss = stream_get(sim, st, 0);
     ev->stream = st;
     ev->pending = ss && ss->held;
     ev->done_ns = ss ? ss->done_ns : 0;
     ev->seq = ss ? ++ss->seq : 0;
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_event_query(ga_device *d, ga_event e) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_EVENT_QUERY, "event_query", SIM_CAPTURE_UNSAFE, &rc);
-  sim_event *ev = event_check(s, e, "event_query", &rc);
-  if (!rc && (ev->pending || ev->done_ns > s->now_ns)) rc = GA_DEV_ENOTREADY;
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_enter(d, GA_CALL_EVENT_QUERY, "event_query", SIM_CAPTURE_UNSAFE, &rc);
+  sim_event *ev = event_check(sim, e, "event_query", &rc);
+  if (!rc && (ev->pending || ev->done_ns > sim->now_ns)) rc = GA_DEV_ENOTREADY;
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_event_synchronize(ga_device *d, ga_event e) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_EVENT_SYNCHRONIZE, "event_synchronize", SIM_CAPTURE_UNSAFE, &rc);
-  sim_event *ev = event_check(s, e, "event_synchronize", &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_EVENT_SYNCHRONIZE, "event_synchronize", SIM_CAPTURE_UNSAFE, &rc);
+  sim_event *ev = event_check(sim, e, "event_synchronize", &rc);
   /* Waiting on an event means the stream's work up to it finishes. */
-  if (!rc && ev->pending) ev->pending = 0, s->waits++;
-  sim_stream *ss = rc ? NULL : stream_get(s, ev->stream, 0);
+  if (!rc && ev->pending) ev->pending = 0, sim->waits++;
+  sim_stream *ss = rc ? NULL : stream_get(sim, ev->stream, 0);
   if (ss && ss->completed < ev->seq) ss->completed = ev->seq;
-  if (!rc) wait_until(s, ev->done_ns);
-  pthread_mutex_unlock(&s->mu);
+  if (!rc) wait_until(sim, ev->done_ns);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_event_destroy(ga_device *d, ga_event e) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_EVENT_DESTROY, "event_destroy", SIM_CAPTURE_SAFE, &rc);
-  sim_event *ev = event_check(s, e, "event_destroy", &rc);
+  sim_device *sim = sim_enter(d, GA_CALL_EVENT_DESTROY, "event_destroy", SIM_CAPTURE_SAFE, &rc);
+  sim_event *ev = event_check(sim, e, "event_destroy", &rc);
   if (!rc) {
-    for (size_t i = 0; i < s->nevents; i++)
-      if (s->events[i] == ev) {
-        s->events[i] = s->events[--s->nevents];
+    for (size_t i = 0; i < sim->nevents; i++)
+      if (sim->events[i] == ev) {
+        sim->events[i] = sim->events[--sim->nevents];
         break;
       }
     ev->magic = 0;
     free(ev);
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_stream_synchronize(ga_device *d, ga_stream_t st) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_STREAM_SYNCHRONIZE, "stream_synchronize", SIM_CAPTURE_SAFE, &rc);
-  sim_stream *ss = stream_get(s, st, 0);
+  sim_device *sim = sim_enter(d, GA_CALL_STREAM_SYNCHRONIZE, "stream_synchronize", SIM_CAPTURE_SAFE, &rc);
+  sim_stream *ss = stream_get(sim, st, 0);
   if (!rc && ss && ss->capturing)
-    rc = capture_refused(s, "stream_synchronize", "the stream is capturing");
+    rc = capture_refused(sim, "stream_synchronize", "the stream is capturing");
   else if (!rc)
-    rc = capture_breaks(s, "stream_synchronize");
+    rc = capture_breaks(sim, "stream_synchronize");
   if (!rc && ss && ss->held) { /* a held stream has work running: this waits for it */
-    stream_complete(s, st, 0);
-    s->waits++;
+    stream_complete(sim, st, 0);
+    sim->waits++;
   } else if (!rc) {
-    stream_complete(s, st, 1);
+    stream_complete(sim, st, 1);
   }
-  if (!rc && ss) wait_until(s, ss->done_ns);
-  pthread_mutex_unlock(&s->mu);
+  if (!rc && ss) wait_until(sim, ss->done_ns);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_synchronize(ga_device *d) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_SYNCHRONIZE, "synchronize", SIM_CAPTURE_SAFE, &rc);
-  if (!rc && s->capturing) rc = capture_refused(s, "synchronize", "a stream is capturing");
+  sim_device *sim = sim_enter(d, GA_CALL_SYNCHRONIZE, "synchronize", SIM_CAPTURE_SAFE, &rc);
+  if (!rc && sim->capturing) rc = capture_refused(sim, "synchronize", "a stream is capturing");
   int waited = 0;
-  for (size_t i = 0; !rc && i < s->nevents; i++)
-    if (s->events[i]->pending) s->events[i]->pending = 0, waited = 1;
-  for (size_t i = 0; !rc && i < s->nstreams; i++) s->streams[i].completed = s->streams[i].seq;
-  s->waits += (uint64_t)waited;
+  for (size_t i = 0; !rc && i < sim->nevents; i++)
+    if (sim->events[i]->pending) sim->events[i]->pending = 0, waited = 1;
+  for (size_t i = 0; !rc && i < sim->nstreams; i++) sim->streams[i].completed = sim->streams[i].seq;
+  sim->waits += (uint64_t)waited;
   uint64_t done = 0;
-  for (size_t i = 0; !rc && i < s->nstreams; i++)
-    if (s->streams[i].done_ns > done) done = s->streams[i].done_ns;
-  if (!rc) wait_until(s, done);
-  pthread_mutex_unlock(&s->mu);
+  for (size_t i = 0; !rc && i < sim->nstreams; i++)
+    if (sim->streams[i].done_ns > done) done = sim->streams[i].done_ns;
+  if (!rc) wait_until(sim, done);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_stream_capturing(ga_device *d, ga_stream_t st, int *capturing) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_CAPTURE_QUERY, "stream_capturing", SIM_CAPTURE_SAFE, &rc);
-  sim_stream *ss = stream_get(s, st, 0);
+  sim_device *sim = sim_enter(d, GA_CALL_CAPTURE_QUERY, "stream_capturing", SIM_CAPTURE_SAFE, &rc);
+  sim_stream *ss = stream_get(sim, st, 0);
   if (!rc) *capturing = ss ? ss->capturing : 0;
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_capture_mode(ga_device *d, int relaxed, int *previous) {
   int rc;
-  sim_device *s = sim_enter(d, GA_CALL_CAPTURE_MODE, "capture_mode", SIM_CAPTURE_SAFE, &rc);
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_enter(d, GA_CALL_CAPTURE_MODE, "capture_mode", SIM_CAPTURE_SAFE, &rc);
+  pthread_mutex_unlock(&sim->mu);
   if (rc) return rc;
   if (previous) *previous = thread_relaxed;
   thread_relaxed = relaxed;
@@ -1186,33 +1188,33 @@ static int sim_device_count(ga_device *d, int *count) {
 }
 
 static void sim_destroy(ga_device *d) {
-  sim_device *s = sim_of(d);
-  if (!s) return;
-  while (s->pinned.first) { /* not given back: the host memory goes with the device */
-    sim_range *r = range_of(s->pinned.first);
+  sim_device *sim = sim_of(d);
+  if (!sim) return;
+  while (sim->pinned.first) { /* not given back: the host memory goes with the device */
+    sim_range *r = range_of(sim->pinned.first);
     free((void *)r->node.va);
-    range_drop(&s->pinned, r);
+    range_delete(&sim->pinned, r);
   }
-  ga_rtree *trees[3] = {&s->maps, &s->mallocs, &s->resv};
+  ga_rtree *trees[3] = {&sim->maps, &sim->mallocs, &sim->resv};
   for (int t = 0; t < 3; t++)
     while (trees[t]->first) {
       sim_range *r = range_of(trees[t]->first);
-      if (t == 2 && !in_mirror(s, r->node.va)) munmap((void *)r->node.va, r->node.size);
-      range_drop(trees[t], r);
+      if (t == 2 && !in_mirror(sim, r->node.va)) munmap((void *)r->node.va, r->node.size);
+      range_delete(trees[t], r);
     }
-  if (s->mirror) munmap((void *)s->mirror, s->ngran * SIM_GRAN);
-  for (size_t i = 0; i < s->nhandles; i++) {
-    free(s->handles[i].gran);
-    if (s->handles[i].ngran && s->handles[i].ext) close(s->handles[i].ext_fd);
+  if (sim->mirror) munmap((void *)sim->mirror, sim->ngran * SIM_GRAN);
+  for (size_t i = 0; i < sim->nhandles; i++) {
+    free(sim->handles[i].gran);
+    if (sim->handles[i].ngran && sim->handles[i].ext) close(sim->handles[i].ext_fd);
   }
-  for (size_t i = 0; i < s->nevents; i++) free(s->events[i]);
-  free(s->handles);
-  free(s->events);
-  free(s->streams);
-  free(s->bitmap);
-  close(s->fd);
-  pthread_mutex_destroy(&s->mu);
-  free(s);
+  for (size_t i = 0; i < sim->nevents; i++) free(sim->events[i]);
+  free(sim->handles);
+  free(sim->events);
+  free(sim->streams);
+  free(sim->bitmap);
+  close(sim->fd);
+  pthread_mutex_destroy(&sim->mu);
+  free(sim);
 }
 
 /* ---- Sharing memory with another process ----
@@ -1222,9 +1224,9 @@ static void sim_destroy(ga_device *d) {
 
 static int sim_share(ga_device *d, ga_mem_handle h, size_t offset, size_t size, ga_dev_piece *out, size_t cap,
                      size_t *n) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  sim_handle *x = handle_get(s, h);
+  sim_device *sim = sim_of(d);
+  pthread_mutex_lock(&sim->mu);
+  sim_handle *x = handle_get(sim, h);
   int rc = 0;
   size_t k = 0, first = offset / SIM_GRAN, ng = size / SIM_GRAN;
   if (!x || x->ext || !d->shareable || size == 0 || offset % SIM_GRAN || size % SIM_GRAN ||
@@ -1245,7 +1247,7 @@ static int sim_share(ga_device *d, ga_mem_handle h, size_t offset, size_t size, 
   for (size_t i = 0; !rc && i < ng;) {
     size_t run = 1;
     while (i + run < ng && x->gran[first + i + run] == x->gran[first + i] + run) run++;
-    int fd = k < cap ? fcntl(s->fd, F_DUPFD_CLOEXEC, 0) : -1;
+    int fd = k < cap ? fcntl(sim->fd, F_DUPFD_CLOEXEC, 0) : -1;
     if (fd < 0) {
       if (k < cap)
         ga_dev_set_error(d, "share: host: cannot open the memory (%s)", strerror(errno));
@@ -1260,12 +1262,12 @@ static int sim_share(ga_device *d, ga_mem_handle h, size_t offset, size_t size, 
   if (rc)
     while (k) close(out[--k].fd);
   *n = k;
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 static int sim_import(ga_device *d, int fd, ga_mem_handle *h) {
-  sim_device *s = sim_of(d);
+  sim_device *sim = sim_of(d);
   struct stat st;
   off_t end = fstat(fd, &st) == 0 ? st.st_size : 0;
   if (end <= 0 || end % (off_t)SIM_GRAN) {
@@ -1277,30 +1279,30 @@ static int sim_import(ga_device *d, int fd, ga_mem_handle *h) {
     ga_dev_set_error(d, "import: host: cannot open fd %d (%s)", fd, strerror(errno));
     return GA_DEV_ENOMEM;
   }
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&sim->mu);
   int rc = 0;
-  if (!s->free_slots && s->nhandles == s->cap_handles) {
-    size_t cap = s->cap_handles ? s->cap_handles * 2 : 64;
-    sim_handle *v = ga_host_realloc(s->handles, cap * sizeof *v);
+  if (!sim->free_slots && sim->nhandles == sim->cap_handles) {
+    size_t cap = sim->cap_handles ? sim->cap_handles * 2 : 64;
+    sim_handle *v = ga_host_realloc(sim->handles, cap * sizeof *v);
     if (!v)
-      rc = host_no_memory(s, "import");
+      rc = host_no_memory(sim, "import");
     else
-      s->handles = v, s->cap_handles = cap;
+      sim->handles = v, sim->cap_handles = cap;
   }
   if (!rc) {
     size_t slot;
-    if (s->free_slots) {
-      slot = s->free_slots - 1;
-      s->free_slots = s->handles[slot].next_free;
+    if (sim->free_slots) {
+      slot = sim->free_slots - 1;
+      sim->free_slots = sim->handles[slot].next_free;
     } else {
-      slot = s->nhandles++;
+      slot = sim->nhandles++;
     }
-    s->handles[slot] = (sim_handle){.ngran = (size_t)end / SIM_GRAN, .ext = 1, .ext_fd = own};
-    s->live_handles++;
+    sim->handles[slot] = (sim_handle){.ngran = (size_t)end / SIM_GRAN, .ext = 1, .ext_fd = own};
+    sim->live_handles++;
     *h = slot + 1;
   } else
     close(own);
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
@@ -1321,7 +1323,7 @@ _Static_assert(sizeof(sim_fabric) == GA_DEV_FABRIC_BYTES, "a fabric handle is 64
 
 static int sim_share_fabric(ga_device *d, ga_mem_handle h, size_t offset, size_t size, ga_dev_fabric *out,
                             size_t cap, size_t *n) {
-  sim_device *s = sim_of(d);
+  sim_device *sim = sim_of(d);
   *n = 0;
   if (d->shareable != GA_DEV_SHARE_FABRIC) {
     ga_dev_set_error(d,
@@ -1330,7 +1332,7 @@ static int sim_share_fabric(ga_device *d, ga_mem_handle h, size_t offset, size_t
     return GA_DEV_EINVAL;
   }
   struct stat st;
-  if (fstat(s->fd, &st) != 0) {
+  if (fstat(sim->fd, &st) != 0) {
     ga_dev_set_error(d, "share: host: cannot stat the memory (%s)", strerror(errno));
     return GA_DEV_ENOMEM;
   }
@@ -1340,7 +1342,7 @@ static int sim_share_fabric(ga_device *d, ga_mem_handle h, size_t offset, size_t
   if (rc) return rc;
   sim_fabric f = {.magic = SIM_FABRIC_MAGIC,
                   .pid = (int32_t)getpid(),
-                  .fd = s->fd,
+                  .fd = sim->fd,
                   .dev = (uint64_t)st.st_dev,
                   .ino = (uint64_t)st.st_ino};
   for (size_t i = 0; i < k; i++) {
@@ -1380,10 +1382,10 @@ static int sim_import_fabric(ga_device *d, const unsigned char *handle, ga_mem_h
 
 /* The CPU's virtual clock; locked, as test controls may move it from another thread. */
 static uint64_t sim_clock_ns(ga_device *d) {
-  sim_device *s = sim_of(d);
-  pthread_mutex_lock(&s->mu);
-  uint64_t t = s->now_ns;
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  pthread_mutex_lock(&sim->mu);
+  uint64_t t = sim->now_ns;
+  pthread_mutex_unlock(&sim->mu);
   return t;
 }
 
@@ -1451,36 +1453,36 @@ int ga_sim_open_of(int ordinal, int ndevices, size_t capacity, ga_device **out, 
     snprintf(err, errlen, "sim: capacity %zu bytes must be at least one 2 MiB granule", capacity);
     return GA_DEV_EINVAL;
   }
-  sim_device *s = ga_host_calloc(1, sizeof *s);
-  if (!s) goto oom;
-  s->bitmap = ga_host_calloc((ngran + 63) / 64, sizeof *s->bitmap);
-  if (!s->bitmap) goto oom;
+  sim_device *sim = ga_host_calloc(1, sizeof *sim);
+  if (!sim) goto oom;
+  sim->bitmap = ga_host_calloc((ngran + 63) / 64, sizeof *sim->bitmap);
+  if (!sim->bitmap) goto oom;
   /* Granules past the end of the last word are marked used so scans stop. */
-  for (size_t g = ngran; g < ((ngran + 63) / 64) * 64; g++) s->bitmap[g / 64] |= (uint64_t)1 << (g % 64);
-  s->fd = memfd_create("gardenalloc-sim", MFD_CLOEXEC);
-  if (s->fd < 0 || ftruncate(s->fd, (off_t)(ngran * SIM_GRAN)) != 0) {
+  for (size_t g = ngran; g < ((ngran + 63) / 64) * 64; g++) sim->bitmap[g / 64] |= (uint64_t)1 << (g % 64);
+  sim->fd = memfd_create("gardenalloc-sim", MFD_CLOEXEC);
+  if (sim->fd < 0 || ftruncate(sim->fd, (off_t)(ngran * SIM_GRAN)) != 0) {
     snprintf(err, errlen, "sim: cannot create %zu bytes of simulated device memory: %s", ngran * SIM_GRAN,
              strerror(errno));
-    if (s->fd >= 0) close(s->fd);
-    free(s->bitmap);
-    free(s);
+    if (sim->fd >= 0) close(sim->fd);
+    free(sim->bitmap);
+    free(sim);
     return GA_DEV_EDRIVER;
   }
-  pthread_mutex_init(&s->mu, NULL);
-  s->ngran = ngran;
-  s->ndevices = ndevices;
+  pthread_mutex_init(&sim->mu, NULL);
+  sim->ngran = ngran;
+  sim->ndevices = ndevices;
   for (int k = 0; k < GA_CALL_COUNT; k++) {
-    s->cost_call[k] = (uint64_t)(cost_tables[0].us[k][0] * 1000.0);
-    s->cost_unit[k] = (uint64_t)(cost_tables[0].us[k][1] * 1000.0);
+    sim->cost_call[k] = (uint64_t)(cost_tables[0].us[k][0] * 1000.0);
+    sim->cost_unit[k] = (uint64_t)(cost_tables[0].us[k][1] * 1000.0);
   }
-  s->cost_table = cost_tables[0].name;
-  s->base.ops = &sim_ops;
-  s->base.ordinal = ordinal;
-  *out = &s->base;
+  sim->cost_table = cost_tables[0].name;
+  sim->base.ops = &sim_ops;
+  sim->base.ordinal = ordinal;
+  *out = &sim->base;
   return 0;
 oom:
-  if (s) free(s->bitmap);
-  free(s);
+  if (sim) free(sim->bitmap);
+  free(sim);
   snprintf(err, errlen, "sim: out of host memory");
   return GA_DEV_ENOMEM;
 }
@@ -1490,211 +1492,211 @@ oom:
 int ga_sim_is(const ga_device *d) { return sim_of(d) != NULL; }
 
 int ga_sim_usage_get(ga_device *d, ga_sim_usage *u) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
   size_t pending = 0;
-  for (size_t i = 0; i < s->nevents; i++) pending += (size_t)s->events[i]->pending;
+  for (size_t i = 0; i < sim->nevents; i++) pending += (size_t)sim->events[i]->pending;
   *u = (ga_sim_usage){
-      .capacity = s->ngran * SIM_GRAN,
-      .used = s->used * SIM_GRAN,
-      .live_mallocs = s->mallocs.n,
-      .live_handles = s->live_handles - s->mallocs.n,
-      .live_reservations = s->resv.n - s->mallocs.n,
-      .live_mappings = s->maps.n - s->mallocs.n,
-      .live_events = s->nevents,
-      .live_pinned = s->pinned.n,
+      .capacity = sim->ngran * SIM_GRAN,
+      .used = sim->used * SIM_GRAN,
+      .live_mallocs = sim->mallocs.n,
+      .live_handles = sim->live_handles - sim->mallocs.n,
+      .live_reservations = sim->resv.n - sim->mallocs.n,
+      .live_mappings = sim->maps.n - sim->mallocs.n,
+      .live_events = sim->nevents,
+      .live_pinned = sim->pinned.n,
       .pending_events = pending,
-      .waits = s->waits,
-      .faults_fired = s->faults_fired,
-      .captures_broken = s->captures_broken,
-      .now_ns = s->now_ns,
-      .driver_ns = s->driver_ns,
-      .stalls = s->base.stalls,
-      .stall_ns = s->base.stall_ns,
-      .lag_ns = s->lag_ns,
-      .host_failures = s->host_failures,
+      .waits = sim->waits,
+      .faults_fired = sim->faults_fired,
+      .captures_broken = sim->captures_broken,
+      .now_ns = sim->now_ns,
+      .driver_ns = sim->driver_ns,
+      .stalls = sim->base.stalls,
+      .stall_ns = sim->base.stall_ns,
+      .lag_ns = sim->lag_ns,
+      .host_failures = sim->host_failures,
   };
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return 0;
 }
 
 int ga_sim_hold_stream(ga_device *d, ga_stream_t stream, int hold) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  sim_stream *ss = stream_get(s, stream, 1);
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim_stream *ss = stream_get(sim, stream, 1);
   int rc = ss ? 0 : GA_DEV_EDRIVER;
   if (ss) {
     ss->held = hold;
-    if (!hold) stream_complete(s, stream, 0);
+    if (!hold) stream_complete(sim, stream, 0);
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return rc;
 }
 
 int ga_sim_inject(ga_device *d, ga_device_call_t kind, unsigned nth, int err, int repeat) {
-  sim_device *s = sim_of(d);
-  if (!s || (unsigned)kind >= GA_CALL_COUNT || nth == 0) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  s->faults[kind] = (sim_fault){.countdown = nth, .err = err, .repeat = repeat, .armed = 1};
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim || (unsigned)kind >= GA_CALL_COUNT || nth == 0) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim->faults[kind] = (sim_fault){.countdown = nth, .err = err, .repeat = repeat, .armed = 1};
+  pthread_mutex_unlock(&sim->mu);
   return 0;
 }
 
 int ga_sim_inject_host(ga_device *d, unsigned nth, int err, int repeat) {
-  sim_device *s = sim_of(d);
-  if (!s || nth == 0 || err <= 0) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  s->host_fault = (sim_fault){.countdown = nth, .err = err, .repeat = repeat, .armed = 1};
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim || nth == 0 || err <= 0) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim->host_fault = (sim_fault){.countdown = nth, .err = err, .repeat = repeat, .armed = 1};
+  pthread_mutex_unlock(&sim->mu);
   return 0;
 }
 
 int ga_sim_clear_faults(ga_device *d) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  memset(s->faults, 0, sizeof s->faults);
-  s->sticky = 0;
-  s->host_fault = (sim_fault){0};
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  memset(sim->faults, 0, sizeof sim->faults);
+  sim->sticky = 0;
+  sim->host_fault = (sim_fault){0};
+  pthread_mutex_unlock(&sim->mu);
   return 0;
 }
 
 int ga_sim_access(ga_device *d, void *va, uint64_t *mask) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  sim_range *m = range_find(&s->maps, (uintptr_t)va);
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim_range *m = range_find(&sim->maps, (uintptr_t)va);
   if (m) *mask = m->access;
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return m ? 0 : GA_DEV_EINVAL;
 }
 
 int ga_sim_set_capturing(ga_device *d, ga_stream_t stream, int capturing) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  sim_stream *ss = stream_get(s, stream, 1);
-  if (ss && ss->capturing != (capturing != 0)) s->capturing += capturing ? 1 : -1;
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim_stream *ss = stream_get(sim, stream, 1);
+  if (ss && ss->capturing != (capturing != 0)) sim->capturing += capturing ? 1 : -1;
   if (ss) ss->capturing = capturing != 0;
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return ss ? 0 : GA_DEV_EDRIVER;
 }
 
 int ga_sim_set_fabric(ga_device *d, int refused) {
-  sim_device *s = sim_of(d);
-  if (!s || refused < 0 || refused > GA_SIM_FABRIC_NOT_SUPPORTED) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  s->fabric_refused = refused;
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim || refused < 0 || refused > GA_SIM_FABRIC_NOT_SUPPORTED) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim->fabric_refused = refused;
+  pthread_mutex_unlock(&sim->mu);
   return 0;
 }
 
 int ga_sim_scatter_addresses(ga_device *d, uint64_t seed) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  s->scatter = seed ? seed * 0x100000001b3ULL ^ 0x5ca77e4ULL : 0;
-  if (seed && !s->scatter) s->scatter = 1; /* on stays on */
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim->scatter = seed ? seed * 0x100000001b3ULL ^ 0x5ca77e4ULL : 0;
+  if (seed && !sim->scatter) sim->scatter = 1; /* on stays on */
+  pthread_mutex_unlock(&sim->mu);
   return 0;
 }
 
 /* ---- Time controls ---- */
 
 int ga_sim_set_lag(ga_device *d, uint64_t lag_ns) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  s->lag_ns = lag_ns;
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim->lag_ns = lag_ns;
+  pthread_mutex_unlock(&sim->mu);
   return 0;
 }
 
 int ga_sim_advance(ga_device *d, uint64_t ns) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  s->now_ns += ns;
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim->now_ns += ns;
+  pthread_mutex_unlock(&sim->mu);
   return 0;
 }
 
 int ga_sim_stream_mark(ga_device *d, ga_stream_t stream, ga_sim_mark *m) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  sim_stream *ss = stream_get(s, stream, 1);
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim_stream *ss = stream_get(sim, stream, 1);
   if (ss) *m = (ga_sim_mark){.stream = stream, .seq = ++ss->seq, .done_ns = ss->done_ns, .held = ss->held};
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return ss ? 0 : GA_DEV_EDRIVER;
 }
 
 int ga_sim_stream_passed(ga_device *d, const ga_sim_mark *m) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  sim_stream *ss = stream_get(s, m->stream, 0);
-  int passed = (!m->held || (ss && ss->completed >= m->seq)) && s->now_ns >= m->done_ns;
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim_stream *ss = stream_get(sim, m->stream, 0);
+  int passed = (!m->held || (ss && ss->completed >= m->seq)) && sim->now_ns >= m->done_ns;
+  pthread_mutex_unlock(&sim->mu);
   return passed;
 }
 
 int ga_sim_enqueue(ga_device *d, ga_stream_t stream, uint64_t work_ns) {
-  sim_device *s = sim_of(d);
-  if (!s) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  sim_stream *ss = stream_get(s, stream, 1);
+  sim_device *sim = sim_of(d);
+  if (!sim) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim_stream *ss = stream_get(sim, stream, 1);
   if (ss) {
-    uint64_t start = s->now_ns + s->lag_ns;
+    uint64_t start = sim->now_ns + sim->lag_ns;
     ss->done_ns = (ss->done_ns > start ? ss->done_ns : start) + work_ns;
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&sim->mu);
   return ss ? 0 : GA_DEV_EDRIVER;
 }
 
 int ga_sim_set_cost(ga_device *d, ga_device_call_t kind, double call_us, double unit_us) {
-  sim_device *s = sim_of(d);
-  if (!s || (unsigned)kind >= GA_CALL_COUNT || !(call_us >= 0) || !(unit_us >= 0)) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  s->cost_call[kind] = (uint64_t)(call_us * 1000.0);
-  s->cost_unit[kind] = (uint64_t)(unit_us * 1000.0);
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim || (unsigned)kind >= GA_CALL_COUNT || !(call_us >= 0) || !(unit_us >= 0)) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  sim->cost_call[kind] = (uint64_t)(call_us * 1000.0);
+  sim->cost_unit[kind] = (uint64_t)(unit_us * 1000.0);
+  pthread_mutex_unlock(&sim->mu);
   return 0;
 }
 
 int ga_sim_get_cost(ga_device *d, ga_device_call_t kind, double *call_us, double *unit_us) {
-  sim_device *s = sim_of(d);
-  if (!s || (unsigned)kind >= GA_CALL_COUNT) return GA_DEV_EINVAL;
-  pthread_mutex_lock(&s->mu);
-  *call_us = (double)s->cost_call[kind] / 1000.0;
-  *unit_us = (double)s->cost_unit[kind] / 1000.0;
-  pthread_mutex_unlock(&s->mu);
+  sim_device *sim = sim_of(d);
+  if (!sim || (unsigned)kind >= GA_CALL_COUNT) return GA_DEV_EINVAL;
+  pthread_mutex_lock(&sim->mu);
+  *call_us = (double)sim->cost_call[kind] / 1000.0;
+  *unit_us = (double)sim->cost_unit[kind] / 1000.0;
+  pthread_mutex_unlock(&sim->mu);
   return 0;
 }
 
 int ga_sim_set_cost_table(ga_device *d, const char *name) {
-  sim_device *s = sim_of(d);
-  if (!s || !name) return GA_DEV_EINVAL;
+  sim_device *sim = sim_of(d);
+  if (!sim || !name) return GA_DEV_EINVAL;
   for (size_t t = 0; t < sizeof cost_tables / sizeof cost_tables[0]; t++) {
     if (strcmp(cost_tables[t].name, name)) continue;
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&sim->mu);
     for (int k = 0; k < GA_CALL_COUNT; k++) {
-      s->cost_call[k] = (uint64_t)(cost_tables[t].us[k][0] * 1000.0);
-      s->cost_unit[k] = (uint64_t)(cost_tables[t].us[k][1] * 1000.0);
+      sim->cost_call[k] = (uint64_t)(cost_tables[t].us[k][0] * 1000.0);
+      sim->cost_unit[k] = (uint64_t)(cost_tables[t].us[k][1] * 1000.0);
     }
-    s->cost_table = cost_tables[t].name;
-    pthread_mutex_unlock(&s->mu);
+    sim->cost_table = cost_tables[t].name;
+    pthread_mutex_unlock(&sim->mu);
     return 0;
   }
   return GA_DEV_EINVAL;
 }
 
 const char *ga_sim_cost_table(ga_device *d) {
-  sim_device *s = sim_of(d);
-  return s ? s->cost_table : NULL;
+  sim_device *sim = sim_of(d);
+  return sim ? sim->cost_table : NULL;
 }
 
 const char *ga_sim_cost_unit(ga_device_call_t kind) {

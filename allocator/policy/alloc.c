@@ -31,9 +31,9 @@ static size_t expandable_size(const ga_block *b) { return ga_alloc_growable(b->s
 
 /* Best fit on (stream, size, tie, address) with the oversize rules; the block
  * found stays in its tree. */
-static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool, ga_stream_t stream,
+static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int size_class, ga_stream_t stream,
                                 size_t size) {
-  ga_free_tree *p = &trees[pool];
+  ga_free_tree *p = &trees[size_class];
   if (ga_limit_gc_on(a)) p->gc_calls++;
   ga_block *b = ga_free_tree_lower_bound(p, stream, size);
   if (!b || b->stream != stream) return NULL;
@@ -71,9 +71,9 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int pool
 
 /* Best fit among the blocks of native segments alone (one cudaMalloc'd
  * range each: GA_ALLOC_CONTIGUOUS_HANDLE in expandable mode). */
-static ga_block *get_free_native(ga_allocator_t *a, ga_free_tree *trees, int pool, ga_stream_t stream,
+static ga_block *get_free_native(ga_allocator_t *a, ga_free_tree *trees, int size_class, ga_stream_t stream,
                                  size_t size) {
-  ga_free_tree *p = &trees[pool];
+  ga_free_tree *p = &trees[size_class];
   size_t max_split = a->cfg.max_split_size;
   for (ga_block *b = ga_free_tree_lower_bound(p, stream, size); b && b->stream == stream;
        b = ga_free_tree_next(p, b)) {
@@ -86,15 +86,15 @@ static ga_block *get_free_native(ga_allocator_t *a, ga_free_tree *trees, int poo
 }
 
 /* A new native segment of r->alloc_size bytes for r, within the limit on
- * reserved bytes (r->fraction_refused when it refuses). */
+ * reserved bytes (r->limit_refused when it refuses). */
 static int alloc_block(ga_allocator_t *a, ga_request *r, int retry) {
   if (retry) a->stats.num_alloc_retries++;
   if (!ga_limit_allows(a, a->space.reserved, r->alloc_size)) {
-    r->fraction_refused = 1;
+    r->limit_refused = 1;
     return GA_DEV_EOOM;
   }
-  r->fraction_refused = 0;
-  return ga_native_new_locked(&a->space, r->alloc_size, r->pool, r->stream, &r->block);
+  r->limit_refused = 0;
+  return ga_native_new_locked(&a->space, r->alloc_size, r->size_class, r->stream, &r->block);
 }
 
 static ga_status_t device_error(ga_allocator_t *a, const char *what, ga_err rc) {
@@ -108,7 +108,7 @@ static int grow_native(ga_allocator_t *a, ga_request *r) {
   if ((rc = ga_reclaim_gc_locked(a))) return rc;
   rc = alloc_block(a, r, 0);
   if (rc == GA_DEV_EOOM) {
-    int enough, e = ga_reclaim_oversize_locked(a, r->pool, r->stream, r->rounded, &enough);
+    int enough, e = ga_reclaim_oversize_locked(a, r->size_class, r->stream, r->rounded, &enough);
     if (e) return e;
     if (enough) rc = alloc_block(a, r, 0);
   }
@@ -141,11 +141,11 @@ static int grow_expandable(ga_allocator_t *a, ga_request *r) {
   a->stats.num_alloc_retries++;
   rc = ga_move_grow_locked(a, r);
   /* Memory pressure: what this failed request gathered goes back. */
-  if (rc == GA_DEV_EOOM) (void)ga_pages_trim_locked(&a->space, 0);
+  if (rc == GA_DEV_EOOM) (void)ga_pages_release_locked(&a->space, 0);
   return rc;
 }
 
-static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused, int budget);
+static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int limit_refused, int budget);
 
 /* Can `need` more bytes never fit in the budget (max_reserved_mb,
  * headroom_mb), even with every cached byte given back? Then the request
@@ -204,20 +204,20 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
     }
   }
   size_t rounded = ga_round_size(&a->cfg, size);
-  int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
+  int size_class = rounded <= GA_SMALL_SIZE ? GA_CLASS_SMALL : GA_CLASS_LARGE;
   int fresh = 0, rc, in_tree = 1;
   ga_private *priv = a->pol.capture.routing ? ga_private_routed_locked(a, stream) : NULL;
   ga_free_tree *trees = priv ? priv->trees : a->pol.trees;
-  ga_block *b = contiguous ? get_free_native(a, trees, pool, stream, rounded)
-                           : get_free_block(a, trees, pool, stream, rounded);
+  ga_block *b = contiguous ? get_free_native(a, trees, size_class, stream, rounded)
+                           : get_free_block(a, trees, size_class, stream, rounded);
   if (!b && a->cfg.deterministic && a->pol.streams.npending && !a->pol.capture.routing) {
     /* deterministic:True: frees waiting on other streams become free at the
      * first cache miss after them, whatever the GPU has done: they are waited
      * for here (a stall only where the GPU is behind), then the cache is
      * searched again. A failed wait leaves those blocks pending. */
     (void)ga_stream_sync_all_locked(a);
-    b = contiguous ? get_free_native(a, trees, pool, stream, rounded)
-                   : get_free_block(a, trees, pool, stream, rounded);
+    b = contiguous ? get_free_native(a, trees, size_class, stream, rounded)
+                   : get_free_block(a, trees, size_class, stream, rounded);
   }
   if (!b) {
     in_tree = 0;
@@ -227,7 +227,7 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
     ga_request req = {.rounded = rounded,
                       .alloc_size = ga_allocation_size_for(&a->cfg, rounded),
                       .stream = stream,
-                      .pool = pool,
+                      .size_class = size_class,
                       .priv = priv};
     size_t tried = expandable ? rounded : req.alloc_size; /* PyTorch's "Tried to allocate" */
     if (past_budget(a, tried)) {
@@ -247,7 +247,7 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
     ga_capture_unrelax_locked(a, &r);
     if (rc == GA_DEV_EOOM) {
       a->stats.num_ooms++;
-      ga_alloc_report_oom_locked(a, tried, rounded, req.fraction_refused);
+      ga_alloc_report_oom_locked(a, tried, rounded, req.limit_refused);
       return GA_ERR_OOM;
     }
     if (rc) return device_error(a, "obtaining device memory", rc);
@@ -268,9 +268,9 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
 /* Names what is wrong with a pointer that is not a live allocation. */
 static void diagnose_bad_free(ga_allocator_t *a, const char *fn, void *ptr) {
   uintptr_t p = (uintptr_t)ptr;
-  for (ga_segment *s = a->space.segs; s; s = s->next) {
-    if (p < s->base || p - s->base >= s->size) continue;
-    for (ga_block *b = s->head; b; b = b->next) {
+  for (ga_segment *seg = a->space.segs; seg; seg = seg->next) {
+    if (p < seg->base || p - seg->base >= seg->size) continue;
+    for (ga_block *b = seg->head; b; b = b->next) {
       if (p < b->ptr || p - b->ptr >= b->size) continue;
       if (b->ptr != p && b->state != GA_BLOCK_FREE)
         ga_error_set(
@@ -306,7 +306,7 @@ __attribute__((noinline)) static ga_status_t free_slow(ga_allocator_t *a, ga_blo
   ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
   if (b->size >= a->cfg.max_split_size) ga_stat_dec(&a->stats.oversize_allocations, 1);
   (void)ga_blockmap_take_at(&a->pol.map, slot);
-  ga_hot_free(&a->hot, b->pool, b->size);
+  ga_hot_free(&a->hot, b->size_class, b->size);
   if (ga_stream_free_locked(a, b)) {
     /* As close(2): the pointer is freed all the same. */
     ga_error_set(
@@ -340,7 +340,7 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
   b->state = GA_BLOCK_PENDING;
   if (!ga_block_free_keep_locked(a, b)) {
     (void)ga_blockmap_take_at(&a->pol.map, slot);
-    ga_hot_free(&a->hot, b->pool, b->size);
+    ga_hot_free(&a->hot, b->size_class, b->size);
     ga_block_free_locked(a, b);
   }
   return GA_OK;
@@ -354,9 +354,9 @@ ga_status_t ga_bad_pointer_locked(ga_allocator_t *a, const char *fn, void *ptr) 
 
 const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p) {
   GA_ASSERT_LOCKED(a);
-  for (ga_segment *s = a->space.segs; s; s = s->next) {
-    if (p < s->base || p - s->base >= s->size) continue;
-    for (ga_block *b = s->head; b; b = b->next)
+  for (ga_segment *seg = a->space.segs; seg; seg = seg->next) {
+    if (p < seg->base || p - seg->base >= seg->size) continue;
+    for (ga_block *b = seg->head; b; b = b->next)
       if (p >= b->ptr && p - b->ptr < b->size) return b->state == GA_BLOCK_ALLOCATED ? b : NULL;
   }
   return NULL;
@@ -364,7 +364,7 @@ const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p) {
 
 /* ---- The OOM report's facts ---- */
 
-static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused, int budget) {
+static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int limit_refused, int budget) {
   ga_stats_sync(&a->stats, &a->hot);
   ga_oom_facts f = {.device = a->dev->ordinal,
                     .tried = tried,
@@ -375,7 +375,7 @@ static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int frac
                     .allocated = (size_t)a->stats.allocated_bytes[GA_POOL_ALL].current,
                     .reserved = a->space.reserved,
                     .expandable = a->cfg.expandable_segments,
-                    .fraction_refused = fraction_refused,
+                    .limit_refused = limit_refused,
                     .budget_refused = budget,
                     .budget = a->pol.budget_max};
   /* Past the budget no device call is made, not even this query. */
@@ -395,7 +395,7 @@ static void report_oom(ga_allocator_t *a, size_t tried, size_t rounded, int frac
   ga_report_oom(&f);
 }
 
-void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused) {
+void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int limit_refused) {
   GA_ASSERT_LOCKED(a);
-  report_oom(a, tried, rounded, fraction_refused, 0);
+  report_oom(a, tried, rounded, limit_refused, 0);
 }

@@ -13,7 +13,7 @@
 /* Would a block of `bsize` bytes of b's pool and segment be split for `size`? */
 static int split_at(const ga_allocator_t *a, const ga_block *b, size_t bsize, size_t size) {
   size_t remaining = bsize - size;
-  if (b->pool == GA_P_SMALL || b->seg->expandable) return remaining >= GA_MIN_BLOCK;
+  if (b->size_class == GA_CLASS_SMALL || b->seg->expandable) return remaining >= GA_MIN_BLOCK;
   return size < a->cfg.max_split_size && remaining > GA_SMALL_SIZE;
 }
 
@@ -34,16 +34,16 @@ static int becomes_free(const ga_free_tree *p, ga_block *b) {
 
 void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
   GA_ASSERT_LOCKED(a);
-  ga_free_tree *p = &ga_trees_of(a, b)[b->pool];
-  if (becomes_free(p, b)) ga_hot_split(&a->stats, &a->hot, b->pool, 1, (int64_t)b->size);
+  ga_free_tree *p = &ga_trees_of(a, b)[b->size_class];
+  if (becomes_free(p, b)) ga_hot_split(&a->stats, &a->hot, b->size_class, 1, (int64_t)b->size);
   ga_free_tree_insert(p, b);
 }
 
 void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
   GA_ASSERT_LOCKED(a);
-  ga_free_tree_remove(&ga_trees_of(a, b)[b->pool], b);
+  ga_free_tree_remove(&ga_trees_of(a, b)[b->size_class], b);
   if (b->counted_split) {
-    ga_hot_split(&a->stats, &a->hot, b->pool, -1, -(int64_t)b->size);
+    ga_hot_split(&a->stats, &a->hot, b->size_class, -1, -(int64_t)b->size);
     b->counted_split = 0;
   }
 }
@@ -51,18 +51,18 @@ void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
 /* x is in its free tree under (xsize, xptr); y (x itself, changed, or a
  * neighbour that took its memory) goes there instead: one tree update, and
  * the inactive_split counts change by the net difference, as PyTorch counts
- * them (its allocated/freed totals see only the net). `gone` is a free
- * block already taken out of the tree by the same merge, counted `gone`
- * times with `gone_bytes`. */
-static void retree(ga_allocator_t *a, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y, int gone,
-                   size_t gone_bytes) {
-  ga_free_tree *p = &ga_trees_of(a, x)[x->pool];
+ * them (its allocated/freed totals see only the net). `removed` is a free
+ * block already taken out of the tree by the same merge, counted `removed`
+ * times with `removed_bytes`. */
+static void retree(ga_allocator_t *a, ga_block *x, size_t xsize, uintptr_t xptr, ga_block *y, int removed,
+                   size_t removed_bytes) {
+  ga_free_tree *p = &ga_trees_of(a, x)[x->size_class];
   int was = x->counted_split;
   x->counted_split = 0;
   int counted = becomes_free(p, y);
-  int64_t n = counted - was - gone;
-  int64_t bytes = (counted ? (int64_t)y->size : 0) - (was ? (int64_t)xsize : 0) - (int64_t)gone_bytes;
-  if (n | bytes) ga_hot_split(&a->stats, &a->hot, y->pool, n, bytes);
+  int64_t n = counted - was - removed;
+  int64_t bytes = (counted ? (int64_t)y->size : 0) - (was ? (int64_t)xsize : 0) - (int64_t)removed_bytes;
+  if (n | bytes) ga_hot_split(&a->stats, &a->hot, y->size_class, n, bytes);
   ga_free_tree_rekey(p, x, xsize, xptr, y);
 }
 
@@ -89,7 +89,7 @@ static ga_block *handed(ga_allocator_t *a, ga_block *b, size_t size) {
   b->requested = size;
   b->tag = 0;                                    /* the struct may have served a tagged allocation before */
   (void)ga_blockmap_put(&a->pol.map, b->ptr, b); /* cannot fail: room reserved by the caller */
-  ga_hot_alloc(&a->stats, &a->hot, b->pool, b->size, size);
+  ga_hot_alloc(&a->stats, &a->hot, b->size_class, b->size, size);
   if (b->size >= a->cfg.max_split_size) ga_stat_inc(&a->stats.oversize_allocations, 1);
   ga_history_add_locked(a, GA_H_ALLOC, b->ptr, size, b->stream);
   return b;
@@ -134,18 +134,18 @@ static ga_block *merge_insert(ga_allocator_t *a, ga_block *b) {
   ga_block *n = b->next && b->next->state == GA_BLOCK_FREE ? b->next : NULL;
   if (p) {
     /* The merged block keeps p's struct and address: p's node is updated. */
-    size_t psize = p->size, gone_bytes = 0;
-    int gone = 0;
+    size_t psize = p->size, removed_bytes = 0;
+    int removed = 0;
     if (n) {
       /* n leaves the tree; its inactive_split share joins p's net change. */
-      ga_free_tree_remove(&ga_trees_of(a, n)[n->pool], n);
-      gone = n->counted_split;
-      gone_bytes = gone ? n->size : 0;
+      ga_free_tree_remove(&ga_trees_of(a, n)[n->size_class], n);
+      removed = n->counted_split;
+      removed_bytes = removed ? n->size : 0;
       n->counted_split = 0;
     }
     ga_tiles_absorb_next_locked(&a->space, p);
     if (n) ga_tiles_absorb_next_locked(&a->space, p);
-    retree(a, p, psize, p->ptr, p, gone, gone_bytes);
+    retree(a, p, psize, p->ptr, p, removed, removed_bytes);
     return touched(p);
   }
   if (n) {
@@ -163,11 +163,11 @@ static ga_block *merge_insert(ga_allocator_t *a, ga_block *b) {
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
   GA_ASSERT_LOCKED(a);
   size_t size = b->size, requested = b->requested;
-  int pool = b->pool;
+  int size_class = b->size_class;
   b->free_seq = ++a->pol.streams.free_clock;
   ga_history_add_locked(a, GA_H_FREE_COMPLETED, b->ptr, requested, b->stream);
   merge_insert(a, b); /* b may be merged into its predecessor */
-  ga_hot_done(&a->hot, pool, size, requested);
+  ga_hot_done(&a->hot, size_class, size, requested);
 }
 
 /* ---- The free kept back ----
@@ -213,12 +213,12 @@ __attribute__((noinline)) void ga_block_keep_flush_slow_locked(ga_allocator_t *a
   GA_ASSERT_LOCKED(a);
   ga_block *b = a->pol.kept;
   size_t size = b->size, requested = b->requested;
-  int pool = b->pool;
+  int size_class = b->size_class;
   a->pol.kept = NULL;
   (void)ga_blockmap_take(&a->pol.map, b->ptr);
-  ga_hot_free(&a->hot, pool, size);
+  ga_hot_free(&a->hot, size_class, size);
   merge_insert(a, b);
-  ga_hot_done(&a->hot, pool, size, requested);
+  ga_hot_done(&a->hot, size_class, size, requested);
 }
 
 ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t stream) {
@@ -227,7 +227,7 @@ ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t
   size_t rounded = ga_round_size(&a->cfg, size);
   if (rounded != b->size || stream != b->stream) return NULL;
   if (n && n->state != GA_BLOCK_FREE) n = NULL;
-  ga_free_tree *p = &a->pol.trees[b->pool];
+  ga_free_tree *p = &a->pol.trees[b->size_class];
   size_t msize = n ? rounded + n->size : rounded, max_split = a->cfg.max_split_size;
   /* get_free_block's answer (its walk past M when it walks) and its
    * oversize rules, then hand_out's split. */
@@ -249,14 +249,14 @@ ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t
     if (was == native) {
       /* n counted (native) or not (expandable), as the split leaves it. */
       if (native && m)
-        ga_hot_split_swing(&a->stats, &a->hot, b->pool, 0, (int64_t)rounded);
+        ga_hot_split_swing(&a->stats, &a->hot, b->size_class, 0, (int64_t)rounded);
       else if (native)
-        ga_hot_split_dip(&a->hot, b->pool, 1, n->size);
+        ga_hot_split_dip(&a->hot, b->size_class, 1, n->size);
     } else {
       int64_t n1 = m - was, b1 = (m ? (int64_t)msize : 0) - (was ? (int64_t)n->size : 0);
       int64_t n2 = native - m, b2 = (native ? (int64_t)n->size : 0) - (m ? (int64_t)msize : 0);
-      if (n1 | b1) ga_hot_split(&a->stats, &a->hot, b->pool, n1, b1);
-      if (n2 | b2) ga_hot_split(&a->stats, &a->hot, b->pool, n2, b2);
+      if (n1 | b1) ga_hot_split(&a->stats, &a->hot, b->size_class, n1, b1);
+      if (n2 | b2) ga_hot_split(&a->stats, &a->hot, b->size_class, n2, b2);
       n->counted_split = (uint8_t)native;
     }
     n->gc_base = p->gc_calls;
@@ -265,12 +265,12 @@ ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t
     n->free_seq = b->free_seq; /* M's: b's free is the later */
   } else if (native && ga_tiles_is_split(b)) {
     /* Into the tree counted, out of it uncounted. */
-    ga_hot_split_swing(&a->stats, &a->hot, b->pool, 1, (int64_t)rounded);
+    ga_hot_split_swing(&a->stats, &a->hot, b->size_class, 1, (int64_t)rounded);
   }
   b->counted_split = 0; /* (its gc_base is read only while it is free) */
   b->state = GA_BLOCK_ALLOCATED;
   b->tag = 0;
-  ga_hot_reuse(&a->stats, &a->hot, b->pool, rounded, b->requested, size);
+  ga_hot_reuse(&a->stats, &a->hot, b->size_class, rounded, b->requested, size);
   b->requested = size;
   if (rounded >= max_split) ga_stat_inc(&a->stats.oversize_allocations, 1);
   ga_history_add_locked(a, GA_H_ALLOC, b->ptr, size, stream);

@@ -19,21 +19,21 @@
 
 ga_status_t ga_capture_begin_locked(ga_allocator_t *a, uint64_t id, ga_stream_t stream) {
   GA_ASSERT_LOCKED(a);
-  ga_private *v = ga_private_find_locked(a, id);
-  if (v && v->released) {
+  ga_private *priv = ga_private_find_locked(a, id);
+  if (priv && priv->released) {
     ga_error_set("ga_begin_allocate_to_pool: pool %llu was released", (unsigned long long)id);
     return GA_ERR_INVALID;
   }
-  for (int i = 0; v && i < v->nstreams; i++)
-    if (v->streams[i] == stream) return GA_OK;
-  if (v && v->nstreams == 8) {
+  for (int i = 0; priv && i < priv->nstreams; i++)
+    if (priv->streams[i] == stream) return GA_OK;
+  if (priv && priv->nstreams == 8) {
     ga_error_set("ga_begin_allocate_to_pool: pool %llu already serves 8 streams", (unsigned long long)id);
     return GA_ERR_INVALID;
   }
-  if (!v && ga_private_new_locked(a, id, &v)) {
+  if (!priv && ga_private_new_locked(a, id, &priv)) {
     return ga_fail(GA_DEV_ENOMEM, "ga_begin_allocate_to_pool", NULL, NULL);
   }
-  v->streams[v->nstreams++] = stream;
+  priv->streams[priv->nstreams++] = stream;
   a->pol.capture.routing++;
   return GA_OK;
 }
@@ -49,9 +49,9 @@ static int captures_ended(ga_allocator_t *a) {
 }
 
 /* The pool serves no stream any more. */
-static int stop_routing(ga_allocator_t *a, ga_private *v) {
-  a->pol.capture.routing -= v->nstreams;
-  v->nstreams = 0;
+static int stop_routing(ga_allocator_t *a, ga_private *priv) {
+  a->pol.capture.routing -= priv->nstreams;
+  priv->nstreams = 0;
   return captures_ended(a);
 }
 
@@ -72,13 +72,13 @@ ga_status_t ga_capture_announce_locked(ga_allocator_t *a, int begin) {
 /* Pool `id`, which stops serving its streams; NULL (the error text naming
  * `fn`) when there is none. *rc: the deferred flush's code. */
 static ga_private *stop(ga_allocator_t *a, uint64_t id, const char *fn, int *rc) {
-  ga_private *v = ga_private_find_locked(a, id);
+  ga_private *priv = ga_private_find_locked(a, id);
   *rc = 0;
-  if (v)
-    *rc = stop_routing(a, v);
+  if (priv)
+    *rc = stop_routing(a, priv);
   else
     ga_error_set("%s: no pool %llu", fn, (unsigned long long)id);
-  return v;
+  return priv;
 }
 
 static ga_status_t flush_failed(ga_allocator_t *a, const char *fn, ga_err rc) {
@@ -99,22 +99,22 @@ ga_status_t ga_capture_end_locked(ga_allocator_t *a, uint64_t id) {
 ga_status_t ga_capture_release_locked(ga_allocator_t *a, uint64_t id) {
   GA_ASSERT_LOCKED(a);
   int flush_rc, rc = 0;
-  ga_private *v = stop(a, id, "ga_release_pool", &flush_rc);
-  if (!v) return GA_ERR_INVALID;
-  v->released = 1;
-  if (v->nsegs == 0) {
-    ga_private_drop_locked(a, v);
+  ga_private *priv = stop(a, id, "ga_release_pool", &flush_rc);
+  if (!priv) return GA_ERR_INVALID;
+  priv->released = 1;
+  if (priv->nsegs == 0) {
+    ga_private_delete_locked(a, priv);
   } else {
     /* Expandable memory goes back now unless another capture is underway
      * (that waits for its streams); else at the next empty_cache. Either step
-     * may free v once its last segment is gone. Another capture's calls must
+     * may free priv once its last segment is gone. Another capture's calls must
      * not break it: they run in the relaxed mode. */
-    size_t native = ga_private_native_segments_locked(a, v);
-    int expandable = native < v->nsegs && !a->pol.capture.routing;
+    size_t native = ga_private_native_segments_locked(a, priv);
+    int expandable = native < priv->nsegs && !a->pol.capture.routing;
     ga_relax r;
     if ((expandable || native) && (rc = ga_capture_relax_locked(a, &r)) == 0) {
-      if (expandable) rc = ga_reclaim_expandable_locked(a, v);
-      if (!rc && native) rc = ga_reclaim_private_locked(a, v);
+      if (expandable) rc = ga_reclaim_expandable_locked(a, priv);
+      if (!rc && native) rc = ga_reclaim_private_locked(a, priv);
       ga_capture_unrelax_locked(a, &r);
     }
   }

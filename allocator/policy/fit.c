@@ -21,12 +21,12 @@ typedef struct fblk {
   uintptr_t ptr;
   ga_stream_t stream;
   uint64_t gc_base;
-  uint8_t pool;
+  uint8_t size_class;
   uint8_t whole;      /* a native segment of one block: it can go back */
   uint8_t expandable; /* in an expandable segment */
   uint8_t serving;    /* in the trees that serve the stream (general or its private pool) */
   uint8_t general;    /* in the general trees (the ladder's steps give these back) */
-  uint8_t gone;       /* handed out or given back in the model */
+  uint8_t removed;    /* out of the model's free blocks: handed out or given back */
 } fblk;
 
 typedef struct fmodel {
@@ -56,7 +56,7 @@ static int add(ga_block *b, void *arg) {
                         .ptr = b->ptr,
                         .stream = b->stream,
                         .gc_base = b->gc_base,
-                        .pool = b->pool,
+                        .size_class = b->size_class,
                         .whole = !ga_tiles_is_split(b) && !b->seg->expandable,
                         .expandable = b->seg->expandable,
                         .serving = w->serving,
@@ -69,18 +69,18 @@ static int model_init(ga_allocator_t *a, ga_stream_t stream, size_t dev_free, fm
                 .reserved = a->space.reserved,
                 .dev_free = dev_free,
                 .cache = a->space.ncache,
-                .gc_calls = a->pol.trees[GA_P_LARGE].gc_calls,
+                .gc_calls = a->pol.trees[GA_CLASS_LARGE].gc_calls,
                 .next_ptr = UINTPTR_MAX / 2,
                 .created = a->space.created,
                 .routing = a->pol.capture.routing};
   m->priv = m->routing ? ga_private_routed_locked(a, stream) : NULL;
   fwalk w = {m, (uint8_t)!m->priv, 1};
   for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], add, &w);
-  for (ga_private *v = a->pol.capture.privates; v; v = v->next) {
+  for (ga_private *priv = a->pol.capture.privates; priv; priv = priv->next) {
     /* Released pools no stream uses give their whole segments back in a flush. */
-    w = (fwalk){m, (uint8_t)(v == m->priv), 0};
-    if (v == m->priv || (v->released && !v->nstreams))
-      for (int p = 0; p < 2; p++) ga_free_tree_walk(&v->trees[p], add, &w);
+    w = (fwalk){m, (uint8_t)(priv == m->priv), 0};
+    if (priv == m->priv || (priv->released && !priv->nstreams))
+      for (int p = 0; p < 2; p++) ga_free_tree_walk(&priv->trees[p], add, &w);
   }
   return m->oom ? GA_DEV_ENOMEM : 0;
 }
@@ -100,13 +100,14 @@ static uint32_t new_tie(fmodel *m) {
 }
 
 /* get_free_block on the serving trees. */
-static fblk *best_fit(fmodel *m, int pool, ga_stream_t stream, size_t size) {
+static fblk *best_fit(fmodel *m, int size_class, ga_stream_t stream, size_t size) {
   const ga_config *c = &m->a->cfg;
-  if (!m->priv && ga_limit_gc_on(m->a) && pool == GA_P_LARGE) m->gc_calls++;
+  if (!m->priv && ga_limit_gc_on(m->a) && size_class == GA_CLASS_LARGE) m->gc_calls++;
   fblk *b = NULL;
   for (size_t i = 0; i < m->n; i++) {
     fblk *x = &m->v[i];
-    if (x->gone || !x->serving || x->pool != pool || x->stream != stream || x->size < size) continue;
+    if (x->removed || !x->serving || x->size_class != size_class || x->stream != stream || x->size < size)
+      continue;
     if (!b || before(x, b)) b = x;
   }
   if (!b) return NULL;
@@ -118,11 +119,11 @@ static fblk *best_fit(fmodel *m, int pool, ga_stream_t stream, size_t size) {
 /* ga_block_hand_out_locked's split rule: the rest stays free. */
 static void hand_out(fmodel *m, fblk *b, size_t rounded) {
   size_t rest = b->size - rounded;
-  int split = (b->pool == GA_P_SMALL || b->expandable)
+  int split = (b->size_class == GA_CLASS_SMALL || b->expandable)
                   ? rest >= GA_MIN_BLOCK
                   : rounded < m->a->cfg.max_split_size && rest > GA_SMALL_SIZE;
   if (!split) {
-    b->gone = 1;
+    b->removed = 1;
     return;
   }
   b->size = rest;
@@ -131,7 +132,7 @@ static void hand_out(fmodel *m, fblk *b, size_t rounded) {
 }
 
 static void give_back(fmodel *m, fblk *b) {
-  b->gone = 1;
+  b->removed = 1;
   m->reserved -= b->size;
   m->dev_free += b->size;
 }
@@ -142,7 +143,7 @@ static int fraction_allows(const fmodel *m, size_t bytes) {
   return ga_limit_allows(m->a, m->reserved, bytes);
 }
 
-static int new_segment(fmodel *m, size_t alloc_size, int pool, ga_stream_t stream, size_t rounded) {
+static int new_segment(fmodel *m, size_t alloc_size, int size_class, ga_stream_t stream, size_t rounded) {
   if (!fraction_allows(m, alloc_size) || alloc_size > m->dev_free) return 0;
   m->reserved += alloc_size;
   m->dev_free -= alloc_size;
@@ -151,7 +152,7 @@ static int new_segment(fmodel *m, size_t alloc_size, int pool, ga_stream_t strea
              .ptr = (uintptr_t)(m->next_ptr += alloc_size),
              .stream = stream,
              .gc_base = m->gc_calls,
-             .pool = (uint8_t)pool,
+             .size_class = (uint8_t)size_class,
              .whole = 1,
              .serving = 1,
              .general = !m->priv};
@@ -171,7 +172,7 @@ static void gc(fmodel *m) {
   double total_age = 0.0;
   for (size_t i = 0; i < m->n; i++) {
     fblk *x = &m->v[i];
-    if (!x->gone && x->general && x->pool == GA_P_LARGE && x->whole) {
+    if (!x->removed && x->general && x->size_class == GA_CLASS_LARGE && x->whole) {
       total_age += (double)(m->gc_calls - x->gc_base);
       left++;
     }
@@ -182,7 +183,7 @@ static void gc(fmodel *m) {
     freed = 0;
     for (size_t i = 0; i < m->n; i++) {
       fblk *x = &m->v[i];
-      if (x->gone || !x->general || x->pool != GA_P_LARGE || !x->whole) continue;
+      if (x->removed || !x->general || x->size_class != GA_CLASS_LARGE || !x->whole) continue;
       double age = (double)(m->gc_calls - x->gc_base);
       if (age < avg) continue;
       reclaimed += x->size;
@@ -195,14 +196,15 @@ static void gc(fmodel *m) {
 }
 
 /* ga_reclaim_oversize_locked: 1 when it freed enough. */
-static int oversize(fmodel *m, int pool, ga_stream_t stream, size_t size) {
+static int oversize(fmodel *m, int size_class, ga_stream_t stream, size_t size) {
   size_t max_split = m->a->cfg.max_split_size;
   if (max_split == SIZE_MAX) return 0;
   size_t key = size < max_split ? max_split : size;
   fblk *b = NULL;
   for (size_t i = 0; i < m->n; i++) {
     fblk *x = &m->v[i];
-    if (x->gone || !x->general || x->pool != pool || x->stream != stream || x->size < key) continue;
+    if (x->removed || !x->general || x->size_class != size_class || x->stream != stream || x->size < key)
+      continue;
     if (!b || before(x, b)) b = x;
   }
   if (b) {
@@ -217,7 +219,9 @@ static int oversize(fmodel *m, int pool, ga_stream_t stream, size_t size) {
     fblk *it = NULL;
     for (size_t i = 0; i < m->n; i++) {
       fblk *x = &m->v[i];
-      if (x->gone || !x->general || x->pool != pool || x->stream != stream || !before(x, &cursor)) continue;
+      if (x->removed || !x->general || x->size_class != size_class || x->stream != stream ||
+          !before(x, &cursor))
+        continue;
       if (!it || before(it, x)) it = x;
     }
     if (!it || it->size < max_split) break;
@@ -232,17 +236,18 @@ static int oversize(fmodel *m, int pool, ga_stream_t stream, size_t size) {
 
 static void flush(fmodel *m) {
   for (size_t i = 0; i < m->n; i++)
-    if (!m->v[i].gone && m->v[i].whole && (m->v[i].general || !m->v[i].serving)) give_back(m, &m->v[i]);
+    if (!m->v[i].removed && m->v[i].whole && (m->v[i].general || !m->v[i].serving)) give_back(m, &m->v[i]);
 }
 
-static int native_one(fmodel *m, int pool, ga_stream_t stream, size_t rounded) {
+static int native_one(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
   size_t alloc_size = ga_allocation_size_for(&m->a->cfg, rounded);
   gc(m);
-  if (new_segment(m, alloc_size, pool, stream, rounded)) return 1;
-  if (oversize(m, pool, stream, rounded) && new_segment(m, alloc_size, pool, stream, rounded)) return 1;
+  if (new_segment(m, alloc_size, size_class, stream, rounded)) return 1;
+  if (oversize(m, size_class, stream, rounded) && new_segment(m, alloc_size, size_class, stream, rounded))
+    return 1;
   if (m->routing) return 0;
   flush(m);
-  return new_segment(m, alloc_size, pool, stream, rounded);
+  return new_segment(m, alloc_size, size_class, stream, rounded);
 }
 
 /* ---- Expandable segments ---- */
@@ -259,14 +264,14 @@ static size_t gatherable(const fmodel *m) {
   if (!m->routing)
     for (size_t i = 0; i < m->n; i++) {
       const fblk *x = &m->v[i];
-      if (!x->gone && x->general && x->expandable) n += whole_granules(x->ptr, x->size, g);
+      if (!x->removed && x->general && x->expandable) n += whole_granules(x->ptr, x->size, g);
     }
   size_t room = m->dev_free, left = ga_limit_left(m->a, m->reserved);
   if (left < room) room = left;
   return n + room / g;
 }
 
-static int expandable_one(fmodel *m, int pool, ga_stream_t stream, size_t rounded) {
+static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
   size_t g = m->a->space.gran, need = (rounded + g - 1) / g;
   if (gatherable(m) < need) return 0;
   /* Take them: the cache, then free granules of the smallest blocks, then new. */
@@ -274,17 +279,17 @@ static int expandable_one(fmodel *m, int pool, ga_stream_t stream, size_t rounde
   m->cache -= k;
   need -= k;
   while (need && !m->routing) {
-    fblk *s = NULL;
+    fblk *smallest = NULL;
     for (size_t i = 0; i < m->n; i++) {
       fblk *x = &m->v[i];
-      if (!x->gone && x->general && x->expandable && whole_granules(x->ptr, x->size, g) &&
-          (!s || x->size < s->size))
-        s = x;
+      if (!x->removed && x->general && x->expandable && whole_granules(x->ptr, x->size, g) &&
+          (!smallest || x->size < smallest->size))
+        smallest = x;
     }
-    if (!s) break;
-    size_t w = whole_granules(s->ptr, s->size, g), t = w < need ? w : need;
-    s->size -= t * g; /* from its back */
-    if (s->size < GA_MIN_BLOCK) s->gone = 1;
+    if (!smallest) break;
+    size_t w = whole_granules(smallest->ptr, smallest->size, g), t = w < need ? w : need;
+    smallest->size -= t * g; /* from its back */
+    if (smallest->size < GA_MIN_BLOCK) smallest->removed = 1;
     need -= t;
   }
   m->reserved += need * g;
@@ -297,7 +302,7 @@ static int expandable_one(fmodel *m, int pool, ga_stream_t stream, size_t rounde
                           .tie = m->a->cfg.deterministic ? UINT32_MAX : 0,
                           .ptr = (uintptr_t)(m->next_ptr += (rounded + g - 1) / g * g),
                           .stream = stream,
-                          .pool = (uint8_t)pool,
+                          .size_class = (uint8_t)size_class,
                           .expandable = 1,
                           .serving = 1,
                           .general = !m->priv};
@@ -310,14 +315,14 @@ static int one(fmodel *m, size_t size, ga_stream_t stream) {
   if (size == 0) return 1;
   if (size > GA_MAX_REQUEST) return 0;
   size_t rounded = ga_round_size(&m->a->cfg, size);
-  int pool = rounded <= GA_SMALL_SIZE ? GA_P_SMALL : GA_P_LARGE;
-  fblk *b = best_fit(m, pool, stream, rounded);
+  int size_class = rounded <= GA_SMALL_SIZE ? GA_CLASS_SMALL : GA_CLASS_LARGE;
+  fblk *b = best_fit(m, size_class, stream, rounded);
   if (b) {
     hand_out(m, b, rounded);
     return 1;
   }
-  return m->a->cfg.expandable_segments ? expandable_one(m, pool, stream, rounded)
-                                       : native_one(m, pool, stream, rounded);
+  return m->a->cfg.expandable_segments ? expandable_one(m, size_class, stream, rounded)
+                                       : native_one(m, size_class, stream, rounded);
 }
 
 ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
@@ -347,11 +352,11 @@ static size_t largest_block(const fmodel *m, ga_stream_t stream) {
   size_t best = 0;
   for (size_t i = 0; i < m->n; i++) {
     const fblk *x = &m->v[i];
-    if (x->gone || !x->serving || x->stream != stream) continue;
+    if (x->removed || !x->serving || x->stream != stream) continue;
     /* The small pool serves requests up to 1 MiB, the large one those above. */
-    size_t serves = x->pool == GA_P_SMALL     ? (x->size < GA_SMALL_SIZE ? x->size : GA_SMALL_SIZE)
-                    : x->size > GA_SMALL_SIZE ? x->size
-                                              : 0;
+    size_t serves = x->size_class == GA_CLASS_SMALL ? (x->size < GA_SMALL_SIZE ? x->size : GA_SMALL_SIZE)
+                    : x->size > GA_SMALL_SIZE       ? x->size
+                                                    : 0;
     if (serves > best) best = serves;
   }
   return best;

@@ -129,7 +129,7 @@ static ipc_export *export_get(ga_allocator_t *a, uintptr_t p) {
 }
 
 /* Drops b's record when nothing is left in it. */
-static void export_drop_if_idle(ga_allocator_t *a, ipc_export *e) {
+static void export_remove_if_idle(ga_allocator_t *a, ipc_export *e) {
   if (e->lease >= 0 || e->fabric) return;
   struct ga_ipc *x = a->pol.ipc;
   *e = x->ex[--x->nex];
@@ -137,10 +137,10 @@ static void export_drop_if_idle(ga_allocator_t *a, ipc_export *e) {
 
 /* The granules from p (below hi) that lie at consecutive places of one
  * handle, which one piece describes: the first of them; *run their number. */
-static const ga_granule *handle_run(const ga_segment *s, size_t g, uintptr_t p, uintptr_t hi, size_t *run) {
-  size_t i = (p - s->base) / g, n = 1;
-  const ga_granule *m = &s->granules[i];
-  while (p + n * g < hi && s->granules[i + n].handle == m->handle && s->granules[i + n].idx == m->idx + n)
+static const ga_granule *handle_run(const ga_segment *seg, size_t g, uintptr_t p, uintptr_t hi, size_t *run) {
+  size_t i = (p - seg->base) / g, n = 1;
+  const ga_granule *m = &seg->granules[i];
+  while (p + n * g < hi && seg->granules[i + n].handle == m->handle && seg->granules[i + n].idx == m->idx + n)
     n++;
   *run = n;
   return m;
@@ -160,13 +160,13 @@ ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *de
   desc->lease_fd = -1;
   for (int i = 0; i < GA_IPC_MAX_PIECES; i++) desc->pieces[i].fd = -1;
   size_t g = a->space.gran;
-  const ga_segment *s = b->seg;
+  const ga_segment *seg = b->seg;
   uintptr_t lo = b->ptr / g * g, hi = (b->ptr + b->size + g - 1) / g * g;
   size_t n = 0;
   int rc = 0;
   for (uintptr_t p = lo; p < hi && !rc;) {
     size_t run;
-    const ga_granule *m = handle_run(s, g, p, hi, &run);
+    const ga_granule *m = handle_run(seg, g, p, hi, &run);
     ga_dev_piece pieces[GA_IPC_MAX_PIECES];
     size_t k = 0;
     rc = ga_dev_share(a->dev, m->handle->h, (size_t)m->idx * g, run * g, pieces, GA_IPC_MAX_PIECES - n, &k);
@@ -186,7 +186,7 @@ ga_status_t ga_ipc_export_locked(ga_allocator_t *a, void *ptr, ga_ipc_desc_t *de
   }
   if (!e || e->lease < 0) {
     int err = errno;
-    if (e) export_drop_if_idle(a, e);
+    if (e) export_remove_if_idle(a, e);
     close_pieces(desc, (uint32_t)n);
     ga_error_set("ga_ipc_export: host: cannot make the lease (%s)", e ? strerror(err) : "out of host memory");
     return GA_ERR_HOST_MEMORY;
@@ -349,13 +349,13 @@ ga_status_t ga_ipc_export_fabric_locked(ga_allocator_t *a, void *ptr, ga_ipc_fab
   if (!b) return st;
   memset(desc, 0, sizeof *desc);
   size_t g = a->space.gran;
-  const ga_segment *s = b->seg;
+  const ga_segment *seg = b->seg;
   uintptr_t lo = b->ptr / g * g, hi = (b->ptr + b->size + g - 1) / g * g;
   size_t n = 0;
   int rc = 0;
   for (uintptr_t p = lo; p < hi && !rc;) {
     size_t run;
-    const ga_granule *m = handle_run(s, g, p, hi, &run);
+    const ga_granule *m = handle_run(seg, g, p, hi, &run);
     ga_dev_fabric pieces[GA_IPC_MAX_PIECES];
     size_t k = 0;
     rc = ga_dev_share_fabric(a->dev, m->handle->h, (size_t)m->idx * g, run * g, pieces, GA_IPC_MAX_PIECES - n,
@@ -396,7 +396,7 @@ ga_status_t ga_ipc_unexport_locked(ga_allocator_t *a, void *ptr) {
     return live ? GA_ERR_INVALID : GA_ERR_BAD_POINTER;
   }
   e->fabric = 0;
-  export_drop_if_idle(a, e);
+  export_remove_if_idle(a, e);
   return GA_OK;
 }
 

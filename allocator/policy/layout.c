@@ -18,10 +18,10 @@ ga_status_t ga_layout_ranges_locked(ga_allocator_t *a, void *ptr, ga_mem_range_t
     ga_error_set("ga_mem_ranges: %p is not inside a live allocation", ptr);
     return GA_ERR_BAD_POINTER;
   }
-  const ga_segment *s = b->seg;
-  if (!s->expandable) {
+  const ga_segment *seg = b->seg;
+  if (!seg->expandable) {
     put(out, cap, n,
-        (ga_mem_range_t){(void *)b->ptr, b->size, 0, (size_t)(b->ptr - s->base), (void *)s->base});
+        (ga_mem_range_t){(void *)b->ptr, b->size, 0, (size_t)(b->ptr - seg->base), (void *)seg->base});
     return GA_OK;
   }
   if (b->asleep) {
@@ -32,9 +32,9 @@ ga_status_t ga_layout_ranges_locked(ga_allocator_t *a, void *ptr, ga_mem_range_t
   size_t g = a->space.gran;
   ga_mem_range_t cur = {0};
   for (uintptr_t p = b->ptr, end = b->ptr + b->size; p < end;) {
-    size_t i = (p - s->base) / g, in = (p - s->base) % g;
+    size_t i = (p - seg->base) / g, in = (p - seg->base) % g;
     size_t take = g - in < end - p ? g - in : end - p;
-    const ga_granule *m = &s->granules[i];
+    const ga_granule *m = &seg->granules[i];
     uint64_t h = m->handle->h;
     size_t off = (size_t)m->idx * g + in;
     if (cur.size && cur.handle == h && cur.offset + cur.size == off)

@@ -90,9 +90,9 @@ static int movable(const cand *c, const ga_block *b, size_t *pg0, size_t *pg1) {
   return 1;
 }
 
-/* Mapped bytes of expandable segment s (asleep granules count: their
+/* Mapped bytes of expandable segment seg (asleep granules count: their
  * blocks hold them). */
-static size_t mapped_bytes(const ga_segment *s) { return s->size - s->unmapped_bytes; }
+static size_t mapped_bytes(const ga_segment *seg) { return seg->size - seg->unmapped_bytes; }
 
 /* Whether segments keep memory they swung back to (expandable_move_pages:
  * settle): not while moving only because the device is full (`wait`), nor
@@ -177,10 +177,10 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
             .keep = keep,
             .edge = keep && a->pol.large_page != g};
   if (c.keep)
-    for (ga_segment *s = a->space.segs; s; s = s->next)
-      if (s->expandable && s->keep_mapped) {
-        size_t m = mapped_bytes(s);
-        s->above_keep = m > s->keep_mapped ? m - s->keep_mapped : 0;
+    for (ga_segment *seg = a->space.segs; seg; seg = seg->next)
+      if (seg->expandable && seg->keep_mapped) {
+        size_t m = mapped_bytes(seg);
+        seg->above_keep = m > seg->keep_mapped ? m - seg->keep_mapped : 0;
       }
   cursor *v;
   size_t nv;
@@ -236,29 +236,29 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
 
 /* ---- Creating memory ---- */
 
-/* The bytes of a handle created for `pool`: a page of it. */
-static size_t page_of(const ga_allocator_t *a, int pool) {
-  return pool == GA_P_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
+/* The bytes of a handle created for `size_class`: a page of it. */
+static size_t page_of(const ga_allocator_t *a, int size_class) {
+  return size_class == GA_CLASS_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
 }
 
 /* New handles for r's pool until the cache holds n granules, within the
- * limit on reserved bytes (r->fraction_refused when it refuses). `whole`:
+ * limit on reserved bytes (r->limit_refused when it refuses). `whole`:
  * each a whole page where the device has room (the rest waits in the page
  * cache for the next request: fewer, larger handles map in fewer calls),
  * else only what is needed. */
 static int create_until(ga_allocator_t *a, ga_request *r, size_t n, int whole) {
   ga_space *sp = &a->space;
-  size_t page = page_of(a, r->pool);
+  size_t page = page_of(a, r->size_class);
   while (sp->ncache < n) {
     size_t need = (n - sp->ncache) * sp->gran, size = need < page ? need : page;
     if (!ga_limit_allows(a, sp->reserved, size)) {
-      r->fraction_refused = 1;
+      r->limit_refused = 1;
       return GA_DEV_EOOM;
     }
     int rc = GA_DEV_EOOM;
     if (whole && size < page && ga_limit_allows(a, sp->reserved, page))
-      rc = ga_pages_create_locked(&a->space, page, r->pool);
-    if (rc == GA_DEV_EOOM) rc = ga_pages_create_locked(&a->space, size, r->pool);
+      rc = ga_pages_create_locked(&a->space, page, r->size_class);
+    if (rc == GA_DEV_EOOM) rc = ga_pages_create_locked(&a->space, size, r->size_class);
     if (rc) return rc;
   }
   return 0;
@@ -266,7 +266,7 @@ static int create_until(ga_allocator_t *a, ga_request *r, size_t n, int whole) {
 
 int ga_move_obtain_locked(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t keep_lo, uintptr_t keep_hi) {
   GA_ASSERT_LOCKED(a);
-  r->fraction_refused = 0;
+  r->limit_refused = 0;
   if (a->space.ncache >= n) return 0;
   /* expandable_move_pages:when_full: new memory first, moves only when the
    * device (or the fraction) has no room left. */
@@ -274,7 +274,7 @@ int ga_move_obtain_locked(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t 
   if (a->cfg.expandable_move_when_full) {
     rc = create_until(a, r, n, 1);
     if (rc != GA_DEV_EOOM) return rc;
-    r->fraction_refused = 0;
+    r->limit_refused = 0;
   }
   /* Free granules move first, but only those known idle: nothing waits. */
   if (!capture && (rc = steal(a, n - a->space.ncache, keep_lo, keep_hi, 0))) return rc;
@@ -282,15 +282,15 @@ int ga_move_obtain_locked(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t 
   /* The device is full: wait for the streams whose frees are not known done
    * (never during a capture: that would synchronise a stream). */
   if (rc != GA_DEV_EOOM || capture) return rc;
-  int refused = r->fraction_refused;
+  int limit_refused = r->limit_refused;
   if ((rc = steal(a, n - a->space.ncache, keep_lo, keep_hi, 1))) return rc;
-  r->fraction_refused = refused;
+  r->limit_refused = limit_refused;
   return a->space.ncache >= n ? 0 : GA_DEV_EOOM;
 }
 
 /* ---- Growing a range ---- */
 
-/* The lowest-address run of FREE/UNMAPPED blocks on (pool, stream) of the
+/* The lowest-address run of FREE/UNMAPPED blocks on (size_class, stream) of the
  * private pool `priv` (NULL: the general pools) that holds `size` bytes and
  * reaches unmapped space. For both policies this is PyTorch's
  * find_expandable_block: each unmapped block of the stream, lowest address
@@ -298,10 +298,12 @@ int ga_move_obtain_locked(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t 
  * unmapped blocks; none: a new segment (one reservation per stream and pool).
  * Each segment answers from its unmapped index (segment/unmapped.c), in
  * O(log n), in the order of the segment list. */
-static ga_block *find_run(ga_allocator_t *a, ga_private *priv, int pool, ga_stream_t stream, size_t size) {
-  for (ga_segment *s = a->space.segs; s; s = s->next) {
-    if (!s->expandable || s->pool != pool || s->stream != stream || s->priv != priv) continue;
-    ga_block *run = ga_unmapped_find_run_locked(s, size);
+static ga_block *find_run(ga_allocator_t *a, ga_private *priv, int size_class, ga_stream_t stream,
+                          size_t size) {
+  for (ga_segment *seg = a->space.segs; seg; seg = seg->next) {
+    if (!seg->expandable || seg->size_class != size_class || seg->stream != stream || seg->priv != priv)
+      continue;
+    ga_block *run = ga_unmapped_find_run_locked(seg, size);
     if (run) return run;
   }
   return NULL;
@@ -340,17 +342,17 @@ static uintptr_t reach(const ga_block *run, uintptr_t hi_g, int extend) {
 int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
   GA_ASSERT_LOCKED(a);
   size_t g = a->space.gran, size = r->rounded;
-  r->fraction_refused = 0;
-  ga_block *run = find_run(a, r->priv, r->pool, r->stream, size);
+  r->limit_refused = 0;
+  ga_block *run = find_run(a, r->priv, r->size_class, r->stream, size);
   if (!run) {
-    ga_segment *s;
-    int rc = ga_expandable_new_locked(&a->space, r->priv, r->pool, r->stream, size, &s);
+    ga_segment *seg;
+    int rc = ga_expandable_new_locked(&a->space, r->priv, r->size_class, r->stream, size, &seg);
     if (rc) return rc;
     if (r->priv) ga_private_segment_new_locked(a, r->priv);
-    run = s->head;
+    run = seg->head;
   }
   uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, g);
-  size_t page = page_of(a, r->pool);
+  size_t page = page_of(a, r->size_class);
   int pytorch = a->cfg.expandable_pytorch;
   /* Growing again after memory moved out: it swings (see above). */
   int swing = run->seg->gave && !pytorch && keeps(a, 0);
@@ -374,7 +376,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
   int64_t moved = a->stats.num_granules_moved;
   int rc = pytorch ? create_until(a, r, n, 0) : ga_move_obtain_locked(a, r, n, lo, hi_g);
   if (a->stats.num_granules_moved != moved) run->seg->moved_in = a->pol.streams.free_clock + 1;
-  if (rc && pytorch) (void)ga_pages_trim_locked(&a->space, 0); /* the pages made for it go back */
+  if (rc && pytorch) (void)ga_pages_release_locked(&a->space, 0); /* the pages made for it go back */
   if (rc) {
     run->seg->gave |= (uint8_t)swing; /* it did not grow */
     return rc;
@@ -397,7 +399,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
     if (m > run->seg->keep_mapped) run->seg->keep_mapped = m;
   }
   /* A failed release keeps the page cached; PyTorch keeps no page cache. */
-  (void)ga_pages_trim_locked(&a->space, pytorch ? 0 : a->cfg.expandable_cache_max);
+  (void)ga_pages_release_locked(&a->space, pytorch ? 0 : a->cfg.expandable_cache_max);
   return 0;
 }
 

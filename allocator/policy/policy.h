@@ -102,8 +102,8 @@ ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t
 void ga_block_keep_flush_slow_locked(ga_allocator_t *a);
 
 /* ---- Streams (stream.c) ---- */
-/* Adds s to the streams that use b (record_stream): 0, or GA_DEV_ENOMEM. */
-ga_err ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s);
+/* Adds stream to the streams that use b (record_stream): 0, or GA_DEV_ENOMEM. */
+ga_err ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t stream);
 /* Room for the pending entries the free of b may need (0 or GA_DEV_ENOMEM):
  * called before anything changes, so that the free itself cannot fail. */
 int ga_stream_free_room_locked(ga_allocator_t *a, const ga_block *b);
@@ -157,15 +157,16 @@ ga_private *ga_private_find_locked(ga_allocator_t *a, uint64_t id);
 /* A new private pool `id` (serving no stream yet). */
 int ga_private_new_locked(ga_allocator_t *a, uint64_t id, ga_private **out);
 /* Frees the record (it holds no segment). */
-void ga_private_drop_locked(ga_allocator_t *a, ga_private *v);
+void ga_private_delete_locked(ga_allocator_t *a, ga_private *priv);
 /* The private pool serving `stream` now, or NULL. */
 ga_private *ga_private_routed_locked(ga_allocator_t *a, ga_stream_t stream);
-/* A segment joined / left private pool v; v is freed when the last segment
- * of a released pool that serves no stream is gone. */
-void ga_private_segment_new_locked(ga_allocator_t *a, ga_private *v);
-void ga_private_segment_gone_locked(ga_allocator_t *a, ga_private *v);
-/* Native segments of v (the rest are expandable). */
-size_t ga_private_native_segments_locked(ga_allocator_t *a, ga_private *v);
+/* A segment of private pool priv was created / released; priv's record is
+ * deleted when the last segment of a released pool that serves no stream is
+ * released. */
+void ga_private_segment_new_locked(ga_allocator_t *a, ga_private *priv);
+void ga_private_segment_released_locked(ga_allocator_t *a, ga_private *priv);
+/* Native segments of priv (the rest are expandable). */
+size_t ga_private_native_segments_locked(ga_allocator_t *a, ga_private *priv);
 void ga_private_teardown_locked(ga_allocator_t *a);
 /* ga_pool_generation. */
 ga_status_t ga_private_generation_locked(ga_allocator_t *a, uint64_t id, uint64_t *gen);
@@ -178,25 +179,25 @@ typedef struct ga_request {
   size_t rounded;     /* ga_round_size of what the client asked for: the size of the block handed out */
   size_t alloc_size;  /* a new native segment's size for it (ga_allocation_size_for) */
   ga_stream_t stream; /* the stream it is for */
-  int pool;           /* its size class: GA_P_SMALL or GA_P_LARGE */
+  int size_class;     /* its size class: GA_CLASS_SMALL or GA_CLASS_LARGE */
   ga_private *priv;   /* the private pool it is routed to, or NULL */
   /* What the ladder found */
-  ga_block *block;      /* a FREE block of at least `rounded` bytes, in no tree */
-  int fraction_refused; /* the limit on reserved bytes refused a new segment or handle */
+  ga_block *block;   /* a FREE block of at least `rounded` bytes, in no tree */
+  int limit_refused; /* the limit on reserved bytes refused a new segment or handle */
 } ga_request;
 
 /* ---- What moves, and when that is safe (move.c) ---- */
-/* Finds or makes room for r->rounded contiguous bytes on (r->priv, r->pool,
+/* Finds or makes room for r->rounded contiguous bytes on (r->priv, r->size_class,
  * r->stream) in expandable segments, moving or creating memory; r->block is
  * a FREE block of at least that many bytes in no tree. EOOM when even moving
- * every free granule cannot hold it (r->fraction_refused: the limit on
+ * every free granule cannot hold it (r->limit_refused: the limit on
  * reserved bytes refused it). */
 int ga_move_grow_locked(ga_allocator_t *a, ga_request *r);
-/* At least n granules in the page cache for r->pool: cached ones, then whole
+/* At least n granules in the page cache for r->size_class: cached ones, then whole
  * free granules anywhere but [keep_lo, keep_hi) (never during a capture),
  * then new handles of at most a page of the pool (GA_SMALL_BUFFER, or
  * pol.large_page); new handles first with expandable_move_pages:when_full.
- * Sets r->fraction_refused. */
+ * Sets r->limit_refused. */
 int ga_move_obtain_locked(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t keep_lo, uintptr_t keep_hi);
 /* Unmaps granules [g0, g1) of FREE block b (in its tree; its stream known to
  * be past its free) into the page cache; the free remainders go back to the
@@ -207,9 +208,10 @@ size_t ga_move_stranded_locked(ga_allocator_t *a);
 
 /* ---- Reclaim (reclaim.c) ---- */
 int ga_reclaim_gc_locked(ga_allocator_t *a);
-/* Frees oversize cached blocks of (pool, stream) to make room for `size`
+/* Frees oversize cached blocks of (size_class, stream) to make room for `size`
  * bytes; *enough says whether it freed enough. */
-int ga_reclaim_oversize_locked(ga_allocator_t *a, int pool, ga_stream_t stream, size_t size, int *enough);
+int ga_reclaim_oversize_locked(ga_allocator_t *a, int size_class, ga_stream_t stream, size_t size,
+                               int *enough);
 /* empty_cache: wait for events, give back every unsplit cached native block,
  * every whole free granule of expandable segments, released private pools. */
 int ga_reclaim_all_locked(ga_allocator_t *a);
@@ -217,12 +219,12 @@ int ga_reclaim_all_locked(ga_allocator_t *a);
  * keeps its private pool's count. */
 int ga_reclaim_native_locked(ga_allocator_t *a, ga_block *b);
 /* Unmaps every whole free granule of the general expandable segments and of
- * released private pools no stream uses (`only`: that private pool's), and
+ * released private pools no stream uses (`priv`: that private pool's), and
  * gives back empty reservations and unused handles. */
-int ga_reclaim_expandable_locked(ga_allocator_t *a, ga_private *only);
-/* Gives the whole free native segments of private pool v back (v may be
+int ga_reclaim_expandable_locked(ga_allocator_t *a, ga_private *priv);
+/* Gives the whole free native segments of private pool priv back (priv may be
  * freed with its last one). */
-int ga_reclaim_private_locked(ga_allocator_t *a, ga_private *v);
+int ga_reclaim_private_locked(ga_allocator_t *a, ga_private *priv);
 
 /* ---- Sleep and wake (sleep.c) ---- */
 /* ga_tag, ga_sleep, ga_wake. */
@@ -274,14 +276,14 @@ ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t 
  * front. Not so in expandable segments with pages of one granule under
  * gardenalloc's own policy, which weighs the few best fits and may take
  * the back. */
-static inline int ga_alloc_fit_is_plain(const ga_allocator_t *a, const ga_segment *s) {
-  return !(s->expandable && !a->cfg.expandable_pytorch && a->pol.large_page == a->space.gran);
+static inline int ga_alloc_fit_is_plain(const ga_allocator_t *a, const ga_segment *seg) {
+  return !(seg->expandable && !a->cfg.expandable_pytorch && a->pol.large_page == a->space.gran);
 }
 /* PyTorch's walk (expandable_policy:pytorch, expandable_move_pages:when_full):
  * from the best fit in an expandable segment, on to the next free block of
  * the stream while its expandable size (ga_alloc_growable) is smaller. */
-static inline int ga_alloc_fit_walks(const ga_allocator_t *a, const ga_segment *s) {
-  return s->expandable && (a->cfg.expandable_pytorch || a->cfg.expandable_move_when_full);
+static inline int ga_alloc_fit_walks(const ga_allocator_t *a, const ga_segment *seg) {
+  return seg->expandable && (a->cfg.expandable_pytorch || a->cfg.expandable_move_when_full);
 }
 /* What a free block of `size` bytes followed by `next` can grow to without
  * moving: its size and the unmapped block after it (PyTorch's expandable_size). */
@@ -303,7 +305,7 @@ const ga_block *ga_alloc_containing_locked(ga_allocator_t *a, uintptr_t p);
 /* Writes the OOM report into the thread's error text and records the OOM in
  * the history: `tried` is the device allocation attempted (PyTorch's "Tried
  * to allocate"), `rounded` the rounded request. */
-void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int fraction_refused);
+void ga_alloc_report_oom_locked(ga_allocator_t *a, size_t tried, size_t rounded, int limit_refused);
 
 /* ---- The layer as a whole (lifetime.c) ---- */
 /* Sets up the policy of a new allocator for a device of `total` bytes. 0,

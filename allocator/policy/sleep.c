@@ -120,7 +120,7 @@ static void store_put(ga_allocator_t *a, void *p, int pinned) {
 
 /* Gives the kept pinned buffers back to the device. One it refuses stays
  * kept (the next call tries again). */
-static int stores_trim(ga_allocator_t *a) {
+static int pinned_release(ga_allocator_t *a) {
   while (a->pol.sleep.npinned) {
     int rc = ga_dev_host_free(a->dev, a->pol.sleep.pinned[a->pol.sleep.npinned - 1]);
     if (rc) return rc;
@@ -151,10 +151,10 @@ static int granules_sleep(ga_allocator_t *a, uint32_t mask, ga_block *b, size_t 
   return 1;
 }
 
-/* The mapping of n granules at granule i of s goes to sleep: its bytes to the
+/* The mapping of n granules at granule i of seg goes to sleep: its bytes to the
  * host when offloading, its memory to the page cache, each granule's place
  * recorded for the wake. */
-static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, int mode) {
+static int sleep_mapping(ga_allocator_t *a, ga_segment *seg, size_t i, size_t n, int mode) {
   int offload = mode == GA_RESTORE_HOST;
   void **hosts = ga_host_calloc(n, sizeof *hosts);
   int *pinned = ga_host_calloc(n, sizeof *pinned);
@@ -162,12 +162,12 @@ static int sleep_mapping(ga_allocator_t *a, ga_segment *s, size_t i, size_t n, i
   if (!rc) rc = GA_VEC_ROOM(a->pol.sleep.sleepers, a->pol.sleep.cap_sleepers, a->pol.sleep.nsleepers + n);
   for (size_t j = 0; !rc && offload && j < n; j++)
     if (!(hosts[j] = store_get(a, &pinned[j]))) rc = GA_DEV_ENOMEM;
-  if (!rc) rc = ga_expandable_sleep_locked(&a->space, s, i, hosts);
+  if (!rc) rc = ga_expandable_sleep_locked(&a->space, seg, i, hosts);
   /* Contents discarded under a graph pool's addresses: its graphs must know. */
-  if (!rc && mode != GA_RESTORE_HOST && s->priv) s->priv->generation++;
+  if (!rc && mode != GA_RESTORE_HOST && seg->priv) seg->priv->generation++;
   for (size_t j = 0; !rc && j < n; j++)
     a->pol.sleep.sleepers[a->pol.sleep.nsleepers++] =
-        (ga_sleeper){s, i + j, hosts[j], 0, mode == GA_RESTORE_ZERO, pinned[j]};
+        (ga_sleeper){seg, i + j, hosts[j], 0, mode == GA_RESTORE_ZERO, pinned[j]};
   for (size_t j = 0; rc && hosts && pinned && j < n; j++)
     if (hosts[j]) store_put(a, hosts[j], pinned[j]);
   free(hosts);
@@ -194,17 +194,17 @@ static int mapping_mode(ga_allocator_t *a, ga_block *b, size_t i, size_t n, int 
   return mode;
 }
 
-static int sleep_segment(ga_allocator_t *a, ga_segment *s, uint32_t mask, int offload) {
+static int sleep_segment(ga_allocator_t *a, ga_segment *seg, uint32_t mask, int offload) {
   size_t g = a->space.gran;
-  for (ga_block *b = s->head; b; b = b->next) {
+  for (ga_block *b = seg->head; b; b = b->next) {
     if (!sleeps(mask, b)) continue;
-    size_t i0 = (b->ptr - s->base) / g, i1 = (b->ptr - s->base + b->size + g - 1) / g;
+    size_t i0 = (b->ptr - seg->base) / g, i1 = (b->ptr - seg->base + b->size + g - 1) / g;
     for (size_t i = i0, start, n; i < i1; i++) {
-      if (!ga_expandable_mapping_locked(s, i, &start, &n)) continue; /* asleep already */
+      if (!ga_expandable_mapping_locked(seg, i, &start, &n)) continue; /* asleep already */
       if (!granules_sleep(a, mask, b, start, n)) continue;
-      int rc = sleep_mapping(a, s, start, n, mapping_mode(a, b, start, n, offload));
+      int rc = sleep_mapping(a, seg, start, n, mapping_mode(a, b, start, n, offload));
       if (rc) return rc;
-      uintptr_t lo = s->base + start * g, hi = lo + n * g;
+      uintptr_t lo = seg->base + start * g, hi = lo + n * g;
       for (ga_block *x = block_at(b, lo); x && x->ptr < hi; x = x->next) x->asleep = 1;
     }
   }
@@ -213,8 +213,8 @@ static int sleep_segment(ga_allocator_t *a, ga_segment *s, uint32_t mask, int of
 
 /* Nothing sleeps any more: every allocation may be freed again. */
 static void all_awake(ga_allocator_t *a) {
-  for (ga_segment *s = a->space.segs; s; s = s->next)
-    for (ga_block *b = s->head; b; b = b->next) b->asleep = 0;
+  for (ga_segment *seg = a->space.segs; seg; seg = seg->next)
+    for (ga_block *b = seg->head; b; b = b->next) b->asleep = 0;
 }
 
 ga_status_t ga_free_at_wake_locked(ga_allocator_t *a, void *ptr) {
@@ -230,8 +230,8 @@ ga_status_t ga_free_at_wake_locked(ga_allocator_t *a, void *ptr) {
 static void free_woken(ga_allocator_t *a) {
   while (a->pol.sleep.nfree_at_wake) {
     ga_block *hit = NULL;
-    for (ga_segment *s = a->space.segs; s && !hit; s = s->next)
-      for (ga_block *b = s->head; b && !hit; b = b->next)
+    for (ga_segment *seg = a->space.segs; seg && !hit; seg = seg->next)
+      for (ga_block *b = seg->head; b && !hit; b = b->next)
         if (b->free_at_wake) hit = b;
     if (!hit) break;
     hit->free_at_wake = 0;
@@ -302,9 +302,9 @@ static int wait_sleepers(ga_allocator_t *a, uint32_t mask) {
   ga_stream_t done[64];
   size_t ndone = 0;
   int all = 0;
-  for (ga_segment *s = a->space.segs; s; s = s->next) {
-    if (!s->expandable) continue;
-    for (ga_block *b = s->head; b; b = b->next) {
+  for (ga_segment *seg = a->space.segs; seg; seg = seg->next) {
+    if (!seg->expandable) continue;
+    for (ga_block *b = seg->head; b; b = b->next) {
       if (!sleeps(mask, b)) continue;
       for (uint32_t k = 0; k <= b->nuses; k++) {
         ga_stream_t st = k ? b->uses[k - 1] : b->stream;
@@ -336,23 +336,23 @@ static ga_status_t sleep_locked(ga_allocator_t *a, const char *tags, unsigned fl
   } else if ((!a->pol.capture.routing && (rc = wait_sleepers(a, mask))) || (rc = ga_reclaim_all_locked(a))) {
     st = ga_fail(rc, "ga_sleep", a->dev->error, NULL);
   } else if (mask) {
-    for (ga_segment *s = a->space.segs; s && !rc; s = s->next)
-      if (s->expandable) rc = sleep_segment(a, s, mask, flags & GA_SLEEP_OFFLOAD);
+    for (ga_segment *seg = a->space.segs; seg && !rc; seg = seg->next)
+      if (seg->expandable) rc = sleep_segment(a, seg, mask, flags & GA_SLEEP_OFFLOAD);
     if (rc) {
-      ga_error_set("ga_sleep: %s; %zu pages sleep, the rest stays mapped", ga_err_words(rc, a->dev->error),
+      ga_error_set("ga_sleep: %s; %zu granules sleep, the rest stays mapped", ga_err_words(rc, a->dev->error),
                    a->pol.sleep.nsleepers);
       st = ga_err_status(rc);
     }
     /* Pages with nothing mapped go back. One the device refuses stays in
      * the cache (ga_empty_cache tries again): the call says so. */
-    int trc = ga_pages_trim_locked(&a->space, 0);
+    int trc = ga_pages_release_locked(&a->space, 0);
     if (trc && st == GA_OK) {
       ga_error_set(
           "ga_sleep: everything tagged sleeps, but giving its pages back failed: %s; they stay cached",
           ga_err_words(trc, a->dev->error));
       st = ga_err_status(trc);
     }
-  } else if (!(tags && *tags) && (rc = stores_trim(a))) {
+  } else if (!(tags && *tags) && (rc = pinned_release(a))) {
     /* No tags: the pinned host buffers kept for offloading go back too. */
     char kept[32];
     ga_format_size(a->pol.sleep.npinned * a->space.gran, kept, sizeof kept);
@@ -381,7 +381,7 @@ static int unwake(ga_allocator_t *a, ga_sleeper *z) {
 static void give_back(ga_allocator_t *a, char *refused, size_t cap) {
   char why[sizeof a->dev->error];
   memcpy(why, a->dev->error, sizeof why);
-  int rc = ga_pages_trim_locked(&a->space, 0);
+  int rc = ga_pages_release_locked(&a->space, 0);
   if (rc && !refused[0]) snprintf(refused, cap, "%s", ga_err_words(rc, a->dev->error));
   memcpy(a->dev->error, why, sizeof why);
 }
@@ -461,7 +461,7 @@ ga_status_t ga_wake_locked(ga_allocator_t *a) {
 static ga_status_t wake_locked(ga_allocator_t *a) {
   GA_ASSERT_LOCKED(a);
   int rc = restore_pending(a), restore_failed = rc != 0;
-  ga_request r = {.pool = GA_P_LARGE}; /* the sleepers' granules, as one request */
+  ga_request r = {.size_class = GA_CLASS_LARGE}; /* the sleepers' granules, as one request */
   size_t g = a->space.gran;
   char kept[sizeof a->dev->error] = ""; /* a page the roll-back could not give back */
   if (a->pol.sleep.nsleepers && !rc) {
@@ -481,8 +481,7 @@ static ga_status_t wake_locked(ga_allocator_t *a) {
                "tries again)",
                kept);
     if (rc == GA_DEV_EOOM && !restore_failed) {
-      ga_alloc_report_oom_locked(a, a->pol.sleep.nsleepers * g, a->pol.sleep.nsleepers * g,
-                                 r.fraction_refused);
+      ga_alloc_report_oom_locked(a, a->pol.sleep.nsleepers * g, a->pol.sleep.nsleepers * g, r.limit_refused);
       char report[1800];
       snprintf(report, sizeof report, "%s", ga_error_text());
       ga_error_set("ga_wake: nothing woke, %s still asleep%s. %s", left, also, report);

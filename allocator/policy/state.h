@@ -31,7 +31,7 @@ typedef struct ga_free_tree {
  * free trees and segments, kept out of general reuse until released. */
 typedef struct ga_private {
   uint64_t id;
-  ga_free_tree trees[2];  /* by pool */
+  ga_free_tree trees[2];  /* by size class */
   ga_stream_t streams[8]; /* streams whose allocations it serves now */
   int nstreams;
   int released; /* ga_release_pool called: segments go back once free */
@@ -69,7 +69,7 @@ typedef struct ga_fence {
 
 /* What policy/ owns: what to hand out, to whom, and when. */
 typedef struct ga_policy {
-  ga_free_tree trees[2]; /* the general free trees, by pool */
+  ga_free_tree trees[2]; /* the general free trees, by size class */
   ga_blockmap map;       /* pointer handed out -> its block */
   ga_block *kept;        /* a client free kept back for the next allocation (policy/block.c), or NULL */
   size_t device_total;   /* total device memory, from mem_info at create */

@@ -17,12 +17,12 @@
 
 #include "policy.h"
 
-ga_err ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
+ga_err ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t stream) {
   GA_ASSERT_LOCKED(a);
   (void)a;
-  if (s == b->stream) return 0;
+  if (stream == b->stream) return 0;
   for (uint32_t i = 0; i < b->nuses; i++)
-    if (b->uses[i] == s) return 0;
+    if (b->uses[i] == stream) return 0;
   if (b->nuses == b->capuses) {
     uint32_t cap = b->capuses ? b->capuses * 2 : 2;
     ga_stream_t *u = ga_host_realloc(b->uses, cap * sizeof *u);
@@ -30,7 +30,7 @@ ga_err ga_stream_record_locked(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
     b->uses = u;
     b->capuses = cap;
   }
-  b->uses[b->nuses++] = s;
+  b->uses[b->nuses++] = stream;
   return 0;
 }
 
@@ -56,31 +56,31 @@ static void event_put(ga_allocator_t *a, ga_event ev) {
 static void quarantine_add(ga_allocator_t *a, ga_block *b) {
   if (b->nquarantined++ == 0) ga_stat_inc(&a->stats.quarantined_bytes, b->size);
 }
-static void quarantine_drop(ga_allocator_t *a, ga_block *b) {
+static void quarantine_remove(ga_allocator_t *a, ga_block *b) {
   if (--b->nquarantined == 0) ga_stat_dec(&a->stats.quarantined_bytes, b->size);
 }
 
-/* An event recorded on s now: 0, or the code of the call that failed. */
-static ga_err event_on(ga_allocator_t *a, ga_stream_t s, ga_event *ev) {
+/* An event recorded on stream now: 0, or the code of the call that failed. */
+static ga_err event_on(ga_allocator_t *a, ga_stream_t stream, ga_event *ev) {
   ga_err rc = event_get(a, ev);
   if (rc) return rc;
-  if ((rc = ga_dev_event_record(a->dev, *ev, s)) == 0) return 0;
+  if ((rc = ga_dev_event_record(a->dev, *ev, stream)) == 0) return 0;
   event_put(a, *ev);
   *ev = NULL;
   return rc;
 }
 
-/* Defers the reuse of `b` until work now queued on `s` is done; 1 when that
+/* Defers the reuse of `b` until work now queued on `stream` is done; 1 when that
  * cannot be known (quarantined). Room for the entry was made by the caller. */
-static int defer_on(ga_allocator_t *a, ga_block *b, ga_stream_t s) {
+static int defer_on(ga_allocator_t *a, ga_block *b, ga_stream_t stream) {
   ga_event ev = NULL;
   GA_ASSERT(a->pol.streams.npending < a->pol.streams.cap_pending);
-  if (event_on(a, s, &ev) != 0) {
+  if (event_on(a, stream, &ev) != 0) {
     /* No event: wait for the stream now (or the whole device if that fails). */
-    if (ga_dev_stream_synchronize(a->dev, s) == 0 || ga_dev_synchronize(a->dev) == 0) return 0;
+    if (ga_dev_stream_synchronize(a->dev, stream) == 0 || ga_dev_synchronize(a->dev) == 0) return 0;
     quarantine_add(a, b);
   }
-  a->pol.streams.pending[a->pol.streams.npending++] = (ga_pending){ev, b, s};
+  a->pol.streams.pending[a->pol.streams.npending++] = (ga_pending){ev, b, stream};
   b->event_count++;
   return ev == NULL;
 }
@@ -115,7 +115,7 @@ static void retire(ga_allocator_t *a, size_t i) {
   if (p.ev)
     event_put(a, p.ev);
   else
-    quarantine_drop(a, p.block);
+    quarantine_remove(a, p.block);
   if (--p.block->event_count == 0) ga_block_free_locked(a, p.block);
 }
 
@@ -128,7 +128,7 @@ void ga_stream_process_events_locked(ga_allocator_t *a) {
         i++;
         continue;
       }
-      quarantine_drop(a, p->block);
+      quarantine_remove(a, p->block);
     }
     if (ga_dev_event_query(a->dev, p->ev) == 0)
       retire(a, i);
@@ -173,13 +173,13 @@ void ga_stream_capture_ended_locked(ga_allocator_t *a) {
 
 /* ---- Fences: knowing, without waiting, that freed memory is idle ---- */
 
-static struct ga_fence *fence_of(ga_allocator_t *a, ga_stream_t s, int create) {
+static struct ga_fence *fence_of(ga_allocator_t *a, ga_stream_t stream, int create) {
   for (int i = 0; i < a->pol.streams.nfences; i++)
-    if (a->pol.streams.fences[i].stream == s) return &a->pol.streams.fences[i];
+    if (a->pol.streams.fences[i].stream == stream) return &a->pol.streams.fences[i];
   if (!create ||
       a->pol.streams.nfences == (int)(sizeof a->pol.streams.fences / sizeof a->pol.streams.fences[0]))
     return NULL;
-  a->pol.streams.fences[a->pol.streams.nfences] = (struct ga_fence){.stream = s};
+  a->pol.streams.fences[a->pol.streams.nfences] = (struct ga_fence){.stream = stream};
   return &a->pol.streams.fences[a->pol.streams.nfences++];
 }
 

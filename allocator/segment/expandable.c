@@ -40,17 +40,17 @@ static int runs_delta_map(const ga_block *u, int whole) {
   return 1 - (u->prev != NULL) - (whole && u->next != NULL);
 }
 
-/* Granule m at va was just mapped into s (mapped), or is being unmapped. */
-static void granule_event(ga_space *sp, const ga_segment *s, ga_granule m, uintptr_t va, int mapped) {
-  ga_pages_attribute_locked(sp, m.handle, s->pool, mapped);
-  ga_space_history_locked(sp, mapped ? GA_H_SEGMENT_MAP : GA_H_SEGMENT_UNMAP, va, sp->gran, s->stream);
+/* Granule m at va was just mapped into seg (mapped), or is being unmapped. */
+static void granule_event(ga_space *sp, const ga_segment *seg, ga_granule m, uintptr_t va, int mapped) {
+  ga_pages_attribute_locked(sp, m.handle, seg->size_class, mapped);
+  ga_space_history_locked(sp, mapped ? GA_H_SEGMENT_MAP : GA_H_SEGMENT_UNMAP, va, sp->gran, seg->stream);
 }
 
-static void *granule_va(const ga_space *sp, const ga_segment *s, size_t i) {
-  return (void *)(s->base + i * sp->gran);
+static void *granule_va(const ga_space *sp, const ga_segment *seg, size_t i) {
+  return (void *)(seg->base + i * sp->gran);
 }
 
-/* Room for the first n entries of s->granules: the table for the whole
+/* Room for the first n entries of seg->granules: the table for the whole
  * reservation at once, from fresh pages that read as zero until first
  * touched (ga_host_zeroed). A reservation of 90 GiB has 46080 granules,
  * 720 KiB of entries, and the default maps the rest of a new page as a free
@@ -58,54 +58,54 @@ static void *granule_va(const ga_space *sp, const ga_segment *s, size_t i) {
  * of a segment asks for all of it: grown by doubling, every entry was
  * zeroed then (81 % of the replay's instructions on MiniMalloc A, sizes
  * x64); now an entry costs something only once a granule is mapped there. */
-static int granules_room(const ga_space *sp, ga_segment *s, size_t n) {
-  if (n <= s->ngranules) return 0;
-  size_t cap = s->size / sp->gran;
-  GA_ASSERT(n <= cap && !s->granules);
+static int granules_room(const ga_space *sp, ga_segment *seg, size_t n) {
+  if (n <= seg->ngranules) return 0;
+  size_t cap = seg->size / sp->gran;
+  GA_ASSERT(n <= cap && !seg->granules);
   ga_granule *v = ga_host_zeroed(cap * sizeof *v);
   if (!v) return GA_DEV_ENOMEM;
-  s->granules = v;
-  s->ngranules = cap;
+  seg->granules = v;
+  seg->ngranules = cap;
   return 0;
 }
 
 /* ---- Segments ---- */
 
-int ga_expandable_new_locked(ga_space *sp, struct ga_private *owner, int pool, ga_stream_t stream,
+int ga_expandable_new_locked(ga_space *sp, struct ga_private *priv, int size_class, ga_stream_t stream,
                              size_t min_size, ga_segment **out) {
   GA_ASSERT_SPACE_LOCKED(sp);
   size_t g = sp->gran;
   size_t size = sp->reserve_size > min_size ? sp->reserve_size : round_up(min_size, g);
-  ga_segment *s;
+  ga_segment *seg;
   ga_block *b;
   void *va = NULL;
-  int rc = ga_tiles_segment_records_locked(sp, &s, &b);
+  int rc = ga_tiles_segment_records_locked(sp, &seg, &b);
   if (rc) return rc;
   if ((rc = ga_dev_reserve(sp->dev, size, g, &va))) {
-    ga_tiles_segment_drop_locked(sp, s, b);
+    ga_tiles_segment_delete_locked(sp, seg, b);
     return rc;
   }
-  *s = (ga_segment){.base = (uintptr_t)va,
-                    .size = size,
-                    .pool = (uint8_t)pool,
-                    .expandable = 1,
-                    .stream = stream,
-                    .priv = owner};
-  ga_tiles_segment_open_locked(sp, s, b, GA_BLOCK_UNMAPPED);
-  *out = s;
+  *seg = (ga_segment){.base = (uintptr_t)va,
+                      .size = size,
+                      .size_class = (uint8_t)size_class,
+                      .expandable = 1,
+                      .stream = stream,
+                      .priv = priv};
+  ga_tiles_segment_open_locked(sp, seg, b, GA_BLOCK_UNMAPPED);
+  *out = seg;
   return 0;
 }
 
-int ga_expandable_delete_locked(ga_space *sp, ga_segment *s) {
+int ga_expandable_release_locked(ga_space *sp, ga_segment *seg) {
   GA_ASSERT_SPACE_LOCKED(sp);
-  GA_ASSERT(s->expandable && !s->head->next && s->head->state == GA_BLOCK_UNMAPPED);
-  int rc = ga_dev_unreserve(sp->dev, (void *)s->base, s->size);
+  GA_ASSERT(seg->expandable && !seg->head->next && seg->head->state == GA_BLOCK_UNMAPPED);
+  int rc = ga_dev_unreserve(sp->dev, (void *)seg->base, seg->size);
   if (rc) return rc;
-  ga_unmapped_remove_locked(s->head);
-  ga_tiles_unlink_locked(sp, s);
-  ga_tiles_delete_locked(sp, s->head);
-  ga_host_zeroed_free(s->granules, s->ngranules * sizeof *s->granules);
-  free(s);
+  ga_unmapped_remove_locked(seg->head);
+  ga_tiles_unlink_locked(sp, seg);
+  ga_tiles_delete_locked(sp, seg->head);
+  ga_host_zeroed_free(seg->granules, seg->ngranules * sizeof *seg->granules);
+  free(seg);
   return 0;
 }
 
@@ -118,26 +118,26 @@ int ga_expandable_delete_locked(ga_space *sp, ga_segment *s) {
  * cache so that taking them gives them back in order, and a run of them is
  * mapped with one call, with one access call per range mapped. */
 
-static size_t map_start(const ga_segment *s, size_t i) { return i - s->granules[i].off; }
-static size_t map_end(const ga_segment *s, size_t i) { return map_start(s, i) + s->granules[i].len; }
+static size_t map_start(const ga_segment *seg, size_t i) { return i - seg->granules[i].off; }
+static size_t map_end(const ga_segment *seg, size_t i) { return map_start(seg, i) + seg->granules[i].len; }
 
-/* Records the mapping of n granules of h from idx at granule i of s. */
-static void record(ga_space *sp, ga_segment *s, size_t i, ga_handle *h, uint32_t idx, size_t n) {
-  GA_ASSERT(n > 0 && n <= UINT16_MAX && i + n <= s->ngranules);
+/* Records the mapping of n granules of h from idx at granule i of seg. */
+static void record(ga_space *sp, ga_segment *seg, size_t i, ga_handle *h, uint32_t idx, size_t n) {
+  GA_ASSERT(n > 0 && n <= UINT16_MAX && i + n <= seg->ngranules);
   for (size_t j = 0; j < n; j++) {
-    s->granules[i + j] = (ga_granule){h, idx + (uint32_t)j, (uint16_t)j, (uint16_t)n};
-    granule_event(sp, s, s->granules[i + j], s->base + (i + j) * sp->gran, 1);
+    seg->granules[i + j] = (ga_granule){h, idx + (uint32_t)j, (uint16_t)j, (uint16_t)n};
+    granule_event(sp, seg, seg->granules[i + j], seg->base + (i + j) * sp->gran, 1);
   }
   h->nmapped += (uint32_t)n;
   ga_stat_inc(&sp->stats->mapped_bytes, n * sp->gran);
 }
 
-/* Forgets the mapping of granules [i, i + n) of s (they are unmapped). */
-static void forget(ga_space *sp, ga_segment *s, size_t i, size_t n) {
+/* Forgets the mapping of granules [i, i + n) of seg (they are unmapped). */
+static void forget(ga_space *sp, ga_segment *seg, size_t i, size_t n) {
   for (size_t j = i; j < i + n; j++) {
-    granule_event(sp, s, s->granules[j], s->base + j * sp->gran, 0);
-    s->granules[j].handle->nmapped--;
-    s->granules[j] = (ga_granule){0};
+    granule_event(sp, seg, seg->granules[j], seg->base + j * sp->gran, 0);
+    seg->granules[j].handle->nmapped--;
+    seg->granules[j] = (ga_granule){0};
   }
   ga_stat_dec(&sp->stats->mapped_bytes, n * sp->gran);
 }
@@ -190,12 +190,12 @@ static void refuse_unproven(ga_space *sp) {
   sp->naccess = sp->nproven;
 }
 
-/* Gives this device and its peers access to granules [i, i + n) of s, just
+/* Gives this device and its peers access to granules [i, i + n) of seg, just
  * mapped. On failure the mappings are taken back from the end; one that
  * cannot be unmapped stays mapped with everything before it (they are
  * granted again before anything is handed out), and *n says what stays. */
-static int grant_new(ga_space *sp, ga_segment *s, size_t i, size_t *n) {
-  int rc = ga_dev_set_access(sp->dev, granule_va(sp, s, i), *n * sp->gran, sp->access, sp->naccess);
+static int grant_new(ga_space *sp, ga_segment *seg, size_t i, size_t *n) {
+  int rc = ga_dev_set_access(sp->dev, granule_va(sp, seg, i), *n * sp->gran, sp->access, sp->naccess);
   if (!rc) {
     sp->nproven = sp->naccess;
     return 0;
@@ -205,15 +205,15 @@ static int grant_new(ga_space *sp, ga_segment *s, size_t i, size_t *n) {
   memcpy(why, sp->dev->error, sizeof why);
   int stuck = 0;
   while (*n && !stuck) {
-    size_t st = map_start(s, i + *n - 1), k = i + *n - st;
-    ga_granule m = s->granules[st];
+    size_t st = map_start(seg, i + *n - 1), k = i + *n - st;
+    ga_granule m = seg->granules[st];
     GA_ASSERT(st >= i);
-    if (ga_dev_unmap(sp->dev, granule_va(sp, s, st), k * sp->gran) != 0) {
+    if (ga_dev_unmap(sp->dev, granule_va(sp, seg, st), k * sp->gran) != 0) {
       stuck = 1;
       sp->regrant = 1;
       break;
     }
-    forget(sp, s, st, k);
+    forget(sp, seg, st, k);
     to_cache(sp, m.handle, m.idx, k); /* room: made by the caller, or they came from the cache */
     *n -= k;
   }
@@ -223,9 +223,9 @@ static int grant_new(ga_space *sp, ga_segment *s, size_t i, size_t *n) {
 
 /* ---- One granule ---- */
 
-int ga_expandable_fill_locked(ga_space *sp, ga_segment *s, size_t i, const void *host) {
+int ga_expandable_fill_locked(ga_space *sp, ga_segment *seg, size_t i, const void *host) {
   GA_ASSERT_SPACE_LOCKED(sp);
-  void *va = granule_va(sp, s, i);
+  void *va = granule_va(sp, seg, i);
   /* A new mapping has no access yet: this device and its peers get it. */
   int rc = ga_dev_set_access(sp->dev, va, sp->gran, sp->access, sp->naccess);
   if (!rc)
@@ -236,15 +236,15 @@ int ga_expandable_fill_locked(ga_space *sp, ga_segment *s, size_t i, const void 
   return rc;
 }
 
-int ga_expandable_map_granule_locked(ga_space *sp, ga_segment *s, size_t i, const void *host, int *stuck) {
+int ga_expandable_map_granule_locked(ga_space *sp, ga_segment *seg, size_t i, const void *host, int *stuck) {
   GA_ASSERT_SPACE_LOCKED(sp);
   size_t g = sp->gran;
-  void *va = granule_va(sp, s, i);
-  GA_ASSERT(sp->ncache > 0 && i < s->ngranules && !s->granules[i].handle);
+  void *va = granule_va(sp, seg, i);
+  GA_ASSERT(sp->ncache > 0 && i < seg->ngranules && !seg->granules[i].handle);
   *stuck = 0;
   ga_granule m = ga_pages_take_locked(sp);
   int rc = ga_dev_map(sp->dev, va, g, m.handle->h, (size_t)m.idx * g);
-  if (!rc && (rc = ga_expandable_fill_locked(sp, s, i, host))) {
+  if (!rc && (rc = ga_expandable_fill_locked(sp, seg, i, host))) {
     char why[sizeof sp->dev->error];
     memcpy(why, sp->dev->error, sizeof why);
     *stuck = ga_dev_unmap(sp->dev, va, g) != 0; /* if so, it is this granule's memory now */
@@ -254,30 +254,31 @@ int ga_expandable_map_granule_locked(ga_space *sp, ga_segment *s, size_t i, cons
     to_cache(sp, m.handle, m.idx, 1); /* room: it was just taken */
     return rc;
   }
-  record(sp, s, i, m.handle, m.idx, 1);
+  record(sp, seg, i, m.handle, m.idx, 1);
   return rc;
 }
 
-int ga_expandable_mapping_locked(const ga_segment *s, size_t i, size_t *start, size_t *n) {
-  if (i >= s->ngranules || !s->granules[i].handle) return 0;
-  *start = map_start(s, i);
-  *n = s->granules[i].len;
+int ga_expandable_mapping_locked(const ga_segment *seg, size_t i, size_t *start, size_t *n) {
+  if (i >= seg->ngranules || !seg->granules[i].handle) return 0;
+  *start = map_start(seg, i);
+  *n = seg->granules[i].len;
   return 1;
 }
 
-int ga_expandable_sleep_locked(ga_space *sp, ga_segment *s, size_t i, void *const *hosts) {
+int ga_expandable_sleep_locked(ga_space *sp, ga_segment *seg, size_t i, void *const *hosts) {
   GA_ASSERT_SPACE_LOCKED(sp);
-  size_t g = sp->gran, n = s->granules[i].len;
-  GA_ASSERT(i < s->ngranules && s->granules[i].handle && s->granules[i].off == 0);
+  size_t g = sp->gran, n = seg->granules[i].len;
+  GA_ASSERT(i < seg->ngranules && seg->granules[i].handle && seg->granules[i].off == 0);
   int rc = ga_pages_room_locked(sp, n);
   for (size_t j = 0; j < n && !rc; j++)
-    if (hosts[j]) rc = ga_dev_copy(sp->dev, hosts[j], granule_va(sp, s, i + j), g, 1);
-  if (!rc) rc = ga_dev_unmap(sp->dev, granule_va(sp, s, i), n * g);
+    if (hosts[j]) rc = ga_dev_copy(sp->dev, hosts[j], granule_va(sp, seg, i + j), g, 1);
+  if (!rc) rc = ga_dev_unmap(sp->dev, granule_va(sp, seg, i), n * g);
   if (rc) return rc;
-  ga_granule m = s->granules[i];
-  forget(sp, s, i, n);
+  ga_granule m = seg->granules[i];
+  forget(sp, seg, i, n);
   to_cache(sp, m.handle, m.idx, n); /* room above */
-  for (size_t j = 0; j < n; j++) s->granules[i + j] = (ga_granule){.handle = NULL, .idx = GA_GRANULE_ASLEEP};
+  for (size_t j = 0; j < n; j++)
+    seg->granules[i + j] = (ga_granule){.handle = NULL, .idx = GA_GRANULE_ASLEEP};
   return 0;
 }
 
@@ -288,25 +289,25 @@ int ga_expandable_sleep_locked(ga_space *sp, ga_segment *s, size_t i, void *cons
  * granules: the rest of a handle just made is mapped with it, as a free
  * tail), then gives them access in one call; *done says how many are mapped. */
 static int map_granules(ga_space *sp, ga_block *u, size_t want, size_t room, size_t *done) {
-  ga_segment *s = u->seg;
-  size_t g = sp->gran, first = (u->ptr - s->base) / g;
-  int rc = granules_room(sp, s, first + room);
+  ga_segment *seg = u->seg;
+  size_t g = sp->gran, first = (u->ptr - seg->base) / g;
+  int rc = granules_room(sp, seg, first + room);
   while (!rc && *done < want) {
     ga_granule m;
     size_t n = take_run(sp, want - *done, room - *done, &m);
-    rc = ga_dev_map(sp->dev, granule_va(sp, s, first + *done), n * g, m.handle->h, (size_t)m.idx * g);
+    rc = ga_dev_map(sp->dev, granule_va(sp, seg, first + *done), n * g, m.handle->h, (size_t)m.idx * g);
     if (rc) {
       to_cache(sp, m.handle, m.idx, n); /* room: they were just taken */
       break;
     }
-    record(sp, s, first + *done, m.handle, m.idx, n);
+    record(sp, seg, first + *done, m.handle, m.idx, n);
     *done += n;
   }
   if (*done) {
-    int r = grant_new(sp, s, first, done);
+    int r = grant_new(sp, seg, first, done);
     if (!rc) rc = r;
   }
-  if (*done) ga_pstat_add(sp->stats->segment, s->pool, runs_delta_map(u, *done * g == u->size));
+  if (*done) ga_pstat_add(sp->stats->segment, seg->size_class, runs_delta_map(u, *done * g == u->size));
   return rc;
 }
 
@@ -344,61 +345,61 @@ int ga_expandable_map_locked(ga_space *sp, ga_block *run, uintptr_t hi, int exte
 
 int ga_expandable_movable_locked(const ga_space *sp, const ga_block *b, size_t *g0, size_t *g1) {
   GA_ASSERT_SPACE_LOCKED(sp);
-  const ga_segment *s = b->seg;
-  size_t g = sp->gran, bg = s->base / g;
+  const ga_segment *seg = b->seg;
+  size_t g = sp->gran, bg = seg->base / g;
   size_t i0 = (b->ptr + g - 1) / g - bg, i1 = (b->ptr + b->size) / g - bg;
   if (i1 <= i0) return 0;
   /* A mapping that reaches past the block's whole granules cannot be unmapped. */
-  if (s->granules[i0].off) i0 = map_end(s, i0);
-  if (i1 > i0 && map_end(s, i1 - 1) > i1) i1 = map_start(s, i1 - 1);
+  if (seg->granules[i0].off) i0 = map_end(seg, i0);
+  if (i1 > i0 && map_end(seg, i1 - 1) > i1) i1 = map_start(seg, i1 - 1);
   if (i1 <= i0) return 0;
   *g0 = i0 + bg;
   *g1 = i1 + bg;
   return 1;
 }
 
-/* Maps the n granules of h from idx at granule i of s again (the part of a
+/* Maps the n granules of h from idx at granule i of seg again (the part of a
  * mapping that stays), with access. 1 when they are mapped (one whose access
  * failed and whose unmap failed too stays mapped, to be granted again), 0
  * when they went to the page cache instead. */
-static int remap(ga_space *sp, ga_segment *s, size_t i, ga_handle *h, uint32_t idx, size_t n) {
+static int remap(ga_space *sp, ga_segment *seg, size_t i, ga_handle *h, uint32_t idx, size_t n) {
   size_t g = sp->gran;
-  if (ga_dev_map(sp->dev, granule_va(sp, s, i), n * g, h->h, (size_t)idx * g)) {
+  if (ga_dev_map(sp->dev, granule_va(sp, seg, i), n * g, h->h, (size_t)idx * g)) {
     to_cache(sp, h, idx, n);
     return 0;
   }
-  record(sp, s, i, h, idx, n);
-  (void)grant_new(sp, s, i, &n); /* one mapping: it stays whole or goes whole */
+  record(sp, seg, i, h, idx, n);
+  (void)grant_new(sp, seg, i, &n); /* one mapping: it stays whole or goes whole */
   return n != 0;
 }
 
 int ga_expandable_unmap_locked(ga_space *sp, ga_block *b, size_t g0, size_t g1, ga_block **front,
                                ga_block **back) {
   GA_ASSERT_SPACE_LOCKED(sp);
-  ga_segment *s = b->seg;
-  size_t g = sp->gran, bg = s->base / g, i0 = g0 - bg, i1 = g1 - bg;
-  GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree && s->expandable);
+  ga_segment *seg = b->seg;
+  size_t g = sp->gran, bg = seg->base / g, i0 = g0 - bg, i1 = g1 - bg;
+  GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree && seg->expandable);
   GA_ASSERT(g0 < g1 && g0 * g >= b->ptr && g1 * g <= b->ptr + b->size);
-  size_t m0 = map_start(s, i0), m1 = map_end(s, i1 - 1);
-  GA_ASSERT(s->base + m0 * g >= b->ptr &&
-            s->base + m1 * g <= b->ptr + b->size); /* whole mappings, all free */
+  size_t m0 = map_start(seg, i0), m1 = map_end(seg, i1 - 1);
+  GA_ASSERT(seg->base + m0 * g >= b->ptr &&
+            seg->base + m1 * g <= b->ptr + b->size); /* whole mappings, all free */
   *front = *back = NULL;
   /* Room first: after the unmap nothing may fail. */
   int rc = ga_tiles_reserve_locked(sp, 2);
   if (!rc) rc = ga_pages_room_locked(sp, m1 - m0);
-  if (!rc) rc = ga_dev_unmap(sp->dev, granule_va(sp, s, m0), (m1 - m0) * g);
+  if (!rc) rc = ga_dev_unmap(sp->dev, granule_va(sp, seg, m0), (m1 - m0) * g);
   if (rc) return rc;
-  ga_granule keep_lo = s->granules[m0], keep_hi = s->granules[i1 < m1 ? i1 : i1 - 1];
+  ga_granule keep_lo = seg->granules[m0], keep_hi = seg->granules[i1 < m1 ? i1 : i1 - 1];
   for (size_t j = i1; j-- > i0;) /* in reverse, so that they are taken in order */
-    (void)ga_pages_put_locked(sp, (ga_granule){s->granules[j].handle, s->granules[j].idx, 0, 0});
-  forget(sp, s, m0, m1 - m0);
+    (void)ga_pages_put_locked(sp, (ga_granule){seg->granules[j].handle, seg->granules[j].idx, 0, 0});
+  forget(sp, seg, m0, m1 - m0);
   /* The parts of the mappings outside [g0, g1) are free too: they are mapped
    * again, or, if that fails, join the unmapped range. */
   size_t u0 = i0, u1 = i1;
-  if (m0 < i0 && !remap(sp, s, m0, keep_lo.handle, keep_lo.idx, i0 - m0)) u0 = m0;
-  if (i1 < m1 && !remap(sp, s, i1, keep_hi.handle, keep_hi.idx, m1 - i1)) u1 = m1;
+  if (m0 < i0 && !remap(sp, seg, m0, keep_lo.handle, keep_lo.idx, i0 - m0)) u0 = m0;
+  if (i1 < m1 && !remap(sp, seg, i1, keep_hi.handle, keep_hi.idx, m1 - i1)) u1 = m1;
   /* b = [FREE front][UNMAPPED middle][FREE back] */
-  uintptr_t lo = s->base + u0 * g, hi = s->base + u1 * g;
+  uintptr_t lo = seg->base + u0 * g, hi = seg->base + u1 * g;
   ga_block *mid = b;
   if (lo > b->ptr) {
     mid = ga_tiles_split_locked(sp, b, lo - b->ptr);
@@ -408,7 +409,7 @@ int ga_expandable_unmap_locked(ga_space *sp, ga_block *b, size_t g0, size_t g1, 
   /* The run this was cut from: a part of it stays on each side where a mapped block touches mid. */
   int left = mid->prev && mid->prev->state != GA_BLOCK_UNMAPPED;
   int right = mid->next && mid->next->state != GA_BLOCK_UNMAPPED;
-  ga_pstat_add(sp->stats->segment, s->pool, left + right - 1);
+  ga_pstat_add(sp->stats->segment, seg->size_class, left + right - 1);
   (void)ga_tiles_merge_unmapped_locked(sp, mid);
   return 0;
 }
@@ -419,15 +420,15 @@ int ga_expandable_grant_locked(ga_space *sp, const int *devices, int n, size_t *
   GA_ASSERT_SPACE_LOCKED(sp);
   size_t g = sp->gran;
   *ranges = 0;
-  for (ga_segment *s = sp->segs; s; s = s->next) {
-    if (!s->expandable) continue;
+  for (ga_segment *seg = sp->segs; seg; seg = seg->next) {
+    if (!seg->expandable) continue;
     /* Each run of mapped granules (asleep and unmapped ones have no memory behind them). */
-    size_t ngran = s->size / g < s->ngranules ? s->size / g : s->ngranules;
+    size_t ngran = seg->size / g < seg->ngranules ? seg->size / g : seg->ngranules;
     for (size_t i = 0; i < ngran; i++) {
-      if (!s->granules[i].handle) continue;
+      if (!seg->granules[i].handle) continue;
       size_t end = i + 1;
-      while (end < ngran && s->granules[end].handle) end++;
-      int rc = ga_dev_set_access(sp->dev, granule_va(sp, s, i), (end - i) * g, devices, n);
+      while (end < ngran && seg->granules[end].handle) end++;
+      int rc = ga_dev_set_access(sp->dev, granule_va(sp, seg, i), (end - i) * g, devices, n);
       if (rc) return rc;
       ++*ranges;
       i = end;

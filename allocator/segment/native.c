@@ -10,20 +10,20 @@
 #include "segment.h"
 
 static void account(ga_space *sp, const ga_segment *seg, int sign) {
-  ga_stats_t *s = sp->stats;
-  ga_pstat_add(s->segment, seg->pool, sign);
-  ga_pstat_add(s->reserved_bytes, seg->pool, sign * (int64_t)seg->size);
-  if (seg->size >= sp->cfg->max_split_size) ga_stat_add(&s->oversize_segments, sign);
+  ga_stats_t *stats = sp->stats;
+  ga_pstat_add(stats->segment, seg->size_class, sign);
+  ga_pstat_add(stats->reserved_bytes, seg->size_class, sign * (int64_t)seg->size);
+  if (seg->size >= sp->cfg->max_split_size) ga_stat_add(&stats->oversize_segments, sign);
   if (sign > 0) {
     sp->reserved += seg->size;
-    s->num_device_alloc++;
+    stats->num_device_alloc++;
   } else {
     sp->reserved -= seg->size;
-    s->num_device_free++;
+    stats->num_device_free++;
   }
 }
 
-int ga_native_new_locked(ga_space *sp, size_t size, int pool, ga_stream_t stream, ga_block **out) {
+int ga_native_new_locked(ga_space *sp, size_t size, int size_class, ga_stream_t stream, ga_block **out) {
   GA_ASSERT_SPACE_LOCKED(sp);
   ga_segment *seg;
   ga_block *b;
@@ -31,10 +31,11 @@ int ga_native_new_locked(ga_space *sp, size_t size, int pool, ga_stream_t stream
   int rc = ga_tiles_segment_records_locked(sp, &seg, &b);
   if (rc) return rc;
   if ((rc = ga_dev_malloc(sp->dev, size, &ptr))) {
-    ga_tiles_segment_drop_locked(sp, seg, b);
+    ga_tiles_segment_delete_locked(sp, seg, b);
     return rc;
   }
-  *seg = (ga_segment){.base = (uintptr_t)ptr, .size = size, .pool = (uint8_t)pool, .stream = stream};
+  *seg =
+      (ga_segment){.base = (uintptr_t)ptr, .size = size, .size_class = (uint8_t)size_class, .stream = stream};
   ga_tiles_segment_open_locked(sp, seg, b, GA_BLOCK_FREE);
   account(sp, seg, +1);
   ga_space_history_locked(sp, GA_H_SEGMENT_ALLOC, seg->base, size, stream);

@@ -4,7 +4,7 @@
  * Memory is created in handles (cuMemCreate) of one or more granules; each
  * granule of a handle is either mapped into some segment or in the page
  * cache. A handle goes back to the device once all its granules are cached
- * (ga_pages_trim_locked, when the policy asks). Records reserved_bytes,
+ * (ga_pages_release_locked, when the policy asks). Records reserved_bytes,
  * page_cache_bytes and the device alloc/free counts of expandable mode.
  * Invariant: for every handle, nmapped + (its granules in the cache) == ngran.
  */
@@ -35,19 +35,19 @@ ga_granule ga_pages_take_locked(ga_space *sp) {
   return sp->cache[--sp->ncache];
 }
 
-void ga_pages_attribute_locked(ga_space *sp, const ga_handle *h, int pool, int mapped) {
+void ga_pages_attribute_locked(ga_space *sp, const ga_handle *h, int size_class, int mapped) {
   GA_ASSERT_SPACE_LOCKED(sp);
-  if (h->pool == pool) return;
-  ga_stat_t *to = ga_pool_stat(sp->stats->reserved_bytes, mapped ? pool : h->pool);
-  ga_stat_t *from = ga_pool_stat(sp->stats->reserved_bytes, mapped ? h->pool : pool);
+  if (h->size_class == size_class) return;
+  ga_stat_t *to = ga_pool_stat(sp->stats->reserved_bytes, mapped ? size_class : h->size_class);
+  ga_stat_t *from = ga_pool_stat(sp->stats->reserved_bytes, mapped ? h->size_class : size_class);
   ga_stat_dec(from, sp->gran);
   ga_stat_inc(to, sp->gran);
 }
 
-size_t ga_pages_cached_bytes_locked(const ga_space *sp, int pool) {
+size_t ga_pages_cached_bytes_locked(const ga_space *sp, int size_class) {
   GA_ASSERT_SPACE_LOCKED(sp);
   size_t n = 0;
-  for (size_t i = 0; i < sp->ncache; i++) n += sp->cache[i].handle->pool == pool;
+  for (size_t i = 0; i < sp->ncache; i++) n += sp->cache[i].handle->size_class == size_class;
   return n * sp->gran;
 }
 
@@ -72,7 +72,7 @@ static int handle_release(ga_space *sp, ga_handle *h) {
     if (sp->cache[i].handle != h) sp->cache[kept++] = sp->cache[i];
   ga_stat_dec(&sp->stats->page_cache_bytes, (sp->ncache - kept) * sp->gran);
   sp->ncache = kept;
-  ga_pstat_dec(sp->stats->reserved_bytes, h->pool, h->size);
+  ga_pstat_dec(sp->stats->reserved_bytes, h->size_class, h->size);
   sp->reserved -= h->size;
   sp->stats->num_device_free++;
   handle_unlink(sp, h);
@@ -80,7 +80,7 @@ static int handle_release(ga_space *sp, ga_handle *h) {
   return 0;
 }
 
-int ga_pages_trim_locked(ga_space *sp, size_t keep) {
+int ga_pages_release_locked(ga_space *sp, size_t keep) {
   GA_ASSERT_SPACE_LOCKED(sp);
   for (ga_handle *h = sp->handles, *next; h && sp->ncache * sp->gran > keep; h = next) {
     next = h->next;
@@ -91,7 +91,7 @@ int ga_pages_trim_locked(ga_space *sp, size_t keep) {
   return 0;
 }
 
-int ga_pages_create_locked(ga_space *sp, size_t size, int pool) {
+int ga_pages_create_locked(ga_space *sp, size_t size, int size_class) {
   GA_ASSERT_SPACE_LOCKED(sp);
   GA_ASSERT(size > 0 && size % sp->gran == 0);
   ga_handle *h = ga_host_calloc(1, sizeof *h);
@@ -106,12 +106,12 @@ int ga_pages_create_locked(ga_space *sp, size_t size, int pool) {
   }
   h->size = size;
   h->ngran = (uint32_t)(size / sp->gran);
-  h->pool = (uint8_t)pool;
+  h->size_class = (uint8_t)size_class;
   h->next = sp->handles;
   if (sp->handles) sp->handles->prev = h;
   sp->handles = h;
   sp->nhandles++;
-  ga_pstat_inc(sp->stats->reserved_bytes, pool, size);
+  ga_pstat_inc(sp->stats->reserved_bytes, size_class, size);
   sp->reserved += size;
   sp->stats->num_device_alloc++;
   /* In reverse, so that they are taken in order: a run maps with one call. */

@@ -45,15 +45,15 @@ ga_block *ga_tiles_merge_unmapped_locked(ga_space *sp, ga_block *b);
 /* b (FREE) merges with FREE neighbours, all in no tree; returns the merged
  * block (the earlier record survives). */
 ga_block *ga_tiles_merge_free_locked(ga_space *sp, ga_block *b);
-/* Adds s to / removes it from the segment list. */
-void ga_tiles_link_locked(ga_space *sp, ga_segment *s);
-void ga_tiles_unlink_locked(ga_space *sp, ga_segment *s);
+/* Adds seg to / removes it from the segment list. */
+void ga_tiles_link_locked(ga_space *sp, ga_segment *seg);
+void ga_tiles_unlink_locked(ga_space *sp, ga_segment *seg);
 /* A new segment's two records: the segment (zeroed) and the block that will
  * tile it; both or neither (GA_DEV_ENOMEM). Taken before the device call, so
  * that memory once obtained never waits on a host allocation. */
 int ga_tiles_segment_records_locked(ga_space *sp, ga_segment **seg, ga_block **head);
 /* Gives back the records of a segment whose memory could not be obtained. */
-void ga_tiles_segment_drop_locked(ga_space *sp, ga_segment *seg, ga_block *head);
+void ga_tiles_segment_delete_locked(ga_space *sp, ga_segment *seg, ga_block *head);
 /* seg (base, size, pool, stream and the rest set by the caller) gets head as
  * its one block, in `state`, and joins the segment list with the next
  * creation number (seg->created; head->tie, see ga_block). */
@@ -65,7 +65,7 @@ static inline int ga_tiles_is_split(const ga_block *b) { return b->prev || b->ne
 
 /* A segment of `size` bytes from the device's malloc; *out is its one block
  * (state FREE, in no tree). */
-int ga_native_new_locked(ga_space *sp, size_t size, int pool, ga_stream_t stream, ga_block **out);
+int ga_native_new_locked(ga_space *sp, size_t size, int size_class, ga_stream_t stream, ga_block **out);
 /* Gives a whole-segment FREE block (in no tree) back to the device with its
  * segment. On failure nothing changed. */
 int ga_native_release_locked(ga_space *sp, ga_block *b);
@@ -78,28 +78,28 @@ int ga_pages_room_locked(ga_space *sp, size_t n);
 int ga_pages_put_locked(ga_space *sp, ga_granule g);
 /* Takes the last granule put into the cache (pre: ncache > 0). */
 ga_granule ga_pages_take_locked(ga_space *sp);
-/* Creates a handle of `size` bytes (a multiple of the granularity) for `pool`;
+/* Creates a handle of `size` bytes (a multiple of the granularity) for `size_class`;
  * all its granules go into the page cache. */
-int ga_pages_create_locked(ga_space *sp, size_t size, int pool);
+int ga_pages_create_locked(ga_space *sp, size_t size, int size_class);
 /* A granule of handle h was mapped into (mapped) or unmapped from a segment
- * of `pool`: reserved_bytes per pool follows it. */
-void ga_pages_attribute_locked(ga_space *sp, const ga_handle *h, int pool, int mapped);
-/* Bytes of the page cache whose handles were created by `pool`. */
-size_t ga_pages_cached_bytes_locked(const ga_space *sp, int pool);
+ * of `size_class`: reserved_bytes per pool follows it. */
+void ga_pages_attribute_locked(ga_space *sp, const ga_handle *h, int size_class, int mapped);
+/* Bytes of the page cache whose handles were created by `size_class`. */
+size_t ga_pages_cached_bytes_locked(const ga_space *sp, int size_class);
 /* Releases handles whose granules are all cached while the cache holds more
  * than `keep` bytes. The code of the first release that failed, if any (that
  * handle stays cached). */
-int ga_pages_trim_locked(ga_space *sp, size_t keep);
+int ga_pages_release_locked(ga_space *sp, size_t keep);
 
 /* ---- Expandable segments (expandable.c) ---- */
 
-/* Reserves a new expandable segment for (owner, pool, stream), of the
+/* Reserves a new expandable segment for (priv, size_class, stream), of the
  * reservation size or min_size rounded up to a granule if larger; it is one
- * UNMAPPED block. `owner` is a private pool or NULL (a tag, never read). */
-int ga_expandable_new_locked(ga_space *sp, struct ga_private *owner, int pool, ga_stream_t stream,
+ * UNMAPPED block. `priv` is a private pool or NULL (a tag, never read). */
+int ga_expandable_new_locked(ga_space *sp, struct ga_private *priv, int size_class, ga_stream_t stream,
                              size_t min_size, ga_segment **out);
 /* Gives an expandable segment that is one UNMAPPED block back (unreserve). */
-int ga_expandable_delete_locked(ga_space *sp, ga_segment *s);
+int ga_expandable_release_locked(ga_space *sp, ga_segment *seg);
 /* Maps granules from the page cache (pre: it holds enough) behind every
  * UNMAPPED block from `run` up to `hi` rounded up to a granule, a run of one
  * handle with each map call; with `extend`, the rest of the last run's handle
@@ -119,22 +119,22 @@ int ga_expandable_map_locked(ga_space *sp, ga_block *run, uintptr_t hi, int exte
  * unchanged. */
 int ga_expandable_unmap_locked(ga_space *sp, ga_block *b, size_t g0, size_t g1, ga_block **front,
                                ga_block **back);
-/* Maps the last cached granule at granule i of s (pre: ncache > 0, granule i
+/* Maps the last cached granule at granule i of seg (pre: ncache > 0, granule i
  * not mapped), gives the peers access, and copies `host` in when not NULL.
  * If a step fails the granule goes back to the cache; if even the unmap that
  * undoes it fails, it stays mapped (counted) and *stuck is set: the caller
  * must finish it later (ga_expandable_fill_locked) before anyone uses it. */
-int ga_expandable_map_granule_locked(ga_space *sp, ga_segment *s, size_t i, const void *host, int *stuck);
-/* The steps after the map for granule i of s: peers' access, then the copy
+int ga_expandable_map_granule_locked(ga_space *sp, ga_segment *seg, size_t i, const void *host, int *stuck);
+/* The steps after the map for granule i of seg: peers' access, then the copy
  * of `host` (when not NULL). */
-int ga_expandable_fill_locked(ga_space *sp, ga_segment *s, size_t i, const void *host);
-/* The mapping holding granule i of s: its first granule and length; 0 when i
+int ga_expandable_fill_locked(ga_space *sp, ga_segment *seg, size_t i, const void *host);
+/* The mapping holding granule i of seg: its first granule and length; 0 when i
  * is not mapped. */
-int ga_expandable_mapping_locked(const ga_segment *s, size_t i, size_t *start, size_t *n);
-/* The mapping starting at granule i of s goes to sleep: granule j's bytes are
+int ga_expandable_mapping_locked(const ga_segment *seg, size_t i, size_t *start, size_t *n);
+/* The mapping starting at granule i of seg goes to sleep: granule j's bytes are
  * copied to hosts[j] when not NULL, then it is unmapped into the page cache
  * and its granules are marked asleep. */
-int ga_expandable_sleep_locked(ga_space *sp, ga_segment *s, size_t i, void *const *hosts);
+int ga_expandable_sleep_locked(ga_space *sp, ga_segment *seg, size_t i, void *const *hosts);
 /* The granules [*g0, *g1) (absolute numbers) of FREE block b that can be
  * unmapped: its whole granules, less a mapping that reaches past them at
  * either end. 0 when there are none. */
@@ -169,17 +169,17 @@ void ga_unmapped_remove_locked(ga_block *u);
 /* b (FREE) grew or became free: the bounds of the unmapped blocks of its run
  * are set to their reach (nothing when b's segment has no unmapped block). */
 void ga_unmapped_touch_locked(ga_block *b);
-/* The first block of the lowest-address run of FREE and UNMAPPED blocks of s
+/* The first block of the lowest-address run of FREE and UNMAPPED blocks of seg
  * that holds an UNMAPPED block and at least `size` bytes; NULL when none.
  * O(log n) amortised: stale bounds it meets are tightened. */
-ga_block *ga_unmapped_find_run_locked(ga_segment *s, size_t size);
+ga_block *ga_unmapped_find_run_locked(ga_segment *seg, size_t size);
 /* u's exact reach (a walk over its run). */
 size_t ga_unmapped_reach(const ga_block *u);
-/* For ga_check: whether s's index is ordered by address, a heap, its maxima
- * right and every entry an UNMAPPED block of s; *n and *bytes count them. */
-int ga_unmapped_valid(const ga_segment *s, size_t *n, size_t *bytes);
-/* The entry at ptr in s's index, or NULL. */
-const ga_block *ga_unmapped_lookup(const ga_segment *s, uintptr_t ptr);
+/* For ga_check: whether seg's index is ordered by address, a heap, its maxima
+ * right and every entry an UNMAPPED block of seg; *n and *bytes count them. */
+int ga_unmapped_valid(const ga_segment *seg, size_t *n, size_t *bytes);
+/* The entry at ptr in seg's index, or NULL. */
+const ga_block *ga_unmapped_lookup(const ga_segment *seg, uintptr_t ptr);
 
 /* ---- The layer as a whole (tiles.c) ---- */
 

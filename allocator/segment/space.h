@@ -65,7 +65,7 @@ struct ga_block {
   ga_block *prev, *next;  /* address neighbours inside the segment */
   ga_block *left, *right; /* free tree links (FREE), unmapped index links (UNMAPPED) */
   uint32_t prio;          /* their heap priority */
-  uint8_t pool;           /* GA_P_SMALL or GA_P_LARGE */
+  uint8_t size_class;     /* GA_CLASS_SMALL or GA_CLASS_LARGE */
   uint8_t state;          /* GA_BLOCK_* */
   uint8_t counted_split;  /* counted in inactive_split while in the free tree */
   uint8_t in_tree;        /* in a free tree now (kept by policy/free_tree.c) */
@@ -96,7 +96,7 @@ typedef struct ga_handle ga_handle;
  * handle   one physical allocation (cuMemCreate), of one or more granules;
  *          its size when created is the page size of its pool
  *          (expandable_page_size_mb for the large pool, 2 MiB for the small).
- * pool     small (requests up to 1 MiB) or large: GA_P_SMALL / GA_P_LARGE.
+ * pool     small (requests up to 1 MiB) or large: GA_CLASS_SMALL / GA_CLASS_LARGE.
  * free tree  the best-fit index of free blocks (policy/free_tree.c), one per
  *          pool, and one pair per private pool.
  * private pool  memory kept apart for a CUDA-graph capture (policy/private.c).
@@ -122,14 +122,14 @@ struct ga_handle {
   size_t size;
   uint32_t ngran;         /* granules in the handle */
   uint32_t nmapped;       /* granules mapped into a segment */
-  uint8_t pool;           /* pool whose growth created it (for per-pool stats) */
+  uint8_t size_class;     /* the size class whose growth created it (per-pool stats) */
   ga_handle *prev, *next; /* all handles of the allocator */
 };
 
 struct ga_segment {
   uintptr_t base;
   size_t size;
-  uint8_t pool;
+  uint8_t size_class;
   uint8_t expandable;      /* a reserved range mapped granule by granule */
   struct ga_private *priv; /* private pool owning it, or NULL (an opaque tag below policy/) */
   ga_stream_t stream;

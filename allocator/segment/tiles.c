@@ -56,7 +56,7 @@ ga_block *ga_tiles_split_locked(ga_space *sp, ga_block *b, size_t at) {
   rest->stream = b->stream;
   rest->seg = b->seg;
   rest->tie = b->tie;
-  rest->pool = b->pool;
+  rest->size_class = b->size_class;
   rest->free_seq = b->free_seq;
   rest->state = b->state;
   rest->prev = b;
@@ -115,22 +115,22 @@ ga_block *ga_tiles_merge_free_locked(ga_space *sp, ga_block *b) {
 
 /* ---- The segment list ---- */
 
-void ga_tiles_link_locked(ga_space *sp, ga_segment *s) {
+void ga_tiles_link_locked(ga_space *sp, ga_segment *seg) {
   GA_ASSERT_SPACE_LOCKED(sp);
-  s->prev = NULL;
-  s->next = sp->segs;
-  if (sp->segs) sp->segs->prev = s;
-  sp->segs = s;
+  seg->prev = NULL;
+  seg->next = sp->segs;
+  if (sp->segs) sp->segs->prev = seg;
+  sp->segs = seg;
   sp->nsegs++;
 }
 
-void ga_tiles_unlink_locked(ga_space *sp, ga_segment *s) {
+void ga_tiles_unlink_locked(ga_space *sp, ga_segment *seg) {
   GA_ASSERT_SPACE_LOCKED(sp);
-  if (s->prev)
-    s->prev->next = s->next;
+  if (seg->prev)
+    seg->prev->next = seg->next;
   else
-    sp->segs = s->next;
-  if (s->next) s->next->prev = s->prev;
+    sp->segs = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
   sp->nsegs--;
 }
 
@@ -145,7 +145,7 @@ int ga_tiles_segment_records_locked(ga_space *sp, ga_segment **seg, ga_block **h
   return GA_DEV_ENOMEM;
 }
 
-void ga_tiles_segment_drop_locked(ga_space *sp, ga_segment *seg, ga_block *head) {
+void ga_tiles_segment_delete_locked(ga_space *sp, ga_segment *seg, ga_block *head) {
   GA_ASSERT_SPACE_LOCKED(sp);
   free(seg);
   ga_tiles_delete_locked(sp, head);
@@ -161,7 +161,7 @@ void ga_tiles_segment_open_locked(ga_space *sp, ga_segment *seg, ga_block *head,
   head->ptr = seg->base;
   head->size = seg->size;
   head->stream = seg->stream;
-  head->pool = seg->pool;
+  head->size_class = seg->size_class;
   head->seg = seg;
   head->state = (uint8_t)state;
   ga_tiles_link_locked(sp, seg);
@@ -185,26 +185,26 @@ int ga_space_init_locked(ga_space *sp, size_t total, size_t page) {
   return 0;
 }
 
-static void expandable_teardown(ga_space *sp, ga_segment *s) {
+static void expandable_teardown(ga_space *sp, ga_segment *seg) {
   size_t g = sp->gran;
-  for (size_t i = 0; i < s->ngranules; i++) {
-    ga_granule *m = &s->granules[i];
+  for (size_t i = 0; i < seg->ngranules; i++) {
+    ga_granule *m = &seg->granules[i];
     if (!m->handle || m->off) continue;
     /* A whole mapping, once. */
     size_t n = m->len;
-    (void)ga_dev_unmap(sp->dev, (void *)(s->base + i * g), n * g);
+    (void)ga_dev_unmap(sp->dev, (void *)(seg->base + i * g), n * g);
     for (size_t j = i; j < i + n; j++) {
-      s->granules[j].handle->nmapped--;
-      s->granules[j] = (ga_granule){0};
+      seg->granules[j].handle->nmapped--;
+      seg->granules[j] = (ga_granule){0};
     }
   }
-  (void)ga_dev_unreserve(sp->dev, (void *)s->base, s->size);
+  (void)ga_dev_unreserve(sp->dev, (void *)seg->base, seg->size);
 }
 
 void ga_space_teardown_locked(ga_space *sp) {
   GA_ASSERT_SPACE_LOCKED(sp);
-  for (ga_segment *s = sp->segs; s; s = s->next)
-    if (s->expandable) expandable_teardown(sp, s);
+  for (ga_segment *seg = sp->segs; seg; seg = seg->next)
+    if (seg->expandable) expandable_teardown(sp, seg);
   while (sp->handles) {
     ga_handle *h = sp->handles;
     sp->handles = h->next;
@@ -213,16 +213,16 @@ void ga_space_teardown_locked(ga_space *sp) {
   }
   free(sp->cache);
   while (sp->segs) {
-    ga_segment *s = sp->segs;
-    sp->segs = s->next;
-    if (!s->expandable) (void)ga_dev_free(sp->dev, (void *)s->base);
-    ga_host_zeroed_free(s->granules, s->ngranules * sizeof *s->granules);
-    for (ga_block *b = s->head, *n; b; b = n) {
+    ga_segment *seg = sp->segs;
+    sp->segs = seg->next;
+    if (!seg->expandable) (void)ga_dev_free(sp->dev, (void *)seg->base);
+    ga_host_zeroed_free(seg->granules, seg->ngranules * sizeof *seg->granules);
+    for (ga_block *b = seg->head, *n; b; b = n) {
       n = b->next;
       free(b->uses);
       free(b);
     }
-    free(s);
+    free(seg);
   }
   while (sp->block_cache) {
     ga_block *b = sp->block_cache;

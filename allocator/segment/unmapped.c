@@ -118,30 +118,30 @@ size_t ga_unmapped_reach(const ga_block *u) {
 /* ---- Entering and leaving ---- */
 
 void ga_unmapped_add_locked(ga_block *u) {
-  ga_segment *s = u->seg;
-  GA_ASSERT(u->state == GA_BLOCK_UNMAPPED && s->expandable);
+  ga_segment *seg = u->seg;
+  GA_ASSERT(u->state == GA_BLOCK_UNMAPPED && seg->expandable);
   u->left = u->right = NULL;
   u->prio = prio_of(u->ptr);
   u->reach = u->reach_max = ga_unmapped_reach(u);
-  s->unmapped_root = insert(s->unmapped_root, u);
-  s->unmapped_bytes += u->size;
-  s->nunmapped++;
+  seg->unmapped_root = insert(seg->unmapped_root, u);
+  seg->unmapped_bytes += u->size;
+  seg->nunmapped++;
 }
 
 void ga_unmapped_remove_locked(ga_block *u) {
-  ga_segment *s = u->seg;
+  ga_segment *seg = u->seg;
   GA_ASSERT(u->state == GA_BLOCK_UNMAPPED);
-  s->unmapped_root = remove_node(s->unmapped_root, u);
-  s->unmapped_bytes -= u->size;
-  s->nunmapped--;
+  seg->unmapped_root = remove_node(seg->unmapped_root, u);
+  seg->unmapped_bytes -= u->size;
+  seg->nunmapped--;
   u->left = u->right = NULL;
   u->prio = 0;
   u->reach = u->reach_max = 0;
 }
 
 void ga_unmapped_touch_locked(ga_block *b) {
-  ga_segment *s = b->seg;
-  if (!s->expandable || !s->unmapped_root) return;
+  ga_segment *seg = b->seg;
+  if (!seg->expandable || !seg->unmapped_root) return;
   const ga_block *first = b;
   while (free_or_unmapped(first->prev)) first = first->prev;
   size_t total = 0;
@@ -150,7 +150,7 @@ void ga_unmapped_touch_locked(ga_block *b) {
    * it (or itself) to the run's end: the total less what lies before. */
   size_t before = 0, lead = 0; /* lead: the bytes before the FREE blocks just passed */
   for (ga_block *x = (ga_block *)first; free_or_unmapped(x); x = x->next) {
-    if (x->state == GA_BLOCK_UNMAPPED) set_reach(s->unmapped_root, x, total - lead);
+    if (x->state == GA_BLOCK_UNMAPPED) set_reach(seg->unmapped_root, x, total - lead);
     before += x->size;
     if (x->state != GA_BLOCK_FREE) lead = before;
   }
@@ -173,9 +173,9 @@ static ga_block *leftmost(ga_block *t, size_t size) {
   return NULL;
 }
 
-ga_block *ga_unmapped_find_run_locked(ga_segment *s, size_t size) {
+ga_block *ga_unmapped_find_run_locked(ga_segment *seg, size_t size) {
   for (;;) {
-    ga_block *u = leftmost(s->unmapped_root, size);
+    ga_block *u = leftmost(seg->unmapped_root, size);
     if (!u) return NULL;
     size_t reach = ga_unmapped_reach(u);
     if (reach >= size) {
@@ -183,16 +183,16 @@ ga_block *ga_unmapped_find_run_locked(ga_segment *s, size_t size) {
        * run: u is its first, and the run starts at the FREE blocks before it. */
       return (ga_block *)reach_start(u);
     }
-    set_reach(s->unmapped_root, u, reach); /* stale: its run was cut since */
+    set_reach(seg->unmapped_root, u, reach); /* stale: its run was cut since */
   }
 }
 
 /* ---- For ga_check ---- */
 
-static int valid(const ga_block *t, const ga_segment *s, const ga_block **last, size_t *n, size_t *bytes) {
+static int valid(const ga_block *t, const ga_segment *seg, const ga_block **last, size_t *n, size_t *bytes) {
   if (!t) return 1;
-  if (!valid(t->left, s, last, n, bytes)) return 0;
-  if (t->seg != s || t->state != GA_BLOCK_UNMAPPED) return 0;
+  if (!valid(t->left, seg, last, n, bytes)) return 0;
+  if (t->seg != seg || t->state != GA_BLOCK_UNMAPPED) return 0;
   if (*last && (*last)->ptr >= t->ptr) return 0;
   if ((t->left && t->left->prio > t->prio) || (t->right && t->right->prio > t->prio)) return 0;
   size_t m = t->reach;
@@ -202,17 +202,17 @@ static int valid(const ga_block *t, const ga_segment *s, const ga_block **last, 
   *last = t;
   (*n)++;
   *bytes += t->size;
-  return valid(t->right, s, last, n, bytes);
+  return valid(t->right, seg, last, n, bytes);
 }
 
-int ga_unmapped_valid(const ga_segment *s, size_t *n, size_t *bytes) {
+int ga_unmapped_valid(const ga_segment *seg, size_t *n, size_t *bytes) {
   const ga_block *last = NULL;
   *n = *bytes = 0;
-  return valid(s->unmapped_root, s, &last, n, bytes);
+  return valid(seg->unmapped_root, seg, &last, n, bytes);
 }
 
-const ga_block *ga_unmapped_lookup(const ga_segment *s, uintptr_t ptr) {
-  for (const ga_block *t = s->unmapped_root; t; t = ptr < t->ptr ? t->left : t->right)
+const ga_block *ga_unmapped_lookup(const ga_segment *seg, uintptr_t ptr) {
+  for (const ga_block *t = seg->unmapped_root; t; t = ptr < t->ptr ? t->left : t->right)
     if (t->ptr == ptr) return t;
   return NULL;
 }
