@@ -40,7 +40,10 @@
  * M_TRIM_THRESHOLD past anything reached (freed memory stays with the
  * process), and turns transparent huge pages off (a block touches its first
  * page, not 2 MiB). Their fresh allocations include the kernel's first touch
- * of new pages.
+ * of new pages. A build under AddressSanitizer, ThreadSanitizer or
+ * MemorySanitizer replaces malloc with the sanitizer's: there is no C library
+ * to measure, so the glibc series are left out of the default list and
+ * refused by name.
  *
  * Each series runs in a child process with a budget of CPU time: a series
  * that reaches it stops filling and says where it was (a mode whose cost
@@ -63,6 +66,19 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Whether malloc is a sanitizer's in this build (GCC defines the first two,
+ * Clang answers __has_feature). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MALLOC_IS_SANITIZERS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define MALLOC_IS_SANITIZERS 1
+#endif
+#endif
+#ifndef MALLOC_IS_SANITIZERS
+#define MALLOC_IS_SANITIZERS 0
+#endif
 
 #include "bench.h"
 
@@ -499,14 +515,23 @@ static const point *point_at(const series *s, uint64_t n) {
   return NULL;
 }
 
-/* "1202 ns (12%)": the median and the spread (max - min) / median, or the
- * median alone with one round; "-" where there is no figure. */
+/* Nanoseconds to three significant digits and a unit, at most 7 characters:
+ * "83 ns", "999 ns", "1.20 us", "47.3 us", "123 ms", "1.05 s". */
+static int time_3(double ns, char *buf, size_t len) {
+  static const char *const unit[] = {"ns", "us", "ms", "s"};
+  int u = 0;
+  while (u < 3 && ns >= 999.5) ns /= 1e3, u++;
+  int decimals = u == 0 || ns >= 99.95 ? 0 : ns >= 9.995 ? 1 : 2;
+  return snprintf(buf, len, "%.*f %s", decimals, ns, unit[u]);
+}
+
+/* "1.20 us (12%)": the median and the spread (max - min) / median, or the
+ * median alone with one round; "-" where there is no figure. At most 14
+ * characters: six columns and N fit in 100. */
 static const char *cell(const point *p, int m, char *buf, size_t len) {
   if (!p || isnan(p->v[m][0])) return snprintf(buf, len, "-"), buf;
   double v = p->v[m][0];
-  int k = v < 10000 ? snprintf(buf, len, "%.0f ns", v)
-          : v < 1e6 ? snprintf(buf, len, "%.1f us", v / 1e3)
-                    : snprintf(buf, len, "%.2f ms", v / 1e6);
+  int k = time_3(v, buf, len);
   if (p->rounds > 1 && k > 0 && (size_t)k < len) {
     double spread = v > 0 ? 100 * (p->v[m][2] - p->v[m][1]) / v : 0;
     if (spread < 999.5)
@@ -543,6 +568,8 @@ static void print_floor(const series *sv, size_t nsv, const uint64_t *ns, size_t
   size_t g[NPATTERNS], ng = 0;
   for (size_t i = 0; i < nsv; i++)
     if (sv[i].mode == GLIBC) g[ng++] = i;
+  if (!ng && MALLOC_IS_SANITIZERS)
+    printf("\nthe floor: not measured, malloc is the sanitizer's in this build, not the C library's\n");
   if (!ng) return;
   static const char *const what[3] = {"alloc", "free", "reuse"};
   printf("\nthe floor: the C library's malloc/free, the same patterns and N, CPU time per call:\n%-8s",
@@ -739,8 +766,9 @@ int cmd_scale(int argc, char **argv) {
   unsigned long long max_n = 1000000, capacity_mb = 4194304;
   double budget = 180;
   int rounds = 5;
-  const char *mode_list = "native,expandable,pytorch,glibc", *pattern_list = "4k,mixed",
-             *out = "bench/results", *backend = "sim";
+  const char *mode_list =
+                 MALLOC_IS_SANITIZERS ? "native,expandable,pytorch" : "native,expandable,pytorch,glibc",
+             *pattern_list = "4k,mixed", *out = "bench/results", *backend = "sim";
   for (int i = 0; i < argc; i++) {
     char *end = NULL;
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -764,6 +792,11 @@ int cmd_scale(int argc, char **argv) {
       if (*end || capacity_mb < 2) return fprintf(stderr, "ga-bench scale: --capacity-mb must be >= 2\n"), 2;
     } else if (!strcmp(argv[i], "--modes")) {
       if (list_ok(v, mode_names, NMODES, "--modes")) return 2;
+      if (MALLOC_IS_SANITIZERS && in_list(v, "glibc"))
+        return fprintf(stderr,
+                       "ga-bench scale: --modes glibc: malloc is the sanitizer's in this build, not the "
+                       "C library's\n"),
+               2;
       mode_list = v;
     } else if (!strcmp(argv[i], "--patterns")) {
       if (list_ok(v, patterns, NPATTERNS, "--patterns")) return 2;

@@ -1,32 +1,55 @@
 #!/bin/sh
-# bench_scale.sh GA_BENCH OUTDIR: ga-bench scale measures every series at
-# each N and writes its table, CSV, command and plot; a series over its time
-# budget stops and says so instead of holding the run up. Each figure is the
-# median of --rounds measurements with their minimum and maximum; the glibc
-# series (the C library's malloc/free) give the floor.
+# bench_scale.sh GA_BENCH OUTDIR MALLOC: ga-bench scale measures every series
+# at each N and writes its table, CSV, command and plot; a series over its
+# time budget stops and says so instead of holding the run up. Each figure is
+# the median of --rounds measurements with their minimum and maximum; the
+# glibc series (the C library's malloc/free) give the floor. MALLOC is libc,
+# or sanitizer where the build's malloc is a sanitizer's: then there is no
+# floor to measure, the glibc series are left out and refused by name.
 set -eu
 bench=$1
 dir=$2
+malloc=$3
 rm -rf "$dir"
 fail() {
   echo "bench_scale: $*" >&2
   exit 1
 }
+case $malloc in
+libc)
+  floor="the floor: the C library's malloc/free"
+  glibc_series="glibc 4k,glibc mixed"
+  ;;
+sanitizer)
+  floor="the floor: not measured, malloc is the sanitizer's in this build"
+  glibc_series=
+  msg="--modes glibc: malloc is the sanitizer's in this build, not the C library's"
+  got=$("$bench" scale --modes native,glibc --out "$dir/refused" 2>&1) && fail "--modes glibc accepted: $got"
+  printf '%s\n' "$got" | grep -qF "$msg" || fail "--modes glibc refused without '$msg': $got"
+  ;;
+*) fail "MALLOC must be libc or sanitizer, not '$malloc'" ;;
+esac
 out=$("$bench" scale --max-n 3000 --budget-s 60 --rounds 3 --out "$dir/full" 2>/dev/null)
 for title in "allocation of a fresh block" "free of a random live block" "allocation right after those frees" \
   "ga_empty_cache right after 16 random frees" "a request refused after the whole retry ladder" \
-  "the floor: the C library's malloc/free" "each cell the median of 3 rounds"; do
-  printf '%s\n' "$out" | grep -q "$title" || fail "no table '$title' in: $out"
+  "$floor" "each cell the median of 3 rounds"; do
+  printf '%s\n' "$out" | grep -qF "$title" || fail "no table '$title' in: $out"
 done
-# Cells are a median and its spread over the rounds: "412 ns (12%)".
+# Cells are a median to three digits and its spread over the rounds:
+# "412 ns (12%)", "1.20 us (3%)".
 printf '%s\n' "$out" | grep -Eq '^3000 +[0-9.]+ (ns|us|ms) \([0-9]+%\)' || fail "no median (spread) cells in: $out"
+printf '%s\n' "$out" | grep -Eq '^(1000|3000) .*[0-9]{4}|[0-9]\.[0-9]{3}' &&
+  fail "a cell with more than three digits in: $out"
 csv="$dir/full/scale.csv"
 want=series,mode,conf,pattern,n_live,ops,rounds
 for m in alloc_ns free_ns reuse_ns empty_cache_ns refused_ns; do want="$want,$m,${m}_min,${m}_max"; done
 want="$want,cpu_s,status"
 [ "$(head -1 "$csv")" = "$want" ] || fail "bad header in $csv: $(head -1 "$csv")"
+series="native 4k,expandable 4k,pytorch 4k,native mixed,expandable mixed,pytorch mixed${glibc_series:+,$glibc_series}"
+want_rows=$(($(printf '%s\n' "$series" | tr ',' '\n' | wc -l) * 2))
 rows=$(grep -c ',"done"$' "$csv")
-[ "$rows" -eq 16 ] || fail "$rows rows done in $csv, want 8 series x 2 points"
+[ "$rows" -eq "$want_rows" ] || fail "$rows rows done in $csv, want $want_rows (2 points for each of $series)"
+[ -n "$glibc_series" ] || ! grep -q '^glibc' "$csv" || fail "glibc rows under a sanitizer in $csv"
 # Every point: 3 rounds, every figure's minimum <= median <= maximum, the
 # allocator's five figures all present, the C library's last two empty
 # (quoted fields, which may hold commas, are blanked first).
@@ -39,9 +62,8 @@ sed 's/"[^"]*"/Q/g' "$csv" | awk -F, 'NR > 1 {
     else if (med == "" || lo + 0 > med + 0 || med + 0 > hi + 0 || lo + 0 <= 0) { print "figure " m ": " $0; bad = 1 }
   }
 } END { exit bad }' || fail "bad points in $csv"
-for series in "native 4k" "expandable 4k" "pytorch 4k" "glibc 4k" "native mixed" "expandable mixed" "pytorch mixed" \
-  "glibc mixed"; do
-  grep -q "^$series,.*,3000,[0-9]*,3,[0-9]" "$csv" || fail "no point at 3000 for $series"
+printf '%s\n' "$series" | tr ',' '\n' | while read -r one; do
+  grep -q "^$one,.*,3000,[0-9]*,3,[0-9]" "$csv" || fail "no point at 3000 for $one"
 done
 grep -q 'ga-bench.* scale --max-n 3000' "$dir/full/scale.cmd" || fail "scale.cmd: $(cat "$dir/full/scale.cmd")"
 head -c 200 "$dir/full/scale.svg" | grep -q '^<svg' || fail "scale.svg is not an SVG"
