@@ -11,9 +11,14 @@ as bench/run.sh does) with `ga-bench replay ... --json` under three
 configurations: the default (expandable_segments:True, the default policy),
 PyTorch's policy (expandable_segments:True,expandable_policy:pytorch) and
 native (""). Each round is one `ga-bench replay` per set of traces with the
-three configurations, so they
-alternate trace by trace; the order of the configurations turns by one each
-round. R rounds (default 5). The figure is cpu_ns_per_alloc_free, the
+three configurations, so they alternate trace by trace. Round k takes the k-th
+of the 6 orders of the three (itertools.permutations, cycling), so over any 6
+rounds in a row each configuration is first, second and third twice each and
+runs directly after each of the other two twice. Before them, every trace is replayed
+once more under the round's first configuration (named "warmup") and that
+replay is thrown away, so no measured replay is the first of its process or of
+its trace (those run cold). R rounds (default 5; a multiple of 6 balances the
+orders exactly). The figure is cpu_ns_per_alloc_free, the
 replaying thread's CPU time (CLOCK_THREAD_CPUTIME_ID) over the allocations,
 the simulated device's own bookkeeping included.
 
@@ -26,6 +31,7 @@ GA_SHARED_DIR/traces when it exists, else the repository's traces/).
 --json prints one JSON line per trace instead.
 """
 import argparse
+import itertools
 import json
 import math
 import os
@@ -39,6 +45,15 @@ CONFS = [
     ("pytorch", "expandable_segments:True,expandable_policy:pytorch"),
     ("native", ""),
 ]
+ORDERS = list(itertools.permutations(CONFS))
+WARMUP = "warmup"
+
+
+def round_confs(k):
+    """The --conf list of round k (from 0): the discarded warm-up, then the
+    k-th order of the three configurations."""
+    order = list(ORDERS[k % len(ORDERS)])
+    return [(WARMUP, order[0][1])] + order
 
 
 def trace_root(arg):
@@ -63,6 +78,8 @@ def replay(bench, paths, size_scale, confs):
         try:
             o = json.loads(line)
         except ValueError:
+            continue
+        if o["config"] == WARMUP:
             continue
         name = os.path.basename(o["trace"]) + (" x%d" % size_scale if size_scale != 1 else "")
         out.setdefault(name, {})[o["config"]] = o["cpu_ns_per_alloc_free"]
@@ -93,7 +110,7 @@ def main(argv):
     samples = {}  # trace -> config -> [ns per round]
     order = []
     for k in range(a.rounds):
-        confs = CONFS[k % len(CONFS):] + CONFS[:k % len(CONFS)]
+        confs = round_confs(k)
         for paths, scale in sets:
             for trace, by_conf in replay(a.bench, paths, scale, confs).items():
                 if trace not in samples:

@@ -1,7 +1,9 @@
 """bench/tools/replay_cpu.py: per trace, the median CPU time per
 allocate+free of the default, PyTorch's policy and native over the rounds,
 the ratio default / PyTorch's policy, the geometric mean and the worst
-trace, on traces made here (no real trace needed)."""
+trace, on traces made here (no real trace needed); and, through a stand-in
+for ga-bench, that the rounds cycle through all six orders of the three
+configurations and that each call's cold first replay is thrown away."""
 import json
 import math
 import os
@@ -74,6 +76,89 @@ class ReplayCpu(unittest.TestCase):
         self.assertIn("worst: %s %.3f" % (worst, ratios[worst]), out)
         above = sum(1 for v in ratios.values() if v > 1.0)
         self.assertIn("above 1.0: %d of 2" % above, out)
+
+
+# A stand-in for ga-bench: it logs each call's configurations (name and
+# string, in order) and answers every replay with a fixed time per
+# configuration, except that the first replay of each trace in a call, the
+# cold one, takes far longer.
+STANDIN = r'''#!/usr/bin/env python3
+import json, sys
+args, paths, confs, scale = sys.argv[2:], [], [], 1
+i = 0
+while i < len(args):
+    if args[i] == "--conf":
+        confs.append(args[i + 1].split("=", 1)); i += 2
+    elif args[i] == "--size-scale":
+        scale = int(args[i + 1]); i += 2
+    elif args[i].startswith("--"):
+        i += 1
+    else:
+        paths.append(args[i]); i += 1
+with open(%r, "a") as f:
+    f.write(json.dumps(confs) + "\n")
+warm = {"default": 200.0, "pytorch": 250.0, "native": 100.0}
+for p in paths:
+    for c, (name, conf) in enumerate(confs):
+        ns = 1e6 if c == 0 else warm.get(name, 1.0)
+        print(json.dumps({"trace": p, "config": name, "cpu_ns_per_alloc_free": ns}))
+'''
+
+
+class ReplayCpuOrder(unittest.TestCase):
+    """The order of the configurations and the discarded warm-up, seen
+    through a stand-in for ga-bench."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.log = os.path.join(self.dir.name, "calls.log")
+        self.bench = os.path.join(self.dir.name, "ga-bench")
+        with open(self.bench, "w") as f:
+            f.write(STANDIN % self.log)
+        os.chmod(self.bench, 0o755)
+        self.paths = []
+        for name in ("one.csv", "two.csv"):
+            p = os.path.join(self.dir.name, name)
+            with open(p, "w") as f:
+                f.write(trace(10))
+            self.paths.append(p)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def run_tool(self, rounds):
+        r = subprocess.run([sys.executable, TOOL, "--bench", self.bench, "--rounds", str(rounds), "--json"] +
+                           self.paths, capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.log) as f:
+            calls = [json.loads(line) for line in f]
+        return [json.loads(line) for line in r.stdout.splitlines()], calls
+
+    def test_six_rounds_put_each_configuration_in_each_position_twice(self):
+        _, calls = self.run_tool(6)
+        self.assertEqual(len(calls), 12)  # one call per trace given, per round
+        for k in range(6):
+            self.assertEqual(calls[2 * k], calls[2 * k + 1])  # every call of a round has its order
+        rounds = calls[::2]
+        orders = [tuple(name for name, _ in c if name != "warmup") for c in rounds]
+        self.assertEqual(len(set(orders)), 6, orders)  # all six orders, none twice
+        for name in ("default", "pytorch", "native"):
+            self.assertEqual([sum(o[pos] == name for o in orders) for pos in range(3)], [2, 2, 2], orders)
+        after = sum(1 for o in orders for i in range(2) if o[i] == "default" and o[i + 1] == "pytorch")
+        self.assertEqual(after, 2, orders)  # PyTorch's policy directly after the default in 2 rounds of 6
+        for c in rounds:  # first, a warm-up under the round's first configuration
+            self.assertEqual(len(c), 4, c)
+            self.assertEqual(c[0][0], "warmup")
+            self.assertEqual(c[0][1], c[1][1])
+
+    def test_the_cold_warm_up_replay_is_not_counted(self):
+        rows, _ = self.run_tool(7)
+        self.assertEqual(sorted(r["trace"] for r in rows), ["one.csv", "two.csv"])
+        for r in rows:
+            self.assertEqual(r["cpu_ns_per_alloc_free"], {"default": 200.0, "pytorch": 250.0, "native": 100.0})
+            # no round measured a configuration cold: every per-round ratio is 200 / 250
+            self.assertAlmostEqual(r["ratio_min"], 0.8, places=12)
+            self.assertAlmostEqual(r["ratio_max"], 0.8, places=12)
 
 
 if __name__ == "__main__":
