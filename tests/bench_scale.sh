@@ -25,7 +25,7 @@ sanitizer)
   glibc_series=
   msg="--modes glibc: malloc is the sanitizer's in this build, not the C library's"
   got=$("$bench" scale --modes native,glibc --out "$dir/refused" 2>&1) && fail "--modes glibc accepted: $got"
-  printf '%s\n' "$got" | grep -qF "$msg" || fail "--modes glibc refused without '$msg': $got"
+  printf '%s\n' "$got" | grep -qF -- "$msg" || fail "--modes glibc refused without '$msg': $got"
   ;;
 *) fail "MALLOC must be libc or sanitizer, not '$malloc'" ;;
 esac
@@ -33,7 +33,7 @@ out=$("$bench" scale --max-n 3000 --budget-s 60 --rounds 3 --out "$dir/full" 2>/
 for title in "allocation of a fresh block" "free of a random live block" "allocation right after those frees" \
   "ga_empty_cache right after 16 random frees" "a request refused after the whole retry ladder" \
   "$floor" "each cell the median of 3 rounds"; do
-  printf '%s\n' "$out" | grep -qF "$title" || fail "no table '$title' in: $out"
+  printf '%s\n' "$out" | grep -qF -- "$title" || fail "no table '$title' in: $out"
 done
 # Cells are a median to three digits and its spread over the rounds:
 # "412 ns (12%)", "1.20 us (3%)".
