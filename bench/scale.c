@@ -525,9 +525,10 @@ static int time_3(double ns, char *buf, size_t len) {
   return snprintf(buf, len, "%.*f %s", decimals, ns, unit[u]);
 }
 
-/* "1.20 us (12%)": the median and the spread (max - min) / median, or the
- * median alone with one round; "-" where there is no figure. At most 14
- * characters: six columns and N fit in 100. */
+/* "1.20 us (12%)": the median and the spread (max - min) / median, "(>10x)"
+ * from 999.5 %, or the median alone with one round; "-" where there is no
+ * figure. At most 14 characters ("45.7 us (999%)", "45.7 us (>10x)"): six
+ * columns and N fit in 100. */
 static const char *cell(const point *p, int m, char *buf, size_t len) {
   if (!p || isnan(p->v[m][0])) return snprintf(buf, len, "-"), buf;
   double v = p->v[m][0];
@@ -537,7 +538,7 @@ static const char *cell(const point *p, int m, char *buf, size_t len) {
     if (spread < 999.5)
       snprintf(buf + k, len - (size_t)k, " (%.0f%%)", spread);
     else
-      snprintf(buf + k, len - (size_t)k, " (>999%%)");
+      snprintf(buf + k, len - (size_t)k, " (>10x)");
   }
   return buf;
 }
