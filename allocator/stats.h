@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "debug.h"
 #include "gardenalloc.h"
 #include "text.h"
 
@@ -21,6 +22,7 @@ static inline void ga_stat_add(ga_stat_t *stat, int64_t delta) {
   } else {
     stat->freed -= delta;
   }
+  GA_ASSERT(stat->current >= 0); /* nothing is freed that was not counted in */
 }
 /* Known-sign variants, for the hot path. */
 static inline void ga_stat_inc(ga_stat_t *stat, uint64_t d) {
@@ -31,6 +33,7 @@ static inline void ga_stat_inc(ga_stat_t *stat, uint64_t d) {
 static inline void ga_stat_dec(ga_stat_t *stat, uint64_t d) {
   stat->current -= (int64_t)d;
   stat->freed += (int64_t)d;
+  GA_ASSERT(stat->current >= 0);
 }
 _Static_assert(GA_POOL_SMALL + GA_CLASS_SMALL == 1 && GA_POOL_SMALL + GA_CLASS_LARGE == GA_POOL_LARGE,
                "the statistics index of a size class is GA_POOL_SMALL + the class");

@@ -358,6 +358,29 @@ Test(badinput, a_locked_function_under_another_threads_lock_aborts, .signal = SI
   cr_assert_eq(pthread_join(t, NULL), 0); /* it exits holding the lock */
   ga_free_locked(fx_a, NULL);
 }
+
+/* Postconditions: a statistic never goes below 0 (stats.h). */
+Test(badinput, a_statistic_below_zero_aborts, .signal = SIGABRT) {
+  ga_stat_t stat = {0};
+  ga_stat_inc(&stat, 512);
+  ga_stat_dec(&stat, 512); /* back to 0: fine */
+  ga_stat_dec(&stat, 1);
+}
+
+/* Postconditions: blocks tile their segment after an absorb (tiles.c). Two
+ * allocations in one small segment, the free rest after them; the rest's
+ * address is made wrong by 512 bytes, so the first block absorbing the
+ * second no longer ends where the rest begins. */
+Test(badinput, an_absorb_that_breaks_the_tiling_aborts, .signal = SIGABRT) {
+  fx_open(NULL, GiB);
+  void *p = fx_alloc(512 * KiB), *q = fx_alloc(512 * KiB);
+  ga_lock_acquire(&fx_a->mu);
+  ga_block *b = ga_blockmap_get(&fx_a->pol.map, (uintptr_t)p);
+  cr_assert(b && b->next && b->next->ptr == (uintptr_t)q && b->next->next,
+            "p, q and a free rest, in that order");
+  b->next->next->ptr += 512;
+  ga_tiles_absorb_next_locked(&fx_a->space, b);
+}
 #endif
 
 /* ga_check_locked run between ga_free and the next call (as the expensive

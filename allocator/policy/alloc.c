@@ -66,6 +66,8 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int size
   size_t max_split = a->cfg.max_split_size;
   if (size < max_split && b->size >= max_split) return NULL;
   if (size >= max_split && b->size - size >= a->cfg.max_non_split_rounding) return NULL;
+  GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree && b->stream == stream && b->size >= size &&
+            b->size_class == size_class);
   return b; /* still in its tree: hand_out updates the tree once */
 }
 
@@ -80,6 +82,7 @@ static ga_block *get_free_native(ga_allocator_t *a, ga_free_tree *trees, int siz
     if (b->seg->expandable) continue;
     if (size < max_split && b->size >= max_split) return NULL;
     if (size >= max_split && b->size - size >= a->cfg.max_non_split_rounding) return NULL;
+    GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree && b->size >= size && !b->seg->expandable);
     return b;
   }
   return NULL;
@@ -94,7 +97,11 @@ static int alloc_block(ga_allocator_t *a, ga_request *r, int retry) {
     return GA_DEV_EOOM;
   }
   r->limit_refused = 0;
-  return ga_native_new_locked(&a->space, r->alloc_size, r->size_class, r->stream, &r->block);
+  int rc = ga_native_new_locked(&a->space, r->alloc_size, r->size_class, r->stream, &r->block);
+  GA_ASSERT(rc ||
+            (r->block->state == GA_BLOCK_FREE && !r->block->in_tree && r->block->size == r->alloc_size &&
+             !r->block->seg->expandable && r->block->stream == r->stream));
+  return rc;
 }
 
 static ga_status_t device_error(ga_allocator_t *a, const char *what, ga_err rc) {
@@ -240,6 +247,9 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
       return device_error(a, "entering the relaxed capture mode", rc);
     rc = expandable ? grow_expandable(a, &req) : grow_native(a, &req);
     b = req.block;
+    /* The ladder's promise (ga_request.block) */
+    GA_ASSERT(rc || (b->state == GA_BLOCK_FREE && !b->in_tree && b->size >= rounded &&
+                     b->size_class == size_class && b->stream == stream));
     if (!rc && priv && !expandable) { /* a new native segment joins the pool */
       b->seg->priv = priv;
       ga_private_segment_new_locked(a, priv);
@@ -261,6 +271,7 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
       ga_block_to_free_tree_locked(a, b);
     return ga_fail(GA_DEV_ENOMEM, "ga_malloc", NULL, "for bookkeeping (%zu bytes asked)", size);
   }
+  GA_ASSERT(ga_blockmap_get(&a->pol.map, got->ptr) == got);
   *out = (void *)got->ptr;
   return GA_OK;
 }

@@ -37,6 +37,7 @@ void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
   ga_free_tree *p = &ga_trees_of(a, b)[b->size_class];
   if (becomes_free(p, b)) ga_hot_split(&a->stats, &a->hot, b->size_class, 1, (int64_t)b->size);
   ga_free_tree_insert(p, b);
+  GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree);
 }
 
 void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
@@ -46,6 +47,7 @@ void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
     ga_hot_split(&a->stats, &a->hot, b->size_class, -1, -(int64_t)b->size);
     b->counted_split = 0;
   }
+  GA_ASSERT(!b->in_tree && !b->counted_split);
 }
 
 /* x is in its free tree under (xsize, xptr); y (x itself, changed, or a
@@ -64,6 +66,7 @@ static void retree(ga_allocator_t *a, ga_block *x, size_t xsize, uintptr_t xptr,
   int64_t bytes = (counted ? (int64_t)y->size : 0) - (was ? (int64_t)xsize : 0) - (int64_t)removed_bytes;
   if (n | bytes) ga_hot_split(&a->stats, &a->hot, y->size_class, n, bytes);
   ga_free_tree_rekey(p, x, xsize, xptr, y);
+  GA_ASSERT(y->in_tree && (x == y || !x->in_tree));
 }
 
 /* ---- Hand out and take back ---- */
@@ -95,8 +98,21 @@ static ga_block *handed(ga_allocator_t *a, ga_block *b, size_t size) {
   return b;
 }
 
+/* What ga_block_hand_out_locked promises: the block handed out is ALLOCATED
+ * for `size` bytes, at least `rounded` long and within what b covered, in no
+ * tree; the remainder of a split (its address neighbour) is FREE in its tree. */
+static int handed_out_well(const ga_block *got, const ga_block *rest, size_t size, size_t rounded,
+                           uintptr_t lo, uintptr_t hi) {
+  return got->state == GA_BLOCK_ALLOCATED && got->requested == size && got->size >= rounded &&
+         size <= rounded && !got->in_tree && got->ptr >= lo && got->ptr + got->size <= hi &&
+         (!rest ||
+          (rest->state == GA_BLOCK_FREE && rest->in_tree && (rest == got->prev || rest == got->next)));
+}
+
 ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded, int in_tree) {
   GA_ASSERT_LOCKED(a);
+  GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree == (in_tree != 0) && b->size >= rounded);
+  uintptr_t lo = b->ptr, hi = b->ptr + b->size; /* for the postcondition */
   if (ga_blockmap_reserve(&a->pol.map)) return NULL;
   if (should_split(a, b, rounded)) {
     int back = take_back(a, b, rounded);
@@ -113,15 +129,24 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
       retree(a, back ? rest : b, bsize, back ? rest->ptr : b->ptr, rest, 0, 0);
     else
       ga_block_to_free_tree_locked(a, rest);
+    handed(a, b, size);
+    GA_ASSERT(handed_out_well(b, rest, size, rounded, lo, hi));
+    return b;
   } else if (in_tree) {
     ga_block_from_free_tree_locked(a, b);
   }
-  return handed(a, b, size);
+  handed(a, b, size);
+  GA_ASSERT(handed_out_well(b, NULL, size, rounded, lo, hi));
+  return b;
 }
 
 /* m, just freed or grown, touches unmapped space: the runs that growth
- * looks for hold more now (the segment layer's unmapped index). */
+ * looks for hold more now (the segment layer's unmapped index). m is what
+ * merge_insert promises: FREE in its tree, with no FREE address neighbour
+ * (the merge is whole). */
 static ga_block *touched(ga_block *m) {
+  GA_ASSERT(m->state == GA_BLOCK_FREE && m->in_tree && (!m->prev || m->prev->state != GA_BLOCK_FREE) &&
+            (!m->next || m->next->state != GA_BLOCK_FREE));
   if ((m->next && m->next->state == GA_BLOCK_UNMAPPED) || (m->prev && m->prev->state == GA_BLOCK_UNMAPPED))
     ga_unmapped_touch_locked(m);
   return m;
@@ -162,6 +187,7 @@ static ga_block *merge_insert(ga_allocator_t *a, ga_block *b) {
 
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b) {
   GA_ASSERT_LOCKED(a);
+  GA_ASSERT((b->state == GA_BLOCK_ALLOCATED || b->state == GA_BLOCK_PENDING) && !b->in_tree);
   size_t size = b->size, requested = b->requested;
   int size_class = b->size_class;
   b->free_seq = ++a->pol.streams.free_clock;

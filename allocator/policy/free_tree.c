@@ -153,15 +153,17 @@ void ga_free_tree_insert(ga_free_tree *p, ga_block *b) {
   b->in_tree = 1;
   insert_marked(p, b, tally(p, b, b->ptr, b->size, 1));
   p->count++;
+  GA_ASSERT(p->bytes >= b->size && p->whole_bytes <= p->bytes && p->stranded <= p->bytes);
 }
 
 void ga_free_tree_remove(ga_free_tree *p, ga_block *b) {
-  GA_ASSERT(b->in_tree);
+  GA_ASSERT(b->in_tree && p->count > 0 && p->bytes >= b->size);
   b->in_tree = 0;
   p->root = remove_node(p->root, b);
   b->left = b->right = NULL;
   (void)tally(p, b, b->ptr, b->size, 0);
   p->count--;
+  GA_ASSERT(p->whole_bytes <= p->bytes && p->stranded <= p->bytes && (p->count || !p->bytes));
 }
 
 /* x sits in the tree under the key (x->stream, xsize, xptr), which x itself
@@ -228,7 +230,10 @@ static ga_block *lower_bound(const ga_free_tree *p, ga_stream_t stream, size_t s
 }
 
 ga_block *ga_free_tree_lower_bound(const ga_free_tree *p, ga_stream_t stream, size_t size) {
-  return lower_bound(p, stream, size, 0, 0);
+  ga_block *b = lower_bound(p, stream, size, 0, 0);
+  /* Tree order is (stream, size, ...): the first of the stream at least size long, or a later stream's. */
+  GA_ASSERT(!b || (b->in_tree && (b->stream != stream || b->size >= size)));
+  return b;
 }
 
 ga_block *ga_free_tree_at(const ga_free_tree *p, ga_stream_t stream, size_t size, uint32_t tie,

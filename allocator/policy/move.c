@@ -400,6 +400,12 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
   }
   /* A failed release keeps the page cached; PyTorch keeps no page cache. */
   (void)ga_pages_release_locked(&a->space, pytorch ? 0 : a->cfg.expandable_cache_max);
+  /* The header's promise: a FREE block of at least `size` bytes in no tree,
+   * of an expandable segment of r's pool and stream, starting where the run
+   * did. */
+  GA_ASSERT(run->state == GA_BLOCK_FREE && !run->in_tree && run->size >= size && run->ptr == lo &&
+            run->seg->expandable && run->seg->priv == r->priv && run->size_class == r->size_class &&
+            run->stream == r->stream);
   return 0;
 }
 

@@ -145,6 +145,18 @@ int ga_reclaim_oversize_locked(ga_allocator_t *a, int size_class, ga_stream_t st
  * everything else goes back in the relaxed capture mode, and what was left
  * is flushed when the capture ends (flush_deferred). */
 
+/* reclaim_all's promise, which collect_unsplit's shortcut (least_native)
+ * must keep: no unsplit FREE block of a native segment is left in the
+ * general trees. */
+static int is_whole_native(ga_block *b, void *arg) {
+  (void)arg;
+  return !ga_tiles_is_split(b) && !b->seg->expandable;
+}
+static int no_whole_native(const ga_allocator_t *a) {
+  return !ga_free_tree_walk(&a->pol.trees[GA_CLASS_SMALL], is_whole_native, NULL) &&
+         !ga_free_tree_walk(&a->pol.trees[GA_CLASS_LARGE], is_whole_native, NULL);
+}
+
 static int reclaim_all(ga_allocator_t *a) {
   int rc_sync = 0, rc = 0;
   if (!a->pol.capture.routing)
@@ -158,6 +170,7 @@ static int reclaim_all(ga_allocator_t *a) {
     free(l.v);
     if (l.oom && !rc) rc = GA_DEV_ENOMEM;
   }
+  GA_ASSERT(rc || no_whole_native(a));
   if (!rc) rc = ga_reclaim_expandable_locked(a, NULL);
   /* Released private pools: their free native segments. */
   for (ga_private *priv = a->pol.capture.privates, *next; priv && !rc; priv = next) {

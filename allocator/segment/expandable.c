@@ -93,6 +93,8 @@ int ga_expandable_new_locked(ga_space *sp, struct ga_private *priv, int size_cla
                       .priv = priv};
   ga_tiles_segment_open_locked(sp, seg, b, GA_BLOCK_UNMAPPED);
   *out = seg;
+  GA_ASSERT(seg->head == b && b->state == GA_BLOCK_UNMAPPED && !b->next && b->size == size &&
+            size >= min_size && size % g == 0);
   return 0;
 }
 
@@ -338,6 +340,8 @@ int ga_expandable_map_locked(ga_space *sp, ga_block *run, uintptr_t hi, int exte
     if (rc) return rc;
     b = b->next;
   }
+  /* The header's promise: run is one FREE block reaching at least hi, in no tree. */
+  GA_ASSERT(run->state == GA_BLOCK_FREE && !run->in_tree && run->ptr + run->size >= hi);
   return 0;
 }
 
@@ -410,7 +414,12 @@ int ga_expandable_unmap_locked(ga_space *sp, ga_block *b, size_t g0, size_t g1, 
   int left = mid->prev && mid->prev->state != GA_BLOCK_UNMAPPED;
   int right = mid->next && mid->next->state != GA_BLOCK_UNMAPPED;
   ga_pstat_add(sp->stats->segment, seg->size_class, left + right - 1);
-  (void)ga_tiles_merge_unmapped_locked(sp, mid);
+  ga_block *u = ga_tiles_merge_unmapped_locked(sp, mid);
+  /* The header's promise: [FREE front][UNMAPPED middle][FREE back], the
+   * outer parts in no tree, the middle holding granules [g0, g1). */
+  GA_ASSERT((!*front || ((*front)->state == GA_BLOCK_FREE && !(*front)->in_tree && (*front)->next == u)) &&
+            (!*back || ((*back)->state == GA_BLOCK_FREE && !(*back)->in_tree && (*back)->prev == u)) &&
+            u->ptr <= g0 * g && u->ptr + u->size >= g1 * g);
   return 0;
 }
 

@@ -40,6 +40,9 @@ int ga_native_new_locked(ga_space *sp, size_t size, int size_class, ga_stream_t 
   account(sp, seg, +1);
   ga_space_history_locked(sp, GA_H_SEGMENT_ALLOC, seg->base, size, stream);
   *out = b;
+  GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree && b->seg == seg && seg->head == b && !b->prev &&
+            !b->next && b->ptr == seg->base && b->size == size && b->size_class == size_class &&
+            b->stream == stream);
   return 0;
 }
 

@@ -80,6 +80,15 @@ static int handle_release(ga_space *sp, ga_handle *h) {
   return 0;
 }
 
+/* ga_pages_release_locked's promise: the cache holds at most `keep` bytes,
+ * or every handle left has a granule mapped. */
+static int released(const ga_space *sp, size_t keep) {
+  if (sp->ncache * sp->gran <= keep) return 1;
+  for (const ga_handle *h = sp->handles; h; h = h->next)
+    if (!h->nmapped) return 0;
+  return 1;
+}
+
 int ga_pages_release_locked(ga_space *sp, size_t keep) {
   GA_ASSERT_SPACE_LOCKED(sp);
   for (ga_handle *h = sp->handles, *next; h && sp->ncache * sp->gran > keep; h = next) {
@@ -88,6 +97,7 @@ int ga_pages_release_locked(ga_space *sp, size_t keep) {
     int rc = handle_release(sp, h);
     if (rc) return rc;
   }
+  GA_ASSERT(released(sp, keep));
   return 0;
 }
 

@@ -46,6 +46,15 @@ int ga_tiles_reserve_locked(ga_space *sp, int n) {
 
 /* ---- Tiling ---- */
 
+/* b and its address neighbours tile their segment: each begins where the one
+ * before ends, the links agree both ways, all in one segment (the rule every
+ * function here keeps). */
+static int tiled(const ga_block *b) {
+  const ga_block *p = b->prev, *n = b->next;
+  return b->size > 0 && (!p || (p->next == b && p->seg == b->seg && p->ptr + p->size == b->ptr)) &&
+         (!n || (n->prev == b && n->seg == b->seg && b->ptr + b->size == n->ptr));
+}
+
 ga_block *ga_tiles_split_locked(ga_space *sp, ga_block *b, size_t at) {
   GA_ASSERT_SPACE_LOCKED(sp);
   GA_ASSERT(at > 0 && at < b->size);
@@ -64,6 +73,7 @@ ga_block *ga_tiles_split_locked(ga_space *sp, ga_block *b, size_t at) {
   if (b->next) b->next->prev = rest;
   b->next = rest;
   b->size = at;
+  GA_ASSERT(tiled(b) && tiled(rest) && rest->state == b->state && rest->stream == b->stream);
   return rest;
 }
 
@@ -80,6 +90,7 @@ void ga_tiles_absorb_next_locked(ga_space *sp, ga_block *x) {
   GA_ASSERT_SPACE_LOCKED(sp);
   x->size += x->next->size;
   ga_tiles_delete_locked(sp, ga_tiles_unlink_next(x));
+  GA_ASSERT(tiled(x));
 }
 
 ga_block *ga_tiles_merge_unmapped_locked(ga_space *sp, ga_block *b) {
@@ -95,6 +106,8 @@ ga_block *ga_tiles_merge_unmapped_locked(ga_space *sp, ga_block *b) {
     ga_tiles_absorb_next_locked(sp, b);
   }
   ga_unmapped_add_locked(b);
+  GA_ASSERT(tiled(b) && (!b->prev || b->prev->state != GA_BLOCK_UNMAPPED) &&
+            (!b->next || b->next->state != GA_BLOCK_UNMAPPED));
   return b;
 }
 
@@ -110,6 +123,8 @@ ga_block *ga_tiles_merge_free_locked(ga_space *sp, ga_block *b) {
     GA_ASSERT(!b->next->in_tree);
     ga_tiles_absorb_next_locked(sp, b);
   }
+  GA_ASSERT(b->state == GA_BLOCK_FREE && !b->in_tree && tiled(b) &&
+            (!b->prev || b->prev->state != GA_BLOCK_FREE) && (!b->next || b->next->state != GA_BLOCK_FREE));
   return b;
 }
 
