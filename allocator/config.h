@@ -45,7 +45,7 @@ typedef struct ga_config {
   double memory_fraction;         /* 1.0 = unlimited */
   size_t large_segment_size;      /* bytes */
   size_t expandable_page_size;    /* bytes; 0 = large_segment_size */
-  size_t expandable_cache_max;    /* bytes of unmapped pages kept for reuse */
+  size_t expandable_cache_max;    /* bytes of unmapped granules kept cached for reuse */
   size_t expandable_move_hold;    /* frees during which memory moved into a segment stays there */
   int expandable_move_when_full;  /* expandable_move_pages:when_full (the default) */
   int expandable_move_always;     /* expandable_move_pages:always (no settling) */
@@ -110,7 +110,8 @@ typedef struct ga_config {
     "expandable segments: size of the physical pages created for the large pool (the small pool uses 2 "     \
     "MiB; a page is at most the device's memory)")                                                           \
   X(expandable_cache_max_mb, "int MiB 0..2^40", "256", "gardenalloc",                                        \
-    "expandable segments: unmapped pages kept for reuse; beyond this they go back to the device")            \
+    "expandable segments: unmapped physical memory (granules of handles) kept cached for reuse; beyond "     \
+    "this, handles whose granules are all cached go back to the device")                                     \
   X(expandable_move_pages, "when_full|settle|always", "when_full", "gardenalloc",                            \
     "expandable segments: when to move free pages to where a range needs them instead of creating "          \
     "memory: when_full (PyTorch's placement and device calls until the device is full, then moves "          \
