@@ -12,7 +12,7 @@
 extern double ga_cost_us[GA_CALL_COUNT];
 extern double ga_cost_unit_us[GA_CALL_COUNT];
 /* Parses "kind=us[+unit_us],..." into the overrides. -1 with a message on error. */
-int cost_parse(const char *s, char *err, size_t errlen);
+int cost_parse(const char *spec, char *err, size_t errlen);
 /* Applies the overrides to the device of `a` when it is simulated. */
 void cost_apply(ga_allocator_t *a);
 /* Time spent in the device calls of `stats` (waits excluded), in milliseconds. */
@@ -52,8 +52,8 @@ void print_wrapped(FILE *f, const char *text, const char *indent);
 extern const char *bench_argv0;
 /* "cd DIR && ga-bench SUB ARGS...", each word quoted for a POSIX shell. */
 void bench_command(ga_strbuf *b, const char *sub, int argc, char **argv);
-/* Writes s as a JSON string (quotes included). */
-void json_string(FILE *f, const char *s);
+/* Writes str as a JSON string (quotes included). */
+void json_string(FILE *f, const char *str);
 /* Makes a folder and its parents. -1 with a message. */
 int mkdir_p(const char *path, char *err, size_t errlen);
 /* A result file written under a temporary name beside `path` and renamed

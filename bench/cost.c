@@ -28,10 +28,10 @@ static void cost_init(void) {
   done = 1;
 }
 
-int cost_parse(const char *s, char *err, size_t errlen) {
+int cost_parse(const char *spec, char *err, size_t errlen) {
   char buf[512];
   cost_init();
-  snprintf(buf, sizeof buf, "%s", s);
+  snprintf(buf, sizeof buf, "%s", spec);
   for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
     char *eq = strchr(item, '=');
     int k = -1;

@@ -63,11 +63,11 @@ static double now(void) {
 }
 
 /* "4096", "4k", "64KiB", "8m", "16 MiB": bytes, or 0 when malformed. */
-static size_t parse_bytes(const char *s, char *name, size_t namelen) {
+static size_t parse_bytes(const char *str, char *name, size_t namelen) {
   char *end;
   errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s || v == 0) return 0;
+  unsigned long long v = strtoull(str, &end, 10);
+  if (errno || end == str || v == 0) return 0;
   while (*end == ' ') end++;
   int shift = 0;
   switch (*end) {
@@ -552,17 +552,17 @@ static const char usage[] =
     "  pair), stacks with C stacks as well. --only SIZE --mode MODE [--libc]: one loop in the main\n"
     "  thread, no output (what --instructions runs under callgrind).\n";
 
-static int parse_list(const char *s, char items[][32], int max) {
+static int parse_list(const char *list, char items[][32], int max) {
   int n = 0;
-  while (*s && n < max) {
-    const char *e = strchr(s, ',');
-    size_t len = e ? (size_t)(e - s) : strlen(s);
+  while (*list && n < max) {
+    const char *e = strchr(list, ',');
+    size_t len = e ? (size_t)(e - list) : strlen(list);
     if (len == 0 || len >= 32) return -1;
-    memcpy(items[n], s, len);
+    memcpy(items[n], list, len);
     items[n++][len] = 0;
-    s += len + (e ? 1 : 0);
+    list += len + (e ? 1 : 0);
   }
-  return *s ? -1 : n;
+  return *list ? -1 : n;
 }
 
 int cmd_hotpath(int argc, char **argv) {

@@ -14,13 +14,13 @@
 
 /* ---- Paths ---- */
 
-static void add_path(paths *p, const char *s) {
+static void add_path(paths *p, const char *path) {
   if (p->n == p->cap) {
     p->cap = p->cap ? p->cap * 2 : 32;
     p->v = realloc(p->v, p->cap * sizeof *p->v);
     if (!p->v) exit(2);
   }
-  p->v[p->n++] = strdup(s);
+  p->v[p->n++] = strdup(path);
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -86,11 +86,11 @@ int input_load(const char *path, trace *t, char *err, size_t errlen) {
 
 /* ---- Configurations ---- */
 
-/* Is the n bytes at s a configuration key? */
-static int is_config_key(const char *s, size_t n) {
+/* Is the n bytes at key a configuration key? */
+static int is_config_key(const char *key, size_t n) {
   const char *name;
   for (int i = 0; ga_config_key(i, &name, NULL, NULL, NULL, NULL); i++)
-    if (strlen(name) == n && memcmp(name, s, n) == 0) return 1;
+    if (strlen(name) == n && memcmp(name, key, n) == 0) return 1;
   return 0;
 }
 

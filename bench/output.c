@@ -15,16 +15,16 @@
 
 /* ---- The command ---- */
 
-static void quote(ga_strbuf *b, const char *s) {
-  int plain = *s != 0;
-  for (const char *p = s; *p; p++)
+static void quote(ga_strbuf *b, const char *arg) {
+  int plain = *arg != 0;
+  for (const char *p = arg; *p; p++)
     if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./:,@%^", *p)) plain = 0;
   if (plain) {
-    strbuf_put(b, "%s", s);
+    strbuf_put(b, "%s", arg);
     return;
   }
   strbuf_put(b, "'");
-  for (const char *p = s; *p; p++)
+  for (const char *p = arg; *p; p++)
     if (*p == '\'')
       strbuf_put(b, "'\\''");
     else
@@ -50,9 +50,9 @@ void bench_command(ga_strbuf *b, const char *sub, int argc, char **argv) {
   }
 }
 
-void json_string(FILE *f, const char *s) {
+void json_string(FILE *f, const char *str) {
   fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+  for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
     if (*p == '"' || *p == '\\')
       fprintf(f, "\\%c", *p);
     else if (*p == '\n')

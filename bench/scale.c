@@ -309,11 +309,11 @@ static int round_release(run_state *r, double *te, double *to) {
     if (alloc_one(r)) return -1;
   for (int k = 0; k < RELEASE_K; k++)
     if (free_at(r, (size_t)(rng() % r->n))) return -1;
-  ga_stats_t s;
+  ga_stats_t stats;
   size_t free_b = 0, total = 0;
-  if (ga_stats(r->a, &s) != GA_OK || ga_mem_get_info(r->a, &free_b, &total) != GA_OK || !total)
+  if (ga_stats(r->a, &stats) != GA_OK || ga_mem_get_info(r->a, &free_b, &total) != GA_OK || !total)
     return snprintf(r->why, sizeof r->why, "ga_stats/ga_mem_get_info failed: %.120s", ga_last_error()), -1;
-  double fraction = (double)s.reserved_bytes[GA_POOL_ALL].current / (double)total;
+  double fraction = (double)stats.reserved_bytes[GA_POOL_ALL].current / (double)total;
   if (ga_set_memory_fraction(r->a, fraction > 1.0 ? 1.0 : fraction) != GA_OK)
     return snprintf(r->why, sizeof r->why, "ga_set_memory_fraction failed: %.120s", ga_last_error()), -1;
   void *p = NULL;
@@ -609,16 +609,16 @@ static double ly_of(double v, double lo, double hi) {
   return PT + (PH - PT - PB) * (1.0 - (log10(v) - lo) / (hi - lo));
 }
 
-static void svg_text(FILE *f, const char *s) {
-  for (; *s; s++)
-    if (*s == '<')
+static void svg_text(FILE *f, const char *text) {
+  for (; *text; text++)
+    if (*text == '<')
       fputs("&lt;", f);
-    else if (*s == '>')
+    else if (*text == '>')
       fputs("&gt;", f);
-    else if (*s == '&')
+    else if (*text == '&')
       fputs("&amp;", f);
     else
-      fputc(*s, f);
+      fputc(*text, f);
 }
 
 static int plot(FILE *f, const series *sv, size_t nsv, const char *command, const char *backend) {

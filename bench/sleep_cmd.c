@@ -12,9 +12,9 @@
 #include "device/sim.h"
 #include "internal.h"
 
-static double device_ms(const ga_stats_t *s) {
+static double device_ms(const ga_stats_t *stats) {
   uint64_t ns = 0;
-  for (int k = 0; k < GA_CALL_COUNT; k++) ns += s->device_ns[k];
+  for (int k = 0; k < GA_CALL_COUNT; k++) ns += stats->device_ns[k];
   return (double)ns / 1e6;
 }
 

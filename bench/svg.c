@@ -66,16 +66,16 @@ static double px_y(const axis *a, double v) {
   return T + (H - T - B) * (1.0 - (v / a->unit - a->lo) / (a->hi - a->lo));
 }
 
-static void text_escaped(FILE *f, const char *s) {
-  for (; *s; s++)
-    if (*s == '<')
+static void text_escaped(FILE *f, const char *text) {
+  for (; *text; text++)
+    if (*text == '<')
       fputs("&lt;", f);
-    else if (*s == '>')
+    else if (*text == '>')
       fputs("&gt;", f);
-    else if (*s == '&')
+    else if (*text == '&')
       fputs("&amp;", f);
     else
-      fputc(*s, f);
+      fputc(*text, f);
 }
 
 static void ticks(FILE *f, const axis *x, const axis *y, const char *yunit) {

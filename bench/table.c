@@ -24,9 +24,9 @@ void strbuf_put(ga_strbuf *b, const char *fmt, ...) {
     }
     size_t cap = b->cap ? b->cap * 2 : 256;
     while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *s = realloc(b->s, cap);
-    if (!s) exit(2);
-    b->s = s;
+    char *grown = realloc(b->s, cap);
+    if (!grown) exit(2);
+    b->s = grown;
     b->cap = cap;
   }
 }
@@ -72,8 +72,8 @@ void key_cell(ga_strbuf *b, int width, const char *name, int len) {
 }
 
 const char *trace_file_name(const char *p) {
-  const char *s = strrchr(p, '/');
-  return s ? s + 1 : p;
+  const char *slash = strrchr(p, '/');
+  return slash ? slash + 1 : p;
 }
 
 int trace_key_len(const char *path) {

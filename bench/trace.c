@@ -26,23 +26,23 @@ static int push(trace *t, trace_event e) {
 }
 
 /* "HH:MM:SS.ffffff" (any number of fraction digits) as ns; 0 if it is not that. */
-static uint64_t parse_time(const char *s) {
+static uint64_t parse_time(const char *field) {
   unsigned h, m, sec;
   int used = 0;
-  if (sscanf(s, "%u:%u:%u%n", &h, &m, &sec, &used) != 3) return 0;
+  if (sscanf(field, "%u:%u:%u%n", &h, &m, &sec, &used) != 3) return 0;
   uint64_t ns = ((uint64_t)h * 3600 + m * 60 + sec) * 1000000000ull, scale = 100000000ull;
-  if (s[used] == '.')
-    for (const char *p = s + used + 1; *p >= '0' && *p <= '9' && scale; p++, scale /= 10)
+  if (field[used] == '.')
+    for (const char *p = field + used + 1; *p >= '0' && *p <= '9' && scale; p++, scale /= 10)
       ns += (uint64_t)(*p - '0') * scale;
   return ns;
 }
 
-static int parse_num(const char *s, uint64_t *out) {
-  if (*s < '0' || *s > '9') return -1; /* strtoull would skip spaces and take a sign: " -100" */
+static int parse_num(const char *field, uint64_t *out) {
+  if (*field < '0' || *field > '9') return -1; /* strtoull would skip spaces and take a sign: " -100" */
   errno = 0;
   char *end;
-  unsigned long long v = strtoull(s, &end, 0);
-  if (errno || *end || s[0] == '-') return -1;
+  unsigned long long v = strtoull(field, &end, 0);
+  if (errno || *end || field[0] == '-') return -1;
   *out = v;
   return 0;
 }
@@ -101,9 +101,9 @@ static int read_line(FILE *f, char **line, size_t *cap, size_t *len, const char 
  * in any order; col[k] is then the field that holds column k. */
 static const char *const COLUMN[6] = {"Thread", "Time", "Action", "Pointer", "Size", "Stream"};
 
-static int column_of(const char *s) {
+static int column_of(const char *field) {
   for (int k = 0; k < 6; k++)
-    if (strcmp(s, COLUMN[k]) == 0) return k;
+    if (strcmp(field, COLUMN[k]) == 0) return k;
   return -1;
 }
 
@@ -281,10 +281,11 @@ void trace_replay_set_options(const replay_opts *o) { options = *o; }
 const replay_opts *trace_replay_options(void) { return &options; }
 
 /* Calls that obtain, map or give back device memory. */
-static uint64_t memory_calls(const ga_stats_t *s) {
-  return s->device_calls[GA_CALL_MALLOC] + s->device_calls[GA_CALL_FREE] + s->device_calls[GA_CALL_MAP] +
-         s->device_calls[GA_CALL_UNMAP] + s->device_calls[GA_CALL_SET_ACCESS] +
-         s->device_calls[GA_CALL_CREATE] + s->device_calls[GA_CALL_RELEASE];
+static uint64_t memory_calls(const ga_stats_t *stats) {
+  return stats->device_calls[GA_CALL_MALLOC] + stats->device_calls[GA_CALL_FREE] +
+         stats->device_calls[GA_CALL_MAP] + stats->device_calls[GA_CALL_UNMAP] +
+         stats->device_calls[GA_CALL_SET_ACCESS] + stats->device_calls[GA_CALL_CREATE] +
+         stats->device_calls[GA_CALL_RELEASE];
 }
 
 void replay_samples_free(replay_samples *s) {

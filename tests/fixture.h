@@ -198,9 +198,9 @@ static inline ga_stream_t fx_stream(int k) {
       if (cur != fx_cu.ctx[0]) fx_cu.cuCtxSetCurrent(cur);
       cr_assert_eq(r, CUDA_SUCCESS, "cuStreamCreate: %d", (int)r);
     }
-    ga_stream_t s = fx_cu.streams[k];
+    ga_stream_t stream = fx_cu.streams[k];
     pthread_mutex_unlock(&fx_cu.mu);
-    return s;
+    return stream;
   }
 #endif
   return (ga_stream_t)(uintptr_t)(0x1001u * (unsigned)k);
@@ -270,18 +270,18 @@ static inline void fx_usage_of(ga_device *d, ga_sim_usage *u) {
 }
 static inline void fx_usage(ga_sim_usage *u) { fx_usage_of(fx_dev, u); }
 
-/* While hold is set, stream s has work running (events on it stay pending). */
-static inline void fx_hold_on(ga_device *d, ga_stream_t s, int hold) {
+/* While hold is set, `stream` has work running (events on it stay pending). */
+static inline void fx_hold_on(ga_device *d, ga_stream_t stream, int hold) {
 #ifdef GA_HAVE_CUDA
   if (fx_on_cuda()) {
     (void)d;
-    FX_CU_OK(fx_cu.cudadouble_hold_stream((CUstream)s, hold));
+    FX_CU_OK(fx_cu.cudadouble_hold_stream((CUstream)stream, hold));
     return;
   }
 #endif
-  cr_assert_eq(ga_sim_hold_stream(d, s, hold), 0);
+  cr_assert_eq(ga_sim_hold_stream(d, stream, hold), 0);
 }
-static inline void fx_hold(ga_stream_t s, int hold) { fx_hold_on(fx_dev, s, hold); }
+static inline void fx_hold(ga_stream_t stream, int hold) { fx_hold_on(fx_dev, stream, hold); }
 
 /* The driver entry points behind each call kind of the device contract. */
 static inline const char *fx_driver_calls(ga_device_call_t kind) {
@@ -368,9 +368,9 @@ static inline uint64_t fx_calls(ga_device_call_t kind) {
 #ifdef GA_HAVE_CUDA
   if (fx_on_cuda()) return fx_cu.cudadouble_calls(fx_driver_calls(kind));
 #endif
-  ga_stats_t s;
-  cr_assert_eq(ga_stats(fx_a, &s), GA_OK);
-  return s.device_calls[kind];
+  ga_stats_t stats;
+  cr_assert_eq(ga_stats(fx_a, &stats), GA_OK);
+  return stats.device_calls[kind];
 }
 
 /* Makes fx_dev refuse fabric handles at create, as the driver does without
@@ -412,17 +412,17 @@ static inline int fx_access_on(ga_device *d, void *va, uint64_t *mask) {
 }
 static inline int fx_access(void *va, uint64_t *mask) { return fx_access_on(fx_dev, va, mask); }
 
-/* Stream s begins (on) or ends (off) capturing a CUDA graph; on the double a
+/* `stream` begins (on) or ends (off) capturing a CUDA graph; on the double a
  * real capture in the global mode. Ending one that a refused call
  * invalidated is no error here (fx_usage counts captures_broken). */
-static inline void fx_capture(ga_stream_t s, int on) {
+static inline void fx_capture(ga_stream_t stream, int on) {
 #ifdef GA_HAVE_CUDA
   if (fx_on_cuda()) {
     if (on) {
-      FX_CU_OK(fx_cu.cuStreamBeginCapture((CUstream)s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+      FX_CU_OK(fx_cu.cuStreamBeginCapture((CUstream)stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
     } else {
       CUgraph g = NULL;
-      CUresult r = fx_cu.cuStreamEndCapture((CUstream)s, &g);
+      CUresult r = fx_cu.cuStreamEndCapture((CUstream)stream, &g);
       cr_assert(r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture: %d",
                 (int)r);
       if (g) FX_CU_OK(fx_cu.cuGraphDestroy(g));
@@ -430,26 +430,26 @@ static inline void fx_capture(ga_stream_t s, int on) {
     return;
   }
 #endif
-  cr_assert_eq(ga_sim_set_capturing(fx_dev, s, on), 0);
+  cr_assert_eq(ga_sim_set_capturing(fx_dev, stream, on), 0);
 }
 
 static inline ga_stats_t fx_stats(void) {
-  ga_stats_t s;
-  cr_assert_eq(ga_stats(fx_a, &s), GA_OK);
-  return s;
+  ga_stats_t stats;
+  cr_assert_eq(ga_stats(fx_a, &stats), GA_OK);
+  return stats;
 }
 
 static inline void fx_close(void) {
   if (fx_a) {
     FX_TEARDOWN(ga_check(fx_a) == 0, "ga_check found broken invariants (see stderr)");
-    ga_stats_t s = fx_stats();
-    if (s.allocation[GA_POOL_ALL].current == 0) {
+    ga_stats_t stats = fx_stats();
+    if (stats.allocation[GA_POOL_ALL].current == 0) {
       FX_TEARDOWN(ga_empty_cache(fx_a) == GA_OK, "%s", ga_last_error());
       ga_sim_usage u;
       fx_usage(&u);
-      s = fx_stats();
-      FX_TEARDOWN(s.reserved_bytes[GA_POOL_ALL].current == 0, "reserved after empty_cache: %lld",
-                  (long long)s.reserved_bytes[GA_POOL_ALL].current);
+      stats = fx_stats();
+      FX_TEARDOWN(stats.reserved_bytes[GA_POOL_ALL].current == 0, "reserved after empty_cache: %lld",
+                  (long long)stats.reserved_bytes[GA_POOL_ALL].current);
       FX_TEARDOWN(u.used == 0, "device memory still used after empty_cache: %zu", u.used);
     }
     ga_destroy(fx_a);
@@ -470,9 +470,9 @@ static inline void fx_close(void) {
   fx_teardown_verdict();
 }
 
-static inline void *fx_alloc_on(size_t size, ga_stream_t s) {
+static inline void *fx_alloc_on(size_t size, ga_stream_t stream) {
   void *p = NULL;
-  ga_status_t st = ga_malloc(fx_a, size, s, &p);
+  ga_status_t st = ga_malloc(fx_a, size, stream, &p);
   cr_assert_eq(st, GA_OK, "ga_malloc(%zu): %s: %s", size, ga_status_str(st), ga_last_error());
   cr_assert(p != NULL);
   return p;

@@ -283,8 +283,8 @@ Test(badinput, an_expandable_page_past_the_device_is_the_device) {
     void *small = fx_alloc(1), *large = fx_alloc(3 * MiB + 1);
     fx_free(large);
     void *most = fx_alloc(56 * MiB);
-    for (const ga_segment *s = fx_a->space.segs; s; s = s->next)
-      cr_assert_leq(s->ngranules, 64, "%s: a segment of %zu granules", conf, s->ngranules);
+    for (const ga_segment *seg = fx_a->space.segs; seg; seg = seg->next)
+      cr_assert_leq(seg->ngranules, 64, "%s: a segment of %zu granules", conf, seg->ngranules);
     fx_free(most);
     fx_free(small);
     cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
@@ -301,9 +301,9 @@ Test(badinput, a_bad_config_from_the_environment_is_refused) {
   setenv("GARDENALLOC_CONF", "backend:sim,sim_capacity_mb:64,max_split_size_mb:32", 1);
   cr_assert_eq(ga_create(NULL, 0, &a), GA_OK, "%s", ga_last_error());
   cr_assert_str_eq(ga_backend_name(a), "sim");
-  ga_stats_t s;
-  ga_stats(a, &s);
-  cr_assert_eq(s.max_split_size, 32 * MiB);
+  ga_stats_t stats;
+  ga_stats(a, &stats);
+  cr_assert_eq(stats.max_split_size, 32 * MiB);
   ga_destroy(a);
   unsetenv("GARDENALLOC_CONF");
 }

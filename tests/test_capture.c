@@ -52,11 +52,12 @@ Test(capture, allocations_during_capture_come_from_the_private_pool) {
   fx_free(again);
   fx_free(h);
   fx_free(other);
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 60 * MiB, "three segments: pool, S1, S2");
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 60 * MiB, "three segments: pool, S1, S2");
   cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK);
-  s = fx_stats();
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 40 * MiB, "the released pool's free segment went back");
+  stats = fx_stats();
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 40 * MiB,
+               "the released pool's free segment went back");
   cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 7, S1), GA_OK, "a released id may be used again once gone");
   cr_assert_eq(ga_end_allocate_to_pool(fx_a, 7), GA_OK);
 }
@@ -257,8 +258,8 @@ static void capture_time_calls(const char *conf) {
   /* The capture ends: the flush left for it happens now. */
   fx_hold(S3, 0);
   capture(0);
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.active_bytes[GA_POOL_ALL].current, s.allocated_bytes[GA_POOL_ALL].current,
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.active_bytes[GA_POOL_ALL].current, stats.allocated_bytes[GA_POOL_ALL].current,
                "the pending block was freed by the deferred flush");
   cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK, "%s", ga_last_error());
   cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
@@ -270,9 +271,9 @@ static void capture_time_calls(const char *conf) {
     fx_free(kv);
   }
   cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
-  s = fx_stats();
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 0, "nothing live: every page went back");
-  cr_assert_eq(s.page_cache_bytes.current, 0);
+  stats = fx_stats();
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 0, "nothing live: every page went back");
+  cr_assert_eq(stats.page_cache_bytes.current, 0);
   assert_unbroken("the whole scenario");
 }
 

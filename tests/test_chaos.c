@@ -161,10 +161,10 @@ static void run_on(const char *conf, size_t capacity, uint64_t seed, int steps) 
     uint32_t op = next() % 100;
     ga_stream_t streams[3] = {S1, S2, S3};
     if (op < 40 && n < MAXLIVE) { /* allocate */
-      ga_stream_t s = streams[next() % 3];
+      ga_stream_t stream = streams[next() % 3];
       size_t size = pick_size();
       void *p = NULL;
-      ga_status_t st = ga_malloc(fx_a, size, s, &p);
+      ga_status_t st = ga_malloc(fx_a, size, stream, &p);
       assert_clean(st, "ga_malloc");
       if (st == GA_OK) {
         v[n] = (live){p, size, next(), 0};

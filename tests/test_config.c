@@ -10,10 +10,10 @@
 
 #define MiB ((size_t)1 << 20)
 
-static ga_config parse_ok(const char *s) {
+static ga_config parse_ok(const char *conf) {
   ga_config c;
   char err[512] = "";
-  cr_assert_eq(ga_config_parse(s, &c, err, sizeof err), 0, "'%s': %s", s, err);
+  cr_assert_eq(ga_config_parse(conf, &c, err, sizeof err), 0, "'%s': %s", conf, err);
   return c;
 }
 

@@ -114,8 +114,8 @@ CONTRACT(the_memory_fraction_caps_reserved_memory) {
   void *a = fx_alloc(240 * MiB), *p;
   cr_assert_eq(ga_malloc(fx_a, 20 * MiB, S1, &p), GA_ERR_OOM);
   cr_assert(strstr(ga_last_error(), "256.00 MiB allowed;") != NULL, "%s", ga_last_error());
-  ga_stats_t s = fx_stats();
-  cr_assert_leq(s.reserved_bytes[0].peak, 256 * MiB);
+  ga_stats_t stats = fx_stats();
+  cr_assert_leq(stats.reserved_bytes[0].peak, 256 * MiB);
   fx_free(a);
 }
 
@@ -133,10 +133,10 @@ CONTRACT(statistics_keep_their_order_through_random_work) {
       if (ga_malloc(fx_a, n, rand_r(&seed) % 2 ? S1 : S2, &live[i]) != GA_OK) live[i] = NULL;
     }
     if (step % 300 == 299) ga_empty_cache(fx_a);
-    ga_stats_t s = fx_stats();
-    cr_assert_leq(s.allocated_bytes[0].current, s.active_bytes[0].current);
-    cr_assert_leq(s.requested_bytes[0].current, s.active_bytes[0].current);
-    cr_assert_leq(s.active_bytes[0].current, s.reserved_bytes[0].current);
+    ga_stats_t stats = fx_stats();
+    cr_assert_leq(stats.allocated_bytes[0].current, stats.active_bytes[0].current);
+    cr_assert_leq(stats.requested_bytes[0].current, stats.active_bytes[0].current);
+    cr_assert_leq(stats.active_bytes[0].current, stats.reserved_bytes[0].current);
     if (step % 250 == 0) cr_assert_eq(ga_check(fx_a), 0, "step %d", step);
   }
   for (int i = 0; i < 32; i++)

@@ -74,16 +74,16 @@ static CUstreamCaptureMode thread_mode(void) {
 Test(cudabackend, the_threads_capture_mode_is_restored_exactly) {
   need_cuda();
   fx_open(NULL, 256 * MiB);
-  ga_stream_t s = S1;
+  ga_stream_t stream = S1;
   CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
   FX_CU_OK(fx_cu.cuThreadExchangeStreamCaptureMode(&m));
-  FX_CU_OK(fx_cu.cuStreamBeginCapture((CUstream)s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 1, s), GA_OK, "%s", ga_last_error());
-  void *p = fx_alloc_on(4 * MiB, s); /* a new segment: cuMemAlloc in the relaxed mode */
+  FX_CU_OK(fx_cu.cuStreamBeginCapture((CUstream)stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 1, stream), GA_OK, "%s", ga_last_error());
+  void *p = fx_alloc_on(4 * MiB, stream); /* a new segment: cuMemAlloc in the relaxed mode */
   cr_assert_eq(thread_mode(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, "the mode after ga_malloc is %d",
                (int)thread_mode());
   CUgraph g;
-  FX_CU_OK(fx_cu.cuStreamEndCapture((CUstream)s, &g));
+  FX_CU_OK(fx_cu.cuStreamEndCapture((CUstream)stream, &g));
   FX_CU_OK(fx_cu.cuGraphDestroy(g));
   cr_assert_eq(ga_end_allocate_to_pool(fx_a, 1), GA_OK);
   fx_free(p);

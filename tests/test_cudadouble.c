@@ -313,11 +313,11 @@ Test(driver_rules, events_and_streams_of_one_context) {
 
 Test(driver_rules, a_capture_forbids_unsafe_calls_in_the_global_mode) {
   setup();
-  CUstream s;
-  OK(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  OK(cu.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstream stream;
+  OK(cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  OK(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
   CUstreamCaptureStatus st;
-  OK(cu.cuStreamIsCapturing(s, &st));
+  OK(cu.cuStreamIsCapturing(stream, &st));
   cr_assert_eq(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
   CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
   OK(cu.cuThreadExchangeStreamCaptureMode(&m));
@@ -327,50 +327,50 @@ Test(driver_rules, a_capture_forbids_unsafe_calls_in_the_global_mode) {
   OK(cu.cuMemFree(p));
   OK(cu.cuThreadExchangeStreamCaptureMode(&m)); /* back to global */
   IS(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cu.cuMemAlloc(&p, 4096));
-  OK(cu.cuStreamIsCapturing(s, &st));
+  OK(cu.cuStreamIsCapturing(stream, &st));
   cr_assert_eq(st, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
   CUgraph graph = (CUgraph)1;
-  IS(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cu.cuStreamEndCapture(s, &graph));
+  IS(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cu.cuStreamEndCapture(stream, &graph));
   cr_assert_null(graph);
-  OK(cu.cuStreamDestroy(s));
+  OK(cu.cuStreamDestroy(stream));
   done();
 }
 
 Test(driver_rules, a_capturing_stream_is_not_synchronised_and_its_events_not_queried) {
   setup();
-  CUstream s;
+  CUstream stream;
   CUevent e;
-  OK(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  OK(cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   OK(cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
-  OK(cu.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
-  OK(cu.cuEventRecord(e, s));
+  OK(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+  OK(cu.cuEventRecord(e, stream));
   IS(CUDA_ERROR_CAPTURED_EVENT, cu.cuEventQuery(e));
   CUgraph graph;
-  OK(cu.cuStreamEndCapture(s, &graph));
+  OK(cu.cuStreamEndCapture(stream, &graph));
   IS(CUDA_ERROR_CAPTURED_EVENT, cu.cuEventQuery(e)); /* until recorded again outside a capture */
-  OK(cu.cuEventRecord(e, s));
+  OK(cu.cuEventRecord(e, stream));
   OK(cu.cuEventSynchronize(e));
   OK(cu.cuGraphDestroy(graph));
-  OK(cu.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
-  IS(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cu.cuStreamSynchronize(s));
-  IS(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cu.cuStreamEndCapture(s, &graph));
+  OK(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+  IS(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cu.cuStreamSynchronize(stream));
+  IS(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cu.cuStreamEndCapture(stream, &graph));
   OK(cu.cuEventDestroy(e));
-  OK(cu.cuStreamDestroy(s));
+  OK(cu.cuStreamDestroy(stream));
   done();
 }
 
 Test(driver_rules, the_legacy_stream_and_a_blocking_capture) {
   setup();
-  CUstream s;
-  OK(cu.cuStreamCreate(&s, CU_STREAM_DEFAULT));
+  CUstream stream;
+  OK(cu.cuStreamCreate(&stream, CU_STREAM_DEFAULT));
   IS(CUDA_ERROR_INVALID_VALUE, cu.cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_RELAXED));
-  OK(cu.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  OK(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
   CUstreamCaptureStatus st;
   IS(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, cu.cuStreamIsCapturing(CU_STREAM_LEGACY, &st));
   CUgraph graph;
-  OK(cu.cuStreamEndCapture(s, &graph)); /* that query did not invalidate it */
+  OK(cu.cuStreamEndCapture(stream, &graph)); /* that query did not invalidate it */
   OK(cu.cuGraphDestroy(graph));
-  OK(cu.cuStreamDestroy(s));
+  OK(cu.cuStreamDestroy(stream));
   done();
 }
 
@@ -495,17 +495,17 @@ Test(double, injected_results_count_calls_of_every_named_entry_point) {
 Test(double, a_held_stream_keeps_its_events_pending) {
   need_double();
   setup();
-  CUstream s;
+  CUstream stream;
   CUevent e;
-  OK(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  OK(cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   OK(cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
-  OK(cu.cudadouble_hold_stream(s, 1));
-  OK(cu.cuEventRecord(e, s));
+  OK(cu.cudadouble_hold_stream(stream, 1));
+  OK(cu.cuEventRecord(e, stream));
   IS(CUDA_ERROR_NOT_READY, cu.cuEventQuery(e));
-  OK(cu.cuStreamSynchronize(s));
+  OK(cu.cuStreamSynchronize(stream));
   OK(cu.cuEventQuery(e));
-  OK(cu.cuEventRecord(e, s));
-  OK(cu.cudadouble_hold_stream(s, 0));
+  OK(cu.cuEventRecord(e, stream));
+  OK(cu.cudadouble_hold_stream(stream, 0));
   OK(cu.cuEventQuery(e));
   cudadouble_usage u;
   OK(cu.cudadouble_usage_get(0, &u));
@@ -513,7 +513,7 @@ Test(double, a_held_stream_keeps_its_events_pending) {
   cr_assert_eq(u.live_events, 1);
   cr_assert_eq(u.live_streams, 1);
   OK(cu.cuEventDestroy(e));
-  OK(cu.cuStreamDestroy(s));
+  OK(cu.cuStreamDestroy(stream));
   done();
 }
 

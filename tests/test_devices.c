@@ -62,9 +62,9 @@ Test(devices, peers_get_access_to_expandable_memory_now_and_later) {
   cr_assert(strstr(ga_last_error(), "5 is not a peer of device 0") && strstr(ga_last_error(), "0 to 1"), "%s",
             ga_last_error());
   cr_assert_eq(access_of(a, p), 3u, "a refused peer leaves access as it was");
-  ga_stats_t s;
-  ga_stats(a, &s);
-  cr_assert_gt(s.device_calls[GA_CALL_SET_ACCESS], 0);
+  ga_stats_t stats;
+  ga_stats(a, &stats);
+  cr_assert_gt(stats.device_calls[GA_CALL_SET_ACCESS], 0);
   ga_free(a, p);
   ga_free(a, q);
   cr_assert_eq(ga_check(a), 0);

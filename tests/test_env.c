@@ -12,20 +12,21 @@
 
 static char out[1024], notes[4096], err[2048];
 
-static void tr(const char *s) {
-  cr_assert_eq(ga_env_translate("PYTORCH_CUDA_ALLOC_CONF", s, NULL, out, sizeof out, notes, sizeof notes, err,
-                                sizeof err),
-               0, "'%s' refused: %s", s, err);
+static void tr(const char *conf) {
+  cr_assert_eq(ga_env_translate("PYTORCH_CUDA_ALLOC_CONF", conf, NULL, out, sizeof out, notes, sizeof notes,
+                                err, sizeof err),
+               0, "'%s' refused: %s", conf, err);
   cr_assert_eq(ga_config_validate(out), GA_OK, "the result parses: %s", out);
   cr_assert_str_eq(err, "");
 }
 
-/* `s` is refused, with `phrase` in the message. */
-static void refused(const char *s, const char *ignore, const char *phrase) {
-  cr_assert_eq(ga_env_translate("PYTORCH_CUDA_ALLOC_CONF", s, ignore, out, sizeof out, notes, sizeof notes,
+/* `conf` is refused, with `phrase` in the message. */
+static void refused(const char *conf, const char *ignore, const char *phrase) {
+  cr_assert_eq(ga_env_translate("PYTORCH_CUDA_ALLOC_CONF", conf, ignore, out, sizeof out, notes, sizeof notes,
                                 err, sizeof err),
-               1, "'%s' accepted", s);
-  cr_assert(strncmp(err, "PYTORCH_CUDA_ALLOC_CONF: ", 25) == 0 && strstr(err, phrase), "'%s' -> %s", s, err);
+               1, "'%s' accepted", conf);
+  cr_assert(strncmp(err, "PYTORCH_CUDA_ALLOC_CONF: ", 25) == 0 && strstr(err, phrase), "'%s' -> %s", conf,
+            err);
 }
 
 static int count(const char *hay, const char *needle) {
@@ -100,15 +101,15 @@ Test(env, keys_of_pytorch_without_effect_are_named_and_left_out) {
 }
 
 Test(env, the_escape_lets_named_keys_through) {
-  const char *s = "expandable_segments:True,future_key:7,other_future:[1:2]";
-  refused(s, NULL, "unrecognized key 'future_key'");
-  cr_assert_eq(ga_env_translate("PYTORCH_CUDA_ALLOC_CONF", s, "future_key, other_future", out, sizeof out,
+  const char *conf = "expandable_segments:True,future_key:7,other_future:[1:2]";
+  refused(conf, NULL, "unrecognized key 'future_key'");
+  cr_assert_eq(ga_env_translate("PYTORCH_CUDA_ALLOC_CONF", conf, "future_key, other_future", out, sizeof out,
                                 notes, sizeof notes, err, sizeof err),
                0, "%s", err);
   cr_assert_str_eq(out, "expandable_segments:True");
   cr_assert(strstr(notes, "ignoring 'future_key' (named in GARDENALLOC_IGNORE_KEYS)"), "%s", notes);
   cr_assert(strstr(notes, "ignoring 'other_future'"), "%s", notes);
-  refused(s, "future_ke", "unrecognized key 'future_key'");
+  refused(conf, "future_ke", "unrecognized key 'future_key'");
 }
 
 Test(env, pytorch_backends) {
@@ -154,9 +155,9 @@ Test(env, the_torch_allocators_follow_pytorchs_variable) {
   cr_assert_str_eq(src, "PYTORCH_CUDA_ALLOC_CONF");
   ga_allocator_t *a = ga_torch_allocator(0);
   cr_assert(a != NULL, "%s", ga_last_error());
-  ga_stats_t s;
-  cr_assert_eq(ga_stats(a, &s), GA_OK);
-  cr_assert_eq(s.max_split_size, 128 * MiB);
+  ga_stats_t stats;
+  cr_assert_eq(ga_stats(a, &stats), GA_OK);
+  cr_assert_eq(stats.max_split_size, 128 * MiB);
   /* Read once: a later change of the variable does not split the process. */
   setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:256", 1);
   cr_assert_str_eq(ga_torch_config(NULL), "max_split_size_mb:128,release_lock_on_cudamalloc:True");

@@ -34,13 +34,13 @@ static int sixteens_then_thirtytwos_live(int reverse, void *p[8]) {
 static void sixteens_then_thirtytwos(int reverse) {
   void *p[8];
   int n2 = sixteens_then_thirtytwos_live(reverse, p);
-  ga_stats_t s = fx_stats();
-  cr_assert_leq(s.reserved_bytes[GA_POOL_ALL].peak, 140 * MiB, "peak reserved %lld",
-                (long long)s.reserved_bytes[GA_POOL_ALL].peak);
-  cr_assert_leq(s.reserved_bytes[GA_POOL_ALL].current, 140 * MiB, "reserved %lld",
-                (long long)s.reserved_bytes[GA_POOL_ALL].current);
-  cr_assert_eq(s.mapped_bytes.current, s.reserved_bytes[GA_POOL_ALL].current, "all of it mapped");
-  cr_assert_eq(s.segment[GA_POOL_ALL].current, 1, "one mapped range: the one segment the snapshot lists");
+  ga_stats_t stats = fx_stats();
+  cr_assert_leq(stats.reserved_bytes[GA_POOL_ALL].peak, 140 * MiB, "peak reserved %lld",
+                (long long)stats.reserved_bytes[GA_POOL_ALL].peak);
+  cr_assert_leq(stats.reserved_bytes[GA_POOL_ALL].current, 140 * MiB, "reserved %lld",
+                (long long)stats.reserved_bytes[GA_POOL_ALL].current);
+  cr_assert_eq(stats.mapped_bytes.current, stats.reserved_bytes[GA_POOL_ALL].current, "all of it mapped");
+  cr_assert_eq(stats.segment[GA_POOL_ALL].current, 1, "one mapped range: the one segment the snapshot lists");
   for (int i = 0; i < n2; i++) fx_free(p[i]);
 }
 
@@ -60,10 +60,10 @@ Test(expandable, small_and_large_requests_grow_their_own_segments) {
   cr_assert_eq(b, a + 2 * MiB, "contiguous growth");
   assert_reserved(22 * MiB); /* a 20 MiB page serves both large requests; a 2 MiB one the small */
   assert_stat(reserved_bytes, GA_POOL_SMALL, 2 * MiB);
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.device_calls[GA_CALL_RESERVE], 2);
-  cr_assert_eq(s.device_calls[GA_CALL_CREATE], 2);
-  cr_assert_eq(s.mapped_granules, 11);
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.device_calls[GA_CALL_RESERVE], 2);
+  cr_assert_eq(stats.device_calls[GA_CALL_CREATE], 2);
+  cr_assert_eq(stats.mapped_granules, 11);
   fx_free(a);
   fx_free(b);
   fx_free(c);
@@ -96,10 +96,10 @@ Test(expandable, a_first_mapping_touches_only_its_part_of_the_granule_table) {
   void *p = fx_alloc(30 * MiB); /* the large pool's first segment */
   size_t grew = resident_bytes() - before;
   cr_assert_lt(grew, 8 * MiB, "the first mapping of a segment made %zu bytes resident", grew);
-  const ga_segment *s = NULL;
-  for (s = fx_a->space.segs; s && s->size_class != GA_CLASS_LARGE; s = s->next) {}
-  cr_assert(s != NULL && s->size / fx_a->space.gran > (size_t)2000000, "a reservation of %zu granules",
-            s ? s->size / fx_a->space.gran : 0);
+  const ga_segment *seg = NULL;
+  for (seg = fx_a->space.segs; seg && seg->size_class != GA_CLASS_LARGE; seg = seg->next) {}
+  cr_assert(seg != NULL && seg->size / fx_a->space.gran > (size_t)2000000, "a reservation of %zu granules",
+            seg ? seg->size / fx_a->space.gran : 0);
   fx_free(p);
   fx_free(warm);
 }
@@ -116,10 +116,10 @@ Test(expandable, freed_pages_between_live_blocks_serve_a_larger_request) {
   uint64_t creates = fx_stats().device_calls[GA_CALL_CREATE];
   char *q = fx_alloc(32 * MiB);
   memset(q, 0x77, 32 * MiB);
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.device_calls[GA_CALL_CREATE], creates, "no new physical memory");
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 64 * MiB);
-  cr_assert_eq(s.num_granules_moved, 16);
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.device_calls[GA_CALL_CREATE], creates, "no new physical memory");
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 64 * MiB);
+  cr_assert_eq(stats.num_granules_moved, 16);
   cr_assert(fx_verify(p[1], 16 * MiB, 1) && fx_verify(p[3], 16 * MiB, 3), "live blocks keep every byte");
   fx_free(p[1]);
   fx_free(p[3]);
@@ -190,10 +190,11 @@ static void pytorch_cycle(const char *conf) {
     fx_free(a);
     fx_free(b);
   }
-  ga_stats_t s = fx_stats();
+  ga_stats_t stats = fx_stats();
   long long live = 91 * MiB + 91 * MiB / 2 + 100 * 2 * MiB;
-  cr_assert_lt(s.reserved_bytes[GA_POOL_ALL].peak, 2 * live, "%s: peak reserved %lld MiB, peak live %lld MiB",
-               conf, (long long)s.reserved_bytes[GA_POOL_ALL].peak >> 20, live >> 20);
+  cr_assert_lt(stats.reserved_bytes[GA_POOL_ALL].peak, 2 * live,
+               "%s: peak reserved %lld MiB, peak live %lld MiB", conf,
+               (long long)stats.reserved_bytes[GA_POOL_ALL].peak >> 20, live >> 20);
   for (int i = 0; i < 100; i++) fx_free(keep[i]);
 }
 
@@ -405,11 +406,11 @@ Test(expandable, empty_cache_gives_every_free_page_back) {
   void *a = fx_alloc(30 * MiB), *b = fx_alloc(10 * MiB + 1), *c = fx_alloc(100);
   fx_free(a);
   cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
-  ga_stats_t s = fx_stats();
+  ga_stats_t stats = fx_stats();
   /* b keeps 6 granules (10 MiB + 1 touches one more), c one small granule. */
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 14 * MiB, "%lld",
-               (long long)s.reserved_bytes[GA_POOL_ALL].current >> 20);
-  cr_assert_eq(s.page_cache_bytes.current, 0);
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 14 * MiB, "%lld",
+               (long long)stats.reserved_bytes[GA_POOL_ALL].current >> 20);
+  cr_assert_eq(stats.page_cache_bytes.current, 0);
   fx_free(b);
   fx_free(c);
   cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
@@ -433,14 +434,14 @@ Test(expandable, empty_cache_gives_every_free_page_back) {
  * unmap; with `arith`, the whole granules inside FREE blocks instead. */
 static size_t walk_unmappable(int arith) {
   size_t g = fx_a->space.gran, n = 0;
-  for (ga_segment *s = fx_a->space.segs; s; s = s->next) {
-    if (!s->expandable) continue;
-    for (ga_block *b = s->head; b; b = b->next) {
+  for (ga_segment *seg = fx_a->space.segs; seg; seg = seg->next) {
+    if (!seg->expandable) continue;
+    for (ga_block *b = seg->head; b; b = b->next) {
       size_t g0, g1;
       if (b->state != GA_BLOCK_FREE) continue;
       if (arith) {
-        g0 = (b->ptr - s->base + g - 1) / g;
-        g1 = (b->ptr + b->size - s->base) / g;
+        g0 = (b->ptr - seg->base + g - 1) / g;
+        g1 = (b->ptr + b->size - seg->base) / g;
         if (g1 > g0) n += g1 - g0;
       } else if (ga_expandable_movable_locked(&fx_a->space, b, &g0, &g1)) {
         n += g1 - g0;
@@ -509,10 +510,10 @@ Test(expandable, a_fit_takes_the_end_that_leaves_whole_granules_free) {
   cr_assert_eq(c, a + 4 * MiB, "taken at the back (offset %td MiB)", (c - a) >> 20);
   int64_t creates = fx_stats().num_device_alloc;
   void *d = fx_alloc_on(4 * MiB, S2);
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.num_granules_moved, 2, "the two whole free granules moved to S2's range");
-  cr_assert_eq(s.num_device_alloc, creates, "no new memory");
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 8 * MiB);
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.num_granules_moved, 2, "the two whole free granules moved to S2's range");
+  cr_assert_eq(stats.num_device_alloc, creates, "no new memory");
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 8 * MiB);
   fx_free(b);
   fx_free(c);
   fx_free(d);
@@ -711,13 +712,13 @@ static void pt_sixteens_and_thirtytwos(int reverse) {
   fx_open(PT, GiB);
   void *p[8];
   int n2 = sixteens_then_thirtytwos_live(reverse, p);
-  ga_stats_t s = fx_stats();
+  ga_stats_t stats = fx_stats();
   /* 20 MiB pages mapped as the requests grow: 7 pages either way, all reused. */
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].peak, 140 * MiB);
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 140 * MiB);
-  cr_assert_eq(s.device_calls[GA_CALL_CREATE], 7, "one handle per page");
-  cr_assert_eq(s.device_calls[GA_CALL_MAP], 7, "one map per page");
-  cr_assert_eq(s.num_granules_moved, 0, "nothing moves");
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].peak, 140 * MiB);
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 140 * MiB);
+  cr_assert_eq(stats.device_calls[GA_CALL_CREATE], 7, "one handle per page");
+  cr_assert_eq(stats.device_calls[GA_CALL_MAP], 7, "one map per page");
+  cr_assert_eq(stats.num_granules_moved, 0, "nothing moves");
   for (int i = 0; i < n2; i++) fx_free(p[i]);
 }
 
@@ -783,14 +784,14 @@ static int64_t cycles(const char *conf, int n, const int64_t *want_reserved) {
     keep[c] = fx_alloc(2 * MiB);
     fx_free(a);
     fx_free(b);
-    ga_stats_t s = fx_stats();
+    ga_stats_t stats = fx_stats();
     if (c % 20 == 0) {
-      cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].current, (int64_t)(66 + 2 * c) * (int64_t)MiB, "cycle %d",
-                   c);
+      cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].current, (int64_t)(66 + 2 * c) * (int64_t)MiB,
+                   "cycle %d", c);
       if (want_reserved)
-        cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, want_reserved[c / 20] * (int64_t)MiB,
+        cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, want_reserved[c / 20] * (int64_t)MiB,
                      "cycle %d: reserved %lld MiB", c,
-                     (long long)(s.reserved_bytes[GA_POOL_ALL].current >> 20));
+                     (long long)(stats.reserved_bytes[GA_POOL_ALL].current >> 20));
     }
   }
   int64_t reserved = fx_stats().reserved_bytes[GA_POOL_ALL].current;
@@ -827,10 +828,10 @@ Test(expandable, pytorch_policy_never_moves_pages) {
   fx_free(p[1]);
   fx_free(p[3]);
   void *q = fx_alloc_on(40 * MiB, S2); /* gardenalloc moves p[1] and p[3]'s pages; PyTorch maps new ones */
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.num_granules_moved, 0);
-  cr_assert_eq(s.device_calls[GA_CALL_UNMAP], 0);
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 120 * MiB);
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.num_granules_moved, 0);
+  cr_assert_eq(stats.device_calls[GA_CALL_UNMAP], 0);
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 120 * MiB);
   fx_free(q);
   fx_free(p[0]);
   fx_free(p[2]);
@@ -862,19 +863,19 @@ static void index_workload(const char *conf, int moves) {
       size_t n = r < 3   ? 1 + (size_t)rand_r(&seed) % MiB /* small pool */
                  : r < 7 ? 1 + (size_t)rand_r(&seed) % (6 * MiB)
                          : 1 + (size_t)rand_r(&seed) % (40 * MiB);
-      ga_stream_t s = fx_stream(1 + rand_r(&seed) % 6);
-      ga_status_t st = ga_malloc(fx_a, n, s, &live[i].p);
+      ga_stream_t stream = fx_stream(1 + rand_r(&seed) % 6);
+      ga_status_t st = ga_malloc(fx_a, n, stream, &live[i].p);
       if (st == GA_ERR_OOM)
         live[i].p = NULL;
       else
         cr_assert_eq(st, GA_OK, "%s", ga_last_error());
-      live[i].s = s;
+      live[i].s = stream;
     }
     if (step % 300 == 299) cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
     if (step % 400 == 399) { /* free a whole stream: its runs reach unmapped space */
-      ga_stream_t s = fx_stream(1 + rand_r(&seed) % 6);
+      ga_stream_t stream = fx_stream(1 + rand_r(&seed) % 6);
       for (int j = 0; j < SLOTS; j++)
-        if (live[j].p && live[j].s == s) fx_free(live[j].p), live[j].p = NULL, freed_next_to_unmapped++;
+        if (live[j].p && live[j].s == stream) fx_free(live[j].p), live[j].p = NULL, freed_next_to_unmapped++;
     }
     cr_assert_eq(ga_check(fx_a), 0, "step %d", step);
   }

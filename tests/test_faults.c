@@ -277,9 +277,9 @@ static void no_overlap_with_busy(const char *p, size_t n, const char *what) {
             (void *)busy_range.lo, (void *)busy_range.hi);
 }
 
-static char *sticky_malloc(size_t n, ga_stream_t s, unsigned seed, const char *what) {
+static char *sticky_malloc(size_t n, ga_stream_t stream, unsigned seed, const char *what) {
   char *p = NULL;
-  sweep_call(ga_malloc(fx_a, n, s, (void **)&p), what);
+  sweep_call(ga_malloc(fx_a, n, stream, (void **)&p), what);
   no_overlap_with_busy(p, n, what);
   if (p) fill_ends(p, n, seed);
   return p;

@@ -46,8 +46,8 @@ static int child_uses_parent(void *arg) {
   CHILD_CHECK(3, strstr(ga_last_error(), "the parent of this one (fork)") != NULL);
   CHILD_CHECK(4, ga_free(fx_a, live) == GA_ERR_FORKED);
   CHILD_CHECK(5, ga_record_stream(fx_a, live, S2) == GA_ERR_FORKED);
-  ga_stats_t s;
-  CHILD_CHECK(6, ga_stats(fx_a, &s) == GA_ERR_FORKED);
+  ga_stats_t stats;
+  CHILD_CHECK(6, ga_stats(fx_a, &stats) == GA_ERR_FORKED);
   CHILD_CHECK(7, ga_empty_cache(fx_a) == GA_ERR_FORKED);
   CHILD_CHECK(8, ga_stats_json(fx_a, NULL, 0) == 0);
   CHILD_CHECK(9, ga_snapshot_json(fx_a, NULL, 0) == 0);

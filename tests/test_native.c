@@ -246,9 +246,9 @@ Test(native, oversize_blocks_are_never_split) {
   cr_assert_eq(q, p);
   cr_assert_eq(fx_block_size(q), 50 * MiB);
   assert_stat(allocated_bytes, GA_POOL_ALL, 50 * MiB);
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.oversize_allocations.current, 1);
-  cr_assert_eq(s.oversize_segments.current, 1);
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.oversize_allocations.current, 1);
+  cr_assert_eq(stats.oversize_segments.current, 1);
   fx_free(q);
 }
 
@@ -316,8 +316,8 @@ Test(native, empty_cache_frees_whole_segments_and_keeps_split_ones) {
 static size_t walk_whole_free(size_t *n) {
   size_t bytes = 0;
   *n = 0;
-  for (ga_segment *s = fx_a->space.segs; s; s = s->next)
-    if (!s->head->next && s->head->state == GA_BLOCK_FREE) bytes += s->size, ++*n;
+  for (ga_segment *seg = fx_a->space.segs; seg; seg = seg->next)
+    if (!seg->head->next && seg->head->state == GA_BLOCK_FREE) bytes += seg->size, ++*n;
   return bytes;
 }
 

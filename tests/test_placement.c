@@ -53,36 +53,38 @@ static void mix(digest *d, uint64_t v) {
   d->h = h ^ (h >> 29);
 }
 
-static void mix_stat(digest *d, const ga_stat_t *s) {
-  mix(d, (uint64_t)s->current);
-  mix(d, (uint64_t)s->peak);
-  mix(d, (uint64_t)s->allocated);
-  mix(d, (uint64_t)s->freed);
+static void mix_stat(digest *d, const ga_stat_t *stat) {
+  mix(d, (uint64_t)stat->current);
+  mix(d, (uint64_t)stat->peak);
+  mix(d, (uint64_t)stat->allocated);
+  mix(d, (uint64_t)stat->freed);
 }
 
 /* Every PyTorch key of memory_stats(), and ours that placement decides. */
 static void mix_stats(digest *d, ga_allocator_t *a, size_t event) {
-  ga_stats_t s;
-  cr_assert_eq(ga_stats(a, &s), GA_OK);
+  ga_stats_t stats;
+  cr_assert_eq(ga_stats(a, &stats), GA_OK);
 #define GA_X(name, doc) \
-  for (int p = 0; p < GA_POOL_COUNT; p++) mix_stat(d, &s.name[p]);
+  for (int p = 0; p < GA_POOL_COUNT; p++) mix_stat(d, &stats.name[p]);
   GA_POOL_STATS(GA_X)
 #undef GA_X
-  mix_stat(d, &s.oversize_allocations);
-  mix_stat(d, &s.oversize_segments);
-#define GA_X(name, doc) mix(d, (uint64_t)s.name);
+  mix_stat(d, &stats.oversize_allocations);
+  mix_stat(d, &stats.oversize_segments);
+#define GA_X(name, doc) mix(d, (uint64_t)stats.name);
   GA_SCALAR_STATS(GA_X)
 #undef GA_X
-  mix_stat(d, &s.mapped_bytes);
-  mix_stat(d, &s.page_cache_bytes);
+  mix_stat(d, &stats.mapped_bytes);
+  mix_stat(d, &stats.page_cache_bytes);
   if (d->dump)
     fprintf(d->dump, "%zu stats allocated %lld/%lld active %lld/%lld requested %lld/%lld split %lld/%lld\n",
-            event, (long long)s.allocated_bytes[GA_POOL_ALL].current,
-            (long long)s.allocated_bytes[GA_POOL_ALL].peak, (long long)s.active_bytes[GA_POOL_ALL].current,
-            (long long)s.active_bytes[GA_POOL_ALL].peak, (long long)s.requested_bytes[GA_POOL_ALL].current,
-            (long long)s.requested_bytes[GA_POOL_ALL].peak,
-            (long long)s.inactive_split_bytes[GA_POOL_ALL].current,
-            (long long)s.inactive_split_bytes[GA_POOL_ALL].peak);
+            event, (long long)stats.allocated_bytes[GA_POOL_ALL].current,
+            (long long)stats.allocated_bytes[GA_POOL_ALL].peak,
+            (long long)stats.active_bytes[GA_POOL_ALL].current,
+            (long long)stats.active_bytes[GA_POOL_ALL].peak,
+            (long long)stats.requested_bytes[GA_POOL_ALL].current,
+            (long long)stats.requested_bytes[GA_POOL_ALL].peak,
+            (long long)stats.inactive_split_bytes[GA_POOL_ALL].current,
+            (long long)stats.inactive_split_bytes[GA_POOL_ALL].peak);
 }
 
 /* Segments named by the order in which they first held an allocation. */
@@ -110,9 +112,9 @@ static uint64_t segment_name(seen *s, const ga_segment *seg) {
 }
 
 static const ga_block *block_at(ga_allocator_t *a, uintptr_t p) {
-  for (const ga_segment *s = a->space.segs; s; s = s->next) {
-    if (p < s->base || p - s->base >= s->size) continue;
-    for (const ga_block *b = s->head; b; b = b->next)
+  for (const ga_segment *seg = a->space.segs; seg; seg = seg->next) {
+    if (p < seg->base || p - seg->base >= seg->size) continue;
+    for (const ga_block *b = seg->head; b; b = b->next)
       if (b->ptr == p) return b;
   }
   return NULL;

@@ -48,18 +48,18 @@ static void fit_equals_malloc(const char *conf, size_t capacity, unsigned seed) 
       fx_free(live[k]);
       live[k] = live[--nlive];
     }
-    ga_stream_t s = streams[rnd(&seed) % 2];
+    ga_stream_t stream = streams[rnd(&seed) % 2];
     size_t sizes[8], n = 1 + rnd(&seed) % 8, fit = 99;
     for (size_t i = 0; i < n; i++) sizes[i] = some_size(&seed);
     ga_stats_t before = fx_stats(), after;
-    cr_assert_eq(ga_would_fit(fx_a, sizes, n, s, &fit), GA_OK, "%s", ga_last_error());
+    cr_assert_eq(ga_would_fit(fx_a, sizes, n, stream, &fit), GA_OK, "%s", ga_last_error());
     after = fx_stats();
     assert_same_stats(&before, &after);
     cr_assert_eq(ga_check(fx_a), 0);
     void *got[8];
     size_t k = 0;
     for (; k < n; k++) {
-      ga_status_t st = ga_malloc(fx_a, sizes[k], s, &got[k]);
+      ga_status_t st = ga_malloc(fx_a, sizes[k], stream, &got[k]);
       if (st != GA_OK) {
         cr_assert_eq(st, GA_ERR_OOM, "%s", ga_last_error());
         break;
@@ -409,12 +409,12 @@ static ga_stream_t device1_stream(void) {
 #ifdef GA_HAVE_CUDA
   if (fx_on_cuda()) {
     CUcontext cur = NULL;
-    CUstream s = NULL;
+    CUstream stream = NULL;
     FX_CU_OK(fx_cu.cuCtxGetCurrent(&cur));
     FX_CU_OK(fx_cu.cuCtxSetCurrent(fx_cu.ctx[1]));
-    FX_CU_OK(fx_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    FX_CU_OK(fx_cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     FX_CU_OK(fx_cu.cuCtxSetCurrent(cur));
-    return (ga_stream_t)s;
+    return (ga_stream_t)stream;
   }
 #endif
   return (ga_stream_t)(uintptr_t)0x7001u;
@@ -725,9 +725,9 @@ Test(serving, sleep_waits_for_the_sleepers_streams_only) {
 /* ---- The host copy: pinned host memory ---- */
 
 static uint64_t failures(ga_device_call_t kind) {
-  ga_stats_t s;
-  cr_assert_eq(ga_stats(fx_a, &s), GA_OK);
-  return s.device_failures[kind];
+  ga_stats_t stats;
+  cr_assert_eq(ga_stats(fx_a, &stats), GA_OK);
+  return stats.device_failures[kind];
 }
 
 /* An offloading sleep pins a buffer per granule (on the sim its copies are

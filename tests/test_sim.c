@@ -117,23 +117,23 @@ Test(sim, malloc_memory_is_real_and_scattered_granules_still_work) {
 
 Test(sim, events_complete_at_once_unless_the_stream_is_held) {
   ga_event e;
-  ga_stream_t s = (ga_stream_t)(uintptr_t)7;
+  ga_stream_t stream = (ga_stream_t)(uintptr_t)7;
   cr_assert_eq(ga_dev_event_create(d, &e), 0);
-  cr_assert_eq(ga_dev_event_record(d, e, s), 0);
+  cr_assert_eq(ga_dev_event_record(d, e, stream), 0);
   cr_assert_eq(ga_dev_event_query(d, e), 0);
-  ga_sim_hold_stream(d, s, 1);
-  cr_assert_eq(ga_dev_event_record(d, e, s), 0);
+  ga_sim_hold_stream(d, stream, 1);
+  cr_assert_eq(ga_dev_event_record(d, e, stream), 0);
   cr_assert_eq(ga_dev_event_query(d, e), GA_DEV_ENOTREADY);
   cr_assert_eq(ga_dev_event_record(d, e, NULL), 0); /* re-recorded on another stream */
   cr_assert_eq(ga_dev_event_query(d, e), 0);
-  cr_assert_eq(ga_dev_event_record(d, e, s), 0);
-  cr_assert_eq(ga_dev_stream_synchronize(d, s), 0);
+  cr_assert_eq(ga_dev_event_record(d, e, stream), 0);
+  cr_assert_eq(ga_dev_stream_synchronize(d, stream), 0);
   cr_assert_eq(ga_dev_event_query(d, e), 0);
   ga_sim_usage u;
   ga_sim_usage_get(d, &u);
   cr_assert_eq(u.waits, 1);
-  cr_assert_eq(ga_dev_event_record(d, e, s), 0);
-  ga_sim_hold_stream(d, s, 0);
+  cr_assert_eq(ga_dev_event_record(d, e, stream), 0);
+  ga_sim_hold_stream(d, stream, 0);
   cr_assert_eq(ga_dev_event_query(d, e), 0);
   cr_assert_eq(ga_dev_event_destroy(d, e), 0);
 }
@@ -185,11 +185,11 @@ Test(sim, a_sticky_fault_makes_every_later_call_of_every_kind_fail) {
 
 Test(sim, capture_state_is_reported) {
   int c = -1;
-  ga_stream_t s = (ga_stream_t)(uintptr_t)9;
-  cr_assert_eq(ga_dev_stream_capturing(d, s, &c), 0);
+  ga_stream_t stream = (ga_stream_t)(uintptr_t)9;
+  cr_assert_eq(ga_dev_stream_capturing(d, stream, &c), 0);
   cr_assert_eq(c, 0);
-  ga_sim_set_capturing(d, s, 1);
-  cr_assert_eq(ga_dev_stream_capturing(d, s, &c), 0);
+  ga_sim_set_capturing(d, stream, 1);
+  cr_assert_eq(ga_dev_stream_capturing(d, stream, &c), 0);
   cr_assert_eq(c, 1);
 }
 
@@ -600,9 +600,9 @@ Test(sim_scale, ga_malloc_reports_a_host_failure_as_the_hosts_not_as_oom) {
     cr_assert_eq(st, GA_ERR_HOST_MEMORY, "conf '%s': %s (%s)", confs[c], ga_status_str(st), ga_last_error());
     cr_assert(strstr(ga_last_error(), "host") != NULL, "%s", ga_last_error());
     cr_assert(strstr(dev->error, ": host: ") != NULL, "%s", dev->error);
-    ga_stats_t s;
-    cr_assert_eq(ga_stats(a, &s), GA_OK);
-    cr_assert_eq(s.num_ooms, 0, "not an out-of-memory error");
+    ga_stats_t stats;
+    cr_assert_eq(ga_stats(a, &stats), GA_OK);
+    cr_assert_eq(stats.num_ooms, 0, "not an out-of-memory error");
     cr_assert_eq(ga_check(a), 0);
     cr_assert_eq(ga_sim_clear_faults(dev), 0);
     cr_assert_eq(ga_malloc(a, 4 * MiB, NULL, &p), GA_OK, "%s", ga_last_error());

@@ -244,10 +244,10 @@ Test(sleep, the_oom_report_with_an_allocation_asleep) {
   char *w = fx_alloc(40 * MiB);
   cr_assert_eq(ga_tag(fx_a, w, "weights"), GA_OK);
   cr_assert_eq(ga_sleep(fx_a, "weights", 0), GA_OK, "%s", ga_last_error());
-  ga_stats_t s = fx_stats();
-  cr_assert_gt(s.allocated_bytes[GA_POOL_ALL].current, s.reserved_bytes[GA_POOL_ALL].current,
-               "the case under test: %lld > %lld", (long long)s.allocated_bytes[GA_POOL_ALL].current,
-               (long long)s.reserved_bytes[GA_POOL_ALL].current);
+  ga_stats_t stats = fx_stats();
+  cr_assert_gt(stats.allocated_bytes[GA_POOL_ALL].current, stats.reserved_bytes[GA_POOL_ALL].current,
+               "the case under test: %lld > %lld", (long long)stats.allocated_bytes[GA_POOL_ALL].current,
+               (long long)stats.reserved_bytes[GA_POOL_ALL].current);
   void *p = NULL;
   cr_assert_eq(ga_malloc(fx_a, 200 * MiB, NULL, &p), GA_ERR_OOM);
   const char *msg = ga_last_error();
@@ -269,14 +269,14 @@ Test(sleep_torch, pytorch_frees_a_tensor_while_it_sleeps) {
   cr_assert_eq(ga_tag(a, kv, "weights"), GA_OK);
   cr_assert_eq(ga_sleep(a, "weights", GA_SLEEP_OFFLOAD), GA_OK, "%s", ga_last_error());
   ga_torch_free(w, 20 * MiB, 0, NULL);
-  ga_stats_t s;
-  cr_assert_eq(ga_stats(a, &s), GA_OK);
-  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].current, 26 * MiB, "still allocated while it sleeps");
+  ga_stats_t stats;
+  cr_assert_eq(ga_stats(a, &stats), GA_OK);
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].current, 26 * MiB, "still allocated while it sleeps");
   cr_assert_eq(ga_check(a), 0);
   cr_assert_eq(ga_wake(a), GA_OK, "%s", ga_last_error());
-  cr_assert_eq(ga_stats(a, &s), GA_OK);
-  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].current, 6 * MiB, "the wake freed what PyTorch freed: %lld",
-               (long long)s.allocated_bytes[GA_POOL_ALL].current);
+  cr_assert_eq(ga_stats(a, &stats), GA_OK);
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].current, 6 * MiB, "the wake freed what PyTorch freed: %lld",
+               (long long)stats.allocated_bytes[GA_POOL_ALL].current);
   cr_assert_eq(ga_free(a, w), GA_ERR_BAD_POINTER, "w was freed");
   cr_assert_eq(ga_check(a), 0);
   /* The memory is reused, and a later sleep of the tag does not take it. */
@@ -286,7 +286,7 @@ Test(sleep_torch, pytorch_frees_a_tensor_while_it_sleeps) {
   cr_assert_eq(ga_free(a, again), GA_OK, "untagged: awake");
   ga_torch_free(kv, 6 * MiB, 0, NULL);
   cr_assert_eq(ga_wake(a), GA_OK, "%s", ga_last_error());
-  cr_assert_eq(ga_stats(a, &s), GA_OK);
-  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].current, 0);
+  cr_assert_eq(ga_stats(a, &stats), GA_OK);
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].current, 0);
   cr_assert_eq(ga_check(a), 0);
 }

@@ -16,9 +16,9 @@ static char *snap(void) {
   return buf;
 }
 
-static int count(const char *s, const char *what) {
+static int count(const char *json, const char *what) {
   int n = 0;
-  for (const char *p = s; (p = strstr(p, what)); p++) n++;
+  for (const char *p = json; (p = strstr(p, what)); p++) n++;
   return n;
 }
 
@@ -28,26 +28,27 @@ Test(snapshot, segments_blocks_and_states) {
   char *a = fx_alloc(3 * MiB), *b = fx_alloc(1000), *c = fx_alloc(3 * MiB);
   ga_record_stream(fx_a, c, S2);
   fx_free(c); /* pending */
-  char *s = snap();
-  cr_assert_eq(count(s, "\"segment_type\":\"large\""), 1, "%s", s);
-  cr_assert_eq(count(s, "\"segment_type\":\"small\""), 1);
-  cr_assert_eq(count(s, "\"state\":\"active_allocated\""), 2);
-  cr_assert_eq(count(s, "\"state\":\"active_pending_free\""), 1);
-  cr_assert_eq(count(s, "\"state\":\"inactive\""), 2, "the free tails of both segments");
+  char *json = snap();
+  cr_assert_eq(count(json, "\"segment_type\":\"large\""), 1, "%s", json);
+  cr_assert_eq(count(json, "\"segment_type\":\"small\""), 1);
+  cr_assert_eq(count(json, "\"state\":\"active_allocated\""), 2);
+  cr_assert_eq(count(json, "\"state\":\"active_pending_free\""), 1);
+  cr_assert_eq(count(json, "\"state\":\"inactive\""), 2, "the free tails of both segments");
   char want[128];
   snprintf(want, sizeof want,
            "\"address\":%llu,\"size\":3145728,\"requested_size\":3145728,\"state\":\"active_allocated\"",
            (unsigned long long)(uintptr_t)a);
-  cr_assert(strstr(s, want) != NULL, "%s", s);
-  cr_assert(strstr(s,
+  cr_assert(strstr(json, want) != NULL, "%s", json);
+  cr_assert(strstr(json,
                    "\"total_size\":20971520,\"allocated_size\":3145728,\"active_size\":6291456,\"requested_"
                    "size\":6291456") != NULL,
-            "%s", s);
+            "%s", json);
   cr_assert(
-      strstr(s, "\"PYTORCH_CUDA_ALLOC_CONF\":\"max_split_size_mb:64\",\"max_split_size\":67108864") != NULL,
-      "%s", s);
-  cr_assert(strstr(s, "\"device_traces\":[[]]") != NULL, "nothing recorded when recording is off");
-  free(s);
+      strstr(json, "\"PYTORCH_CUDA_ALLOC_CONF\":\"max_split_size_mb:64\",\"max_split_size\":67108864") !=
+          NULL,
+      "%s", json);
+  cr_assert(strstr(json, "\"device_traces\":[[]]") != NULL, "nothing recorded when recording is off");
+  free(json);
   fx_hold(S2, 0);
   fx_free(a);
   fx_free(b);
@@ -58,15 +59,15 @@ Test(snapshot, segments_blocks_and_states) {
  * escaped, so the JSON stays valid. */
 Test(snapshot, settings_with_tabs_and_newlines_stay_valid_json) {
   fx_open("max_split_size_mb:64,\texpandable_segments:False\n\r\v\f", 64 * MiB);
-  char *s = snap();
-  for (const char *p = s; *p; p++)
+  char *json = snap();
+  for (const char *p = json; *p; p++)
     cr_assert_geq((unsigned char)*p, 0x20, "a raw control character 0x%02x at %zu: %s", (unsigned char)*p,
-                  (size_t)(p - s), s);
-  cr_assert(strstr(s,
+                  (size_t)(p - json), json);
+  cr_assert(strstr(json,
                    "\"PYTORCH_CUDA_ALLOC_CONF\":\"max_split_size_mb:64,\\u0009expandable_segments:"
                    "False\\u000a\\u000d\\u000b\\u000c\",") != NULL,
-            "%s", s);
-  free(s);
+            "%s", json);
+  free(json);
 }
 
 Test(snapshot, the_history_records_every_event_in_order) {
@@ -76,33 +77,33 @@ Test(snapshot, the_history_records_every_event_in_order) {
   fx_free(a);
   void *p;
   cr_assert_eq(ga_malloc(fx_a, 100 * MiB, S1, &p), GA_ERR_OOM);
-  char *s = snap();
+  char *json = snap();
   const char *order[] = {"segment_alloc",  "\"alloc\"",    "free_requested",
                          "free_completed", "segment_free", "\"oom\""};
-  const char *at = s;
+  const char *at = json;
   for (int i = 0; i < 6; i++) {
     const char *q = strstr(at, order[i]);
-    cr_assert(q != NULL, "%s missing or out of order in %s", order[i], s);
+    cr_assert(q != NULL, "%s missing or out of order in %s", order[i], json);
     at = q;
   }
-  cr_assert(strstr(s, "\"action\":\"oom\",\"device_free\":") != NULL, "%s", s);
-  free(s);
+  cr_assert(strstr(json, "\"action\":\"oom\",\"device_free\":") != NULL, "%s", json);
+  free(json);
   cr_assert_eq(ga_record_history(fx_a, 0, 0), GA_OK);
-  s = snap();
-  cr_assert(strstr(s, "\"device_traces\":[[]]") != NULL);
-  free(s);
+  json = snap();
+  cr_assert(strstr(json, "\"device_traces\":[[]]") != NULL);
+  free(json);
 }
 
 Test(snapshot, the_ring_keeps_the_last_entries) {
   fx_open(NULL, GiB);
   ga_record_history(fx_a, 1, 4);
   for (int i = 0; i < 10; i++) fx_free(fx_alloc(MiB));
-  char *s = snap();
-  cr_assert_eq(count(s, "\"action\":"), 4);
+  char *json = snap();
+  cr_assert_eq(count(json, "\"action\":"), 4);
   /* ... free_completed | alloc, free_requested, free_completed */
-  cr_assert_eq(count(s, "\"action\":\"alloc\""), 1);
-  cr_assert_eq(count(s, "\"action\":\"free_completed\""), 2);
-  free(s);
+  cr_assert_eq(count(json, "\"action\":\"alloc\""), 1);
+  cr_assert_eq(count(json, "\"action\":\"free_completed\""), 2);
+  free(json);
 }
 
 Test(snapshot, expandable_segments_report_each_mapped_range) {
@@ -112,12 +113,12 @@ Test(snapshot, expandable_segments_report_each_mapped_range) {
   for (int i = 0; i < 3; i++) p[i] = fx_alloc(4 * MiB);
   fx_free(p[1]);
   cr_assert_eq(ga_empty_cache(fx_a), GA_OK); /* unmaps the middle: two mapped ranges */
-  char *s = snap();
-  cr_assert_eq(count(s, "\"is_expandable\":true"), 2, "%s", s);
-  cr_assert_geq(count(s, "segment_map"), 1);
-  cr_assert_eq(count(s, "segment_unmap"), 2, "one event per 2 MiB granule: %s", s);
+  char *json = snap();
+  cr_assert_eq(count(json, "\"is_expandable\":true"), 2, "%s", json);
+  cr_assert_geq(count(json, "segment_map"), 1);
+  cr_assert_eq(count(json, "segment_unmap"), 2, "one event per 2 MiB granule: %s", json);
   cr_assert_eq(fx_stats().segment[GA_POOL_ALL].current, 2, "the segment statistic counts the same ranges");
-  free(s);
+  free(json);
   fx_free(p[0]);
   fx_free(p[2]);
 }
@@ -127,16 +128,16 @@ Test(snapshot, c_stacks_on_every_entry_and_on_live_blocks) {
   cr_assert_eq(ga_record_history_stacks(fx_a, 1, 0, GA_STACKS_C), GA_OK, "%s", ga_last_error());
   void *p = fx_alloc(3 * MiB), *q = fx_alloc(100);
   fx_free(q);
-  char *s = snap();
+  char *json = snap();
   /* alloc, segment_alloc x2, alloc, free_requested, free_completed: each with frames, and the live block */
-  cr_assert_geq(count(s, "\"frames\":[{\"filename\":"), 7, "%s", s);
-  cr_assert_eq(count(s, "\"line\":0"), count(s, "\"filename\":"), "C frames have no line");
-  free(s);
+  cr_assert_geq(count(json, "\"frames\":[{\"filename\":"), 7, "%s", json);
+  cr_assert_eq(count(json, "\"line\":0"), count(json, "\"filename\":"), "C frames have no line");
+  free(json);
   ga_record_history_stacks(fx_a, 1, 0, 0);
   void *r = fx_alloc(5 * MiB);
-  s = snap();
-  cr_assert_eq(count(s, "\"filename\":"), 0, "no stacks asked, none recorded: %s", s);
-  free(s);
+  json = snap();
+  cr_assert_eq(count(json, "\"filename\":"), 0, "no stacks asked, none recorded: %s", json);
+  free(json);
   fx_free(r);
   fx_free(p);
 }

@@ -9,25 +9,25 @@ Test(stats, every_metric_follows_a_scenario) {
   fx_open(NULL, GiB);
   void *a = fx_alloc(3 * MiB + 100); /* large: 20 MiB segment, block 3 MiB + 512 */
   void *b = fx_alloc(1000);          /* small: 2 MiB segment, block 1024 */
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.allocation[GA_POOL_ALL].current, 2);
-  cr_assert_eq(s.allocation[GA_POOL_SMALL].current, 1);
-  cr_assert_eq(s.allocated_bytes[GA_POOL_LARGE].current, 3 * MiB + 512);
-  cr_assert_eq(s.allocated_bytes[GA_POOL_SMALL].current, 1024);
-  cr_assert_eq(s.requested_bytes[GA_POOL_ALL].current, 3 * MiB + 1100);
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 22 * MiB);
-  cr_assert_eq(s.segment[GA_POOL_ALL].current, 2);
-  cr_assert_eq(s.inactive_split_bytes[GA_POOL_ALL].current, 22 * MiB - 3 * MiB - 512 - 1024);
-  cr_assert_eq(s.num_device_alloc, 2);
-  cr_assert_eq(s.max_split_size, -1);
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.allocation[GA_POOL_ALL].current, 2);
+  cr_assert_eq(stats.allocation[GA_POOL_SMALL].current, 1);
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_LARGE].current, 3 * MiB + 512);
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_SMALL].current, 1024);
+  cr_assert_eq(stats.requested_bytes[GA_POOL_ALL].current, 3 * MiB + 1100);
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 22 * MiB);
+  cr_assert_eq(stats.segment[GA_POOL_ALL].current, 2);
+  cr_assert_eq(stats.inactive_split_bytes[GA_POOL_ALL].current, 22 * MiB - 3 * MiB - 512 - 1024);
+  cr_assert_eq(stats.num_device_alloc, 2);
+  cr_assert_eq(stats.max_split_size, -1);
   fx_free(a);
-  s = fx_stats();
-  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].current, 1024);
-  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].peak, 3 * MiB + 512 + 1024);
-  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].allocated, 3 * MiB + 512 + 1024);
-  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].freed, 3 * MiB + 512);
-  cr_assert_eq(s.allocation[GA_POOL_LARGE].freed, 1);
-  cr_assert_eq(s.inactive_split[GA_POOL_LARGE].current, 0, "the large segment is whole again");
+  stats = fx_stats();
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].current, 1024);
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].peak, 3 * MiB + 512 + 1024);
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].allocated, 3 * MiB + 512 + 1024);
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].freed, 3 * MiB + 512);
+  cr_assert_eq(stats.allocation[GA_POOL_LARGE].freed, 1);
+  cr_assert_eq(stats.inactive_split[GA_POOL_LARGE].current, 0, "the large segment is whole again");
   fx_free(b);
 }
 
@@ -35,15 +35,16 @@ Test(stats, every_metric_follows_a_scenario) {
  * PyTorch counts it, so its allocated/freed totals are PyTorch's too. */
 static void assert_split(int64_t cur, int64_t alloc, int64_t freed, int64_t bcur, int64_t balloc,
                          int64_t bfreed) {
-  ga_stats_t s = fx_stats();
-  const ga_stat_t *n = &s.inactive_split[GA_POOL_LARGE], *b = &s.inactive_split_bytes[GA_POOL_LARGE];
+  ga_stats_t stats = fx_stats();
+  const ga_stat_t *n = &stats.inactive_split[GA_POOL_LARGE], *b = &stats.inactive_split_bytes[GA_POOL_LARGE];
   cr_assert_eq(n->current, cur);
   cr_assert_eq(n->allocated, alloc);
   cr_assert_eq(n->freed, freed);
   cr_assert_eq(b->current, bcur * MiB);
   cr_assert_eq(b->allocated, balloc * MiB);
   cr_assert_eq(b->freed, bfreed * MiB);
-  cr_assert_eq(s.inactive_split_bytes[GA_POOL_ALL].allocated, balloc * MiB, "the aggregate follows the pool");
+  cr_assert_eq(stats.inactive_split_bytes[GA_POOL_ALL].allocated, balloc * MiB,
+               "the aggregate follows the pool");
 }
 
 Test(stats, inactive_split_counts_net_changes) {
@@ -63,15 +64,15 @@ Test(stats, reset_peak_and_accumulated) {
   void *a = fx_alloc(50 * MiB);
   fx_free(a);
   cr_assert_eq(ga_reset_peak_stats(fx_a), GA_OK);
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].peak, 0);
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].peak, 50 * MiB, "peak = current");
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].peak, 0);
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].peak, 50 * MiB, "peak = current");
   cr_assert_eq(ga_reset_accumulated_stats(fx_a), GA_OK);
-  s = fx_stats();
-  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].allocated, 0);
-  cr_assert_eq(s.allocated_bytes[GA_POOL_ALL].freed, 0);
-  cr_assert_eq(s.num_device_alloc, 0);
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 50 * MiB, "current is kept");
+  stats = fx_stats();
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].allocated, 0);
+  cr_assert_eq(stats.allocated_bytes[GA_POOL_ALL].freed, 0);
+  cr_assert_eq(stats.num_device_alloc, 0);
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 50 * MiB, "current is kept");
 }
 
 Test(stats, json_has_all_122_pytorch_keys_and_device_calls) {
@@ -121,17 +122,17 @@ typedef struct keep_side {
 /* The allocation at p as (segment by order of first use, offset, size). */
 static void keep_place(keep_side *k, void *ptr, uint64_t out[3]) {
   uintptr_t p = (uintptr_t)ptr;
-  for (const ga_segment *s = k->a->space.segs; s; s = s->next) {
-    if (p < s->base || p - s->base >= s->size) continue;
+  for (const ga_segment *seg = k->a->space.segs; seg; seg = seg->next) {
+    if (p < seg->base || p - seg->base >= seg->size) continue;
     int id = 0;
-    while (id < k->nbases && k->bases[id] != s->base) id++;
+    while (id < k->nbases && k->bases[id] != seg->base) id++;
     if (id == k->nbases) {
       cr_assert(k->nbases < 256);
-      k->bases[k->nbases++] = s->base;
+      k->bases[k->nbases++] = seg->base;
     }
-    for (const ga_block *b = s->head; b; b = b->next)
+    for (const ga_block *b = seg->head; b; b = b->next)
       if (b->ptr == p) {
-        out[0] = (uint64_t)id, out[1] = p - s->base, out[2] = b->size;
+        out[0] = (uint64_t)id, out[1] = p - seg->base, out[2] = b->size;
         return;
       }
   }
@@ -184,11 +185,11 @@ Test(stats, a_free_kept_back_places_and_counts_as_a_free_made_at_once) {
       } else {
         /* Mostly the size just freed, on one of two streams. */
         size_t size = sizes[(rng >> 40) % (sizeof sizes / sizeof *sizes)] - ((rng >> 50) & 7) * 64;
-        ga_stream_t s = (ga_stream_t)(uintptr_t)((rng >> 60) & 1);
-        if ((rng >> 56) & 1) size = last_size + ((rng >> 44) & 1) * 64, s = last_stream;
-        sz[slot] = size, st_of[slot] = s;
-        ga_status_t st = ga_malloc(A.a, size, s, &pa[slot]);
-        cr_assert_eq(ga_malloc(B.a, size, s, &pb[slot]), st, "conf \"%s\", event %d", confs[c], e);
+        ga_stream_t stream = (ga_stream_t)(uintptr_t)((rng >> 60) & 1);
+        if ((rng >> 56) & 1) size = last_size + ((rng >> 44) & 1) * 64, stream = last_stream;
+        sz[slot] = size, st_of[slot] = stream;
+        ga_status_t st = ga_malloc(A.a, size, stream, &pa[slot]);
+        cr_assert_eq(ga_malloc(B.a, size, stream, &pb[slot]), st, "conf \"%s\", event %d", confs[c], e);
         if (st == GA_OK) {
           uint64_t qa[3], qb[3];
           keep_place(&A, pa[slot], qa);

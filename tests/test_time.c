@@ -30,10 +30,10 @@ static uint64_t move_after_free(uint64_t catch_up) {
   uint64_t t0 = usage().now_ns, stalls0 = usage().stalls;
   void *b = fx_alloc_on(4 * MiB, S2);
   ga_sim_usage u = usage();
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.num_granules_moved, 2, "a's granules moved to S2");
-  cr_assert_eq(s.num_stalls, (int64_t)(u.stalls - stalls0), "the statistics count the device's stalls");
-  cr_assert_eq(s.stall_us, (int64_t)(u.stall_ns / 1000));
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.num_granules_moved, 2, "a's granules moved to S2");
+  cr_assert_eq(stats.num_stalls, (int64_t)(u.stalls - stalls0), "the statistics count the device's stalls");
+  cr_assert_eq(stats.stall_us, (int64_t)(u.stall_ns / 1000));
   cr_assert_geq(u.now_ns - t0, u.stall_ns, "the stall is part of the request's time");
   fx_free(b);
   return u.stall_ns;
@@ -89,10 +89,10 @@ Test(time, with_room_on_the_device_memory_whose_free_is_not_passed_stays_and_new
   ga_sim_enqueue(fx_dev, S1, 1 * MS);
   fx_free(a);
   void *b = fx_alloc_on(4 * MiB, S2);
-  ga_stats_t s = fx_stats();
-  cr_assert_eq(s.num_stalls, 0, "no wait while the device has room");
-  cr_assert_eq(s.num_granules_moved, 0, "a's memory may still be in use: it stays");
-  cr_assert_eq(s.reserved_bytes[GA_POOL_ALL].current, 8 * MiB, "new memory for b");
+  ga_stats_t stats = fx_stats();
+  cr_assert_eq(stats.num_stalls, 0, "no wait while the device has room");
+  cr_assert_eq(stats.num_granules_moved, 0, "a's memory may still be in use: it stays");
+  cr_assert_eq(stats.reserved_bytes[GA_POOL_ALL].current, 8 * MiB, "new memory for b");
   ga_sim_advance(fx_dev, 7 * MS); /* S1 is past the free now */
   fx_free(b);
   void *c = fx_alloc_on(8 * MiB, fx_stream(3)); /* a's and b's memory move, without a wait */

@@ -91,8 +91,8 @@ static inline void *work(void *arg) {
     }
     if (step % 1000 == 999 && w->id == 0) ga_empty_cache(tw_a);
     if (step % 500 == 0) {
-      ga_stats_t s;
-      ga_stats(tw_a, &s);
+      ga_stats_t stats;
+      ga_stats(tw_a, &stats);
     }
   }
   for (int i = 0; i < SLOTS; i++)

@@ -49,9 +49,9 @@ int main() {
   ga_torch_free(h, 4 << 20, 0, capture_stream);
   ga_torch_release_pool(0, id);
   ga_torch_reset();
-  ga_stats_t s;
-  ga_stats(ga_torch_allocator(0), &s);
-  bool returned = s.reserved_bytes[GA_POOL_ALL].current == 0 && ga_check(ga_torch_allocator(0)) == 0;
+  ga_stats_t stats;
+  ga_stats(ga_torch_allocator(0), &stats);
+  bool returned = stats.reserved_bytes[GA_POOL_ALL].current == 0 && ga_check(ga_torch_allocator(0)) == 0;
   std::printf("released pool returned: %s\n", returned ? "ok" : "FAILED");
   (returned ? passed : failed)++;
   std::printf("%d passed, %d failed\n", passed, failed);

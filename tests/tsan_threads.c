@@ -22,9 +22,9 @@ static int run(const char *conf, int with_controls) {
   if (with_controls) pthread_create(&t[n], NULL, tw_hold_and_release, &broken);
   for (int i = 0; i < n; i++) pthread_join(t[i], NULL), errors += w[i].errors;
   if (with_controls) pthread_join(t[n], NULL);
-  ga_stats_t s;
-  ga_stats(tw_a, &s);
-  int ok = errors == 0 && broken == 0 && ga_check(tw_a) == 0 && s.allocation[GA_POOL_ALL].current == 0;
+  ga_stats_t stats;
+  ga_stats(tw_a, &stats);
+  int ok = errors == 0 && broken == 0 && ga_check(tw_a) == 0 && stats.allocation[GA_POOL_ALL].current == 0;
   ga_destroy(tw_a);
   ga_dev_destroy(tw_dev);
   printf("%s [%s]: %s (%d errors)\n",

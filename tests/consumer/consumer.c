@@ -15,9 +15,9 @@ int main(void) {
   int ok = ga_malloc(a, 3 << 20, NULL, &p) == GA_OK && ga_malloc(a, 1000, NULL, &q) == GA_OK;
   ga_free(a, p);
   ga_free(a, q);
-  ga_stats_t s;
-  ga_stats(a, &s);
-  ok = ok && s.reserved_bytes[GA_POOL_ALL].current == 22 << 20 && ga_check(a) == 0;
+  ga_stats_t stats;
+  ga_stats(a, &stats);
+  ok = ok && stats.reserved_bytes[GA_POOL_ALL].current == 22 << 20 && ga_check(a) == 0;
   ga_destroy(a);
   printf("consumer: %s\n", ok ? "ok" : "FAILED");
   return ok ? 0 : 1;

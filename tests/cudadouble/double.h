@@ -233,8 +233,8 @@ size_t cd_memory_describe_leaks(char *buf, size_t len, size_t *at);
 /* ---- Streams (streams.c) ---- */
 
 /* A stream argument: NULL/CU_STREAM_LEGACY (legacy stream of the current
- * context, *s = NULL) or a live stream. Dies on anything else. */
-CUresult cd_stream_arg(cd_entry e, CUstream in, CUstream *s, struct CUctx_st **ctx);
+ * context, *stream = NULL) or a live stream. Dies on anything else. */
+CUresult cd_stream_arg(cd_entry e, CUstream in, CUstream *stream, struct CUctx_st **ctx);
 /* Is a blocking stream of ctx capturing (the legacy stream is unusable)? */
 int cd_blocking_capture(const struct CUctx_st *ctx);
 size_t cd_streams_describe_leaks(char *buf, size_t len, size_t *at);

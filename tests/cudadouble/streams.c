@@ -22,15 +22,15 @@
 
 /* ---- Arguments ---- */
 
-CUresult cd_stream_arg(cd_entry e, CUstream in, CUstream *s, struct CUctx_st **ctx) {
+CUresult cd_stream_arg(cd_entry e, CUstream in, CUstream *stream, struct CUctx_st **ctx) {
   if (in == CU_STREAM_PER_THREAD) cd_die(e, "the per-thread default stream is not modelled");
   if (in == NULL || in == CU_STREAM_LEGACY) {
-    *s = NULL;
+    *stream = NULL;
     return cd_need_context(e, ctx);
   }
   if (!cd_ptrs_has(&cd.streams, in))
     cd_die(e, "%p is not a live stream (the driver would crash)", (void *)in);
-  *s = in;
+  *stream = in;
   *ctx = in->ctx;
   return CUDA_SUCCESS;
 }
@@ -62,11 +62,11 @@ static CUresult legacy_implicit(cd_entry e, const struct CUctx_st *ctx) {
 
 /* Completes the work of events recorded on s (NULL: the legacy stream of
  * ctx). Returns whether any was pending. */
-static int complete(const struct CUctx_st *ctx, CUstream s) {
+static int complete(const struct CUctx_st *ctx, CUstream stream) {
   int any = 0;
   for (size_t i = 0; i < cd.events.n; i++) {
     struct CUevent_st *ev = cd.events.v[i];
-    if (ev->pending && ev->ctx == ctx && ev->stream == s) ev->pending = 0, any = 1;
+    if (ev->pending && ev->ctx == ctx && ev->stream == stream) ev->pending = 0, any = 1;
   }
   return any;
 }
@@ -95,39 +95,39 @@ CD_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags
 CD_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
   const cd_entry e = CD_STREAM_DESTROY;
   struct CUctx_st *ctx;
-  CUstream s;
+  CUstream stream;
   CUresult r = cd_enter(e);
-  if (r || (r = cd_stream_arg(e, hStream, &s, &ctx))) return cd_leave(r);
-  if (!s) cd_die(e, "the legacy stream cannot be destroyed");
-  if (s->cap.active) cd_die(e, "destroying a capturing stream is not modelled");
+  if (r || (r = cd_stream_arg(e, hStream, &stream, &ctx))) return cd_leave(r);
+  if (!stream) cd_die(e, "the legacy stream cannot be destroyed");
+  if (stream->cap.active) cd_die(e, "destroying a capturing stream is not modelled");
   if ((r = cd_fault_hit(e))) return cd_leave(r);
-  (void)complete(ctx, s); /* its work finishes on its own */
+  (void)complete(ctx, stream); /* its work finishes on its own */
   for (size_t i = 0; i < cd.events.n; i++) {
     struct CUevent_st *ev = cd.events.v[i];
-    if (ev->stream == s) ev->stream = NULL;
+    if (ev->stream == stream) ev->stream = NULL;
   }
-  cd_ptrs_remove(&cd.streams, s);
-  s->magic = 0;
-  free(s);
+  cd_ptrs_remove(&cd.streams, stream);
+  stream->magic = 0;
+  free(stream);
   return cd_leave(r);
 }
 
 CD_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
   const cd_entry e = CD_STREAM_SYNCHRONIZE;
   struct CUctx_st *ctx;
-  CUstream s;
+  CUstream stream;
   CUresult r = cd_enter(e);
-  if (r || (r = cd_stream_arg(e, hStream, &s, &ctx))) return cd_leave(r);
-  if (s && s->cap.active) {
-    s->cap.invalidated = 1;
+  if (r || (r = cd_stream_arg(e, hStream, &stream, &ctx))) return cd_leave(r);
+  if (stream && stream->cap.active) {
+    stream->cap.invalidated = 1;
     cd.captures_broken++;
     return cd_leave(cd_refuse(e, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                               "the stream is capturing (the capture is invalidated)"));
   }
-  if (!s && cd_blocking_capture(ctx)) return cd_leave(legacy_implicit(e, ctx));
+  if (!stream && cd_blocking_capture(ctx)) return cd_leave(legacy_implicit(e, ctx));
   if ((r = cd_capture_unsafe(e)) || (r = cd_fault_hit(e))) return cd_leave(r);
-  int held = s ? s->held : ctx->legacy_held, waited = complete(ctx, s);
-  if (!s) /* the legacy stream waits for the blocking streams too */
+  int held = stream ? stream->held : ctx->legacy_held, waited = complete(ctx, stream);
+  if (!stream) /* the legacy stream waits for the blocking streams too */
     for (size_t i = 0; i < cd.streams.n; i++) {
       struct CUstream_st *b = cd.streams.v[i];
       if (b->ctx == ctx && b->flags == CU_STREAM_DEFAULT) waited |= complete(ctx, b) | b->held;
@@ -164,49 +164,50 @@ CD_EXPORT CUresult CUDAAPI cuCtxSynchronize(void) {
 CD_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
   const cd_entry e = CD_STREAM_IS_CAPTURING;
   struct CUctx_st *ctx;
-  CUstream s;
+  CUstream stream;
   CUresult r = cd_enter(e);
-  if (r || (r = cd_stream_arg(e, hStream, &s, &ctx))) return cd_leave(r);
+  if (r || (r = cd_stream_arg(e, hStream, &stream, &ctx))) return cd_leave(r);
   if (!captureStatus) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "captureStatus is NULL"));
-  if (!s && cd_blocking_capture(ctx)) /* documented: an error, and the capture is not invalidated */
+  if (!stream && cd_blocking_capture(ctx)) /* documented: an error, and the capture is not invalidated */
     return cd_leave(cd_refuse(e, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
                               "asked of the legacy stream while a blocking stream of its context captures"));
   if ((r = cd_fault_hit(e))) return cd_leave(r);
-  *captureStatus = !s || !s->cap.active ? CU_STREAM_CAPTURE_STATUS_NONE
-                   : s->cap.invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                                        : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *captureStatus = !stream || !stream->cap.active ? CU_STREAM_CAPTURE_STATUS_NONE
+                   : stream->cap.invalidated      ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                                  : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   return cd_leave(r);
 }
 
 CD_EXPORT CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode) {
   const cd_entry e = CD_STREAM_BEGIN_CAPTURE;
   struct CUctx_st *ctx;
-  CUstream s;
+  CUstream stream;
   CUresult r = cd_enter(e);
-  if (r || (r = cd_stream_arg(e, hStream, &s, &ctx))) return cd_leave(r);
-  if (!s) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "the legacy stream may not capture"));
+  if (r || (r = cd_stream_arg(e, hStream, &stream, &ctx))) return cd_leave(r);
+  if (!stream) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "the legacy stream may not capture"));
   if (!cd_mode_valid(mode)) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "mode %d", (int)mode));
-  if (s->cap.active)
+  if (stream->cap.active)
     return cd_leave(cd_refuse(e, CUDA_ERROR_ILLEGAL_STATE, "the stream is already capturing"));
   if ((r = cd_fault_hit(e))) return cd_leave(r);
-  s->cap = (cd_capture){.active = 1, .mode = mode, .thread = pthread_self()};
+  stream->cap = (cd_capture){.active = 1, .mode = mode, .thread = pthread_self()};
   return cd_leave(r);
 }
 
 CD_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
   const cd_entry e = CD_STREAM_END_CAPTURE;
   struct CUctx_st *ctx;
-  CUstream s;
+  CUstream stream;
   CUresult r = cd_enter(e);
-  if (r || (r = cd_stream_arg(e, hStream, &s, &ctx))) return cd_leave(r);
+  if (r || (r = cd_stream_arg(e, hStream, &stream, &ctx))) return cd_leave(r);
   if (!phGraph) return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "phGraph is NULL"));
-  if (!s || !s->cap.active)
+  if (!stream || !stream->cap.active)
     return cd_leave(cd_refuse(e, CUDA_ERROR_ILLEGAL_STATE, "the stream is not capturing"));
-  if (s->cap.mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(s->cap.thread, pthread_self()))
+  if (stream->cap.mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+      !pthread_equal(stream->cap.thread, pthread_self()))
     return cd_leave(
         cd_refuse(e, CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "the capture began on another thread"));
-  int invalidated = s->cap.invalidated;
-  s->cap = (cd_capture){0};
+  int invalidated = stream->cap.invalidated;
+  stream->cap = (cd_capture){0};
   *phGraph = NULL;
   if (invalidated) return cd_leave(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
   struct CUgraph_st *g = calloc(1, sizeof *g);
@@ -258,24 +259,24 @@ CD_EXPORT CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
 CD_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
   const cd_entry e = CD_EVENT_RECORD;
   struct CUctx_st *ctx;
-  CUstream s;
+  CUstream stream;
   CUresult r = cd_enter(e);
   if (r) return cd_leave(r);
   struct CUevent_st *ev = event_arg(e, hEvent);
-  if ((r = cd_stream_arg(e, hStream, &s, &ctx))) return cd_leave(r);
+  if ((r = cd_stream_arg(e, hStream, &stream, &ctx))) return cd_leave(r);
   if (ev->ctx != ctx)
     return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_HANDLE,
                               "the event belongs to device %d's context and the stream to device %d's",
                               ev->ctx->ordinal, ctx->ordinal));
-  if (!s && cd_blocking_capture(ctx)) return cd_leave(legacy_implicit(e, ctx));
-  if (s && s->cap.active && s->cap.invalidated)
+  if (!stream && cd_blocking_capture(ctx)) return cd_leave(legacy_implicit(e, ctx));
+  if (stream && stream->cap.active && stream->cap.invalidated)
     return cd_leave(
         cd_refuse(e, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "the stream's capture was invalidated"));
   if ((r = cd_fault_hit(e))) return cd_leave(r);
-  ev->stream = s;
+  ev->stream = stream;
   ev->recorded = 1;
-  ev->captured = s && s->cap.active; /* a node of the graph, not work that runs now */
-  ev->pending = !ev->captured && (s ? s->held : ctx->legacy_held);
+  ev->captured = stream && stream->cap.active; /* a node of the graph, not work that runs now */
+  ev->pending = !ev->captured && (stream ? stream->held : ctx->legacy_held);
   return cd_leave(r);
 }
 

@@ -45,10 +45,10 @@ static void exercise(ga_allocator_t *a, ga_device *dev, const char *conf) {
     FZ_CHECK(ga_free(a, p[i]) == GA_OK, "'%s': free: %s", conf, ga_last_error());
   }
   FZ_CHECK(ga_empty_cache(a) == GA_OK, "'%s': empty_cache: %s", conf, ga_last_error());
-  ga_stats_t s;
-  FZ_CHECK(ga_stats(a, &s) == GA_OK, "stats");
-  FZ_CHECK(s.reserved_bytes[GA_POOL_ALL].current == 0, "'%s': %lld bytes reserved after empty_cache", conf,
-           (long long)s.reserved_bytes[GA_POOL_ALL].current);
+  ga_stats_t stats;
+  FZ_CHECK(ga_stats(a, &stats) == GA_OK, "stats");
+  FZ_CHECK(stats.reserved_bytes[GA_POOL_ALL].current == 0, "'%s': %lld bytes reserved after empty_cache",
+           conf, (long long)stats.reserved_bytes[GA_POOL_ALL].current);
   FZ_CHECK(ga_check(a) == 0, "'%s': ga_check at the end", conf);
   ga_destroy(a);
   ga_sim_usage u;

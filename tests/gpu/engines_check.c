@@ -48,10 +48,10 @@ static int (*graph_launch)(void *, void *), (*exec_destroy)(void *), (*graph_des
   } while (0)
 
 static uint64_t calls(ga_allocator_t *a) {
-  ga_stats_t s;
-  ga_stats(a, &s);
+  ga_stats_t stats;
+  ga_stats(a, &stats);
   uint64_t n = 0;
-  for (int k = 0; k < GA_CALL_COUNT; k++) n += s.device_calls[k];
+  for (int k = 0; k < GA_CALL_COUNT; k++) n += stats.device_calls[k];
   return n;
 }
 

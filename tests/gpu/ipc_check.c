@@ -222,10 +222,10 @@ static int fabric(const char *self) {
 /* A snapshot without addresses: where everything lies, relative to its segment. */
 static char *shape(ga_allocator_t *a) {
   size_t n = ga_snapshot_json(a, NULL, 0) + 1;
-  char *s = malloc(n), *o = malloc(n);
-  ga_snapshot_json(a, s, n);
+  char *json = malloc(n), *o = malloc(n);
+  ga_snapshot_json(a, json, n);
   size_t k = 0;
-  for (const char *p = s; *p;) {
+  for (const char *p = json; *p;) {
     if (!strncmp(p, "\"address\":", 10)) {
       p += 10;
       while (*p == ' ' || (*p >= '0' && *p <= '9')) p++;
@@ -234,7 +234,7 @@ static char *shape(ga_allocator_t *a) {
     o[k++] = *p++;
   }
   o[k] = 0;
-  free(s);
+  free(json);
   return o;
 }
 
