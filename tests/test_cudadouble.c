@@ -377,7 +377,7 @@ Test(driver_rules, the_legacy_stream_and_a_blocking_capture) {
 typedef struct other_thread {
   CUstreamCaptureMode mode;
   CUresult alloc, end;
-  CUstream s;
+  CUstream stream;
 } other_thread;
 
 static void *from_another_thread(void *arg) {
@@ -389,7 +389,7 @@ static void *from_another_thread(void *arg) {
   t->alloc = cu.cuMemAlloc(&p, 4096);
   if (t->alloc == CUDA_SUCCESS) cu.cuMemFree(p);
   CUgraph g = NULL;
-  t->end = cu.cuStreamEndCapture(t->s, &g);
+  t->end = cu.cuStreamEndCapture(t->stream, &g);
   return NULL;
 }
 
@@ -399,8 +399,8 @@ static void *from_another_thread(void *arg) {
 Test(driver_rules, capture_modes_across_threads) {
   setup();
   other_thread t = {.mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL};
-  OK(cu.cuStreamCreate(&t.s, CU_STREAM_NON_BLOCKING));
-  OK(cu.cuStreamBeginCapture(t.s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  OK(cu.cuStreamCreate(&t.stream, CU_STREAM_NON_BLOCKING));
+  OK(cu.cuStreamBeginCapture(t.stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
   pthread_t th;
   pthread_create(&th, NULL, from_another_thread, &t);
   pthread_join(th, NULL);
@@ -411,8 +411,8 @@ Test(driver_rules, capture_modes_across_threads) {
   pthread_join(th, NULL);
   IS(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, t.alloc);
   CUgraph graph;
-  IS(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cu.cuStreamEndCapture(t.s, &graph));
-  OK(cu.cuStreamDestroy(t.s));
+  IS(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cu.cuStreamEndCapture(t.stream, &graph));
+  OK(cu.cuStreamDestroy(t.stream));
   done();
 }
 

@@ -848,7 +848,7 @@ static void index_workload(const char *conf, int moves) {
   enum { SLOTS = 40 };
   struct {
     void *p;
-    ga_stream_t s;
+    ga_stream_t stream;
   } live[SLOTS] = {0};
   unsigned seed = 20261205;
   int64_t freed_next_to_unmapped = 0;
@@ -869,13 +869,14 @@ static void index_workload(const char *conf, int moves) {
         live[i].p = NULL;
       else
         cr_assert_eq(st, GA_OK, "%s", ga_last_error());
-      live[i].s = stream;
+      live[i].stream = stream;
     }
     if (step % 300 == 299) cr_assert_eq(ga_empty_cache(fx_a), GA_OK, "%s", ga_last_error());
     if (step % 400 == 399) { /* free a whole stream: its runs reach unmapped space */
       ga_stream_t stream = fx_stream(1 + rand_r(&seed) % 6);
       for (int j = 0; j < SLOTS; j++)
-        if (live[j].p && live[j].s == stream) fx_free(live[j].p), live[j].p = NULL, freed_next_to_unmapped++;
+        if (live[j].p && live[j].stream == stream)
+          fx_free(live[j].p), live[j].p = NULL, freed_next_to_unmapped++;
     }
     cr_assert_eq(ga_check(fx_a), 0, "step %d", step);
   }

@@ -38,7 +38,7 @@ int main() {
   // Graph capture through PyTorch's hooks: the filter routes stream 0x77.
   cudaStream_t capture_stream = reinterpret_cast<cudaStream_t>(0x77);
   ga_mempool_id id{3, 0};
-  ga_torch_begin_allocate_to_pool(0, id, [=](cudaStream_t s) { return s == capture_stream; });
+  ga_torch_begin_allocate_to_pool(0, id, [=](cudaStream_t stream) { return stream == capture_stream; });
   void *g = ga_torch_alloc(4 << 20, 0, capture_stream);
   ga_torch_free(g, 4 << 20, 0, capture_stream); // back to the private pool
   ga_torch_end_allocate_to_pool(0, id);

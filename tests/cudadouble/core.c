@@ -400,13 +400,14 @@ CUresult cd_capture_unsafe(cd_entry e) {
   pthread_t self = pthread_self();
   int prohibited = 0;
   for (size_t i = 0; i < cd.streams.n; i++) {
-    struct CUstream_st *s = cd.streams.v[i];
-    if (!s->cap.active || s->cap.mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
-    int local = pthread_equal(s->cap.thread, self);
+    struct CUstream_st *stream = cd.streams.v[i];
+    if (!stream->cap.active || stream->cap.mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
+    int local = pthread_equal(stream->cap.thread, self);
     /* The thread's own capture forbids it in global and thread-local mode;
      * another thread's global capture forbids it in global mode. */
-    if (local || (cd_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && s->cap.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
-      s->cap.invalidated = 1;
+    if (local ||
+        (cd_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && stream->cap.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+      stream->cap.invalidated = 1;
       prohibited = 1;
     }
   }

@@ -42,8 +42,8 @@ static struct CUevent_st *event_arg(cd_entry e, CUevent ev) {
 
 int cd_blocking_capture(const struct CUctx_st *ctx) {
   for (size_t i = 0; i < cd.streams.n; i++) {
-    const struct CUstream_st *s = cd.streams.v[i];
-    if (s->ctx == ctx && s->flags == CU_STREAM_DEFAULT && s->cap.active) return 1;
+    const struct CUstream_st *stream = cd.streams.v[i];
+    if (stream->ctx == ctx && stream->flags == CU_STREAM_DEFAULT && stream->cap.active) return 1;
   }
   return 0;
 }
@@ -52,8 +52,9 @@ int cd_blocking_capture(const struct CUctx_st *ctx) {
  * would depend on it, so the driver invalidates it. */
 static CUresult legacy_implicit(cd_entry e, const struct CUctx_st *ctx) {
   for (size_t i = 0; i < cd.streams.n; i++) {
-    struct CUstream_st *s = cd.streams.v[i];
-    if (s->ctx == ctx && s->flags == CU_STREAM_DEFAULT && s->cap.active) s->cap.invalidated = 1;
+    struct CUstream_st *stream = cd.streams.v[i];
+    if (stream->ctx == ctx && stream->flags == CU_STREAM_DEFAULT && stream->cap.active)
+      stream->cap.invalidated = 1;
   }
   cd.captures_broken++;
   return cd_refuse(e, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
@@ -82,13 +83,13 @@ CD_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags
   if (Flags != CU_STREAM_DEFAULT && Flags != CU_STREAM_NON_BLOCKING)
     return cd_leave(cd_refuse(e, CUDA_ERROR_INVALID_VALUE, "Flags 0x%x", Flags));
   if ((r = cd_fault_hit(e))) return cd_leave(r);
-  struct CUstream_st *s = calloc(1, sizeof *s);
-  if (!s || cd_ptrs_add(&cd.streams, s)) {
-    free(s);
+  struct CUstream_st *stream = calloc(1, sizeof *stream);
+  if (!stream || cd_ptrs_add(&cd.streams, stream)) {
+    free(stream);
     return cd_leave(CUDA_ERROR_OUT_OF_MEMORY);
   }
-  *s = (struct CUstream_st){.magic = STREAM_MAGIC, .ctx = ctx, .flags = Flags};
-  *phStream = s;
+  *stream = (struct CUstream_st){.magic = STREAM_MAGIC, .ctx = ctx, .flags = Flags};
+  *phStream = stream;
   return cd_leave(r);
 }
 
@@ -142,9 +143,9 @@ CD_EXPORT CUresult CUDAAPI cuCtxSynchronize(void) {
   CUresult r = cd_enter(e);
   if (r || (r = cd_need_context(e, &ctx))) return cd_leave(r);
   for (size_t i = 0; i < cd.streams.n; i++) {
-    struct CUstream_st *s = cd.streams.v[i];
-    if (s->ctx != ctx || !s->cap.active) continue;
-    s->cap.invalidated = 1;
+    struct CUstream_st *stream = cd.streams.v[i];
+    if (stream->ctx != ctx || !stream->cap.active) continue;
+    stream->cap.invalidated = 1;
     cd.captures_broken++;
     return cd_leave(cd_refuse(e, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                               "a stream of the context is capturing (the capture is invalidated)"));
@@ -338,9 +339,9 @@ CD_EXPORT CUresult cudadouble_hold_stream(CUstream stream, int hold) {
 size_t cd_streams_describe_leaks(char *buf, size_t len, size_t *at) {
   size_t n = 0;
   for (size_t i = 0; i < cd.streams.n; i++, n++) {
-    const struct CUstream_st *s = cd.streams.v[i];
-    cd_report(buf, len, at, "stream %p of device %d not destroyed%s\n", (void *)s, s->ctx->ordinal,
-              s->cap.active ? " (still capturing)" : "");
+    const struct CUstream_st *stream = cd.streams.v[i];
+    cd_report(buf, len, at, "stream %p of device %d not destroyed%s\n", (void *)stream, stream->ctx->ordinal,
+              stream->cap.active ? " (still capturing)" : "");
   }
   for (size_t i = 0; i < cd.events.n; i++, n++)
     cd_report(buf, len, at, "event %p of device %d not destroyed\n", cd.events.v[i],
