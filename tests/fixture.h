@@ -587,4 +587,35 @@ static inline int fx_sweep_release(void **p, const size_t *sizes, int n, int rec
   return failures;
 }
 
+/* A fault-sweep scenario (fx_sweep_run runs it): the requests sizes[0..n-1]
+ * in turn (fx_sweep_alloc), block `hole` freed after request `hole_after`
+ * (with record_stream on S1 first when hole_waits: it waits on an event);
+ * then last(p, sizes), a request down a ladder to its end, which may keep its
+ * block in p[n..nblocks-1] and answers how many of its calls failed;
+ * ga_check; and fx_sweep_release of the nblocks blocks (8 at most),
+ * record_every as there. */
+typedef struct fx_sweep_plan {
+  size_t sizes[8];
+  int n, nblocks, record_every;
+  int hole_after, hole, hole_waits;
+  int (*last)(void **p, const size_t *sizes);
+} fx_sweep_plan;
+/* The number of calls that failed: 0 with no fault injected, which
+ * fx_fault_sweep asserts. */
+static inline int fx_sweep_run(const fx_sweep_plan *plan) {
+  void *p[8] = {0};
+  int failures = 0;
+  for (int i = 0; i < plan->n; i++) {
+    failures += fx_sweep_alloc(&p[i], plan->sizes[i], i);
+    if (i == plan->hole_after && p[plan->hole]) {
+      if (plan->hole_waits) ga_record_stream(fx_a, p[plan->hole], S1);
+      fx_free(p[plan->hole]);
+      p[plan->hole] = NULL;
+    }
+  }
+  failures += plan->last(p, plan->sizes);
+  cr_assert_eq(ga_check(fx_a), 0);
+  return failures + fx_sweep_release(p, plan->sizes, plan->nblocks, plan->record_every);
+}
+
 #endif

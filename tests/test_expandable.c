@@ -308,21 +308,23 @@ Test(expandable, every_live_byte_survives_thousands_of_seeded_operations_on_two_
 
 /* ---- Fault injection on every VMM call, at every position ---- */
 
+/* Needs pages moved from free memory. */
+static int moving_request(void **p, const size_t *sizes) {
+  if (ga_malloc(fx_a, sizes[6], S1, &p[6]) != GA_OK) return 1;
+  fx_fill(p[6], 4096, 6);
+  return 0;
+}
+
 static int vmm_scenario(void) {
-  void *p[7] = {0};
-  size_t sizes[7] = {5 * MiB, MiB / 2, 30 * MiB, 7 * MiB, 3 * MiB, 12 * MiB, 40 * MiB};
-  int failures = 0;
-  for (int i = 0; i < 6; i++) {
-    failures += fx_sweep_alloc(&p[i], sizes[i], i);
-    if (i == 2 && p[0]) fx_free(p[0]), p[0] = NULL; /* a hole for later requests to take */
-  }
-  /* needs pages moved from free memory */
-  if (ga_malloc(fx_a, sizes[6], S1, &p[6]) != GA_OK)
-    failures++;
-  else
-    fx_fill(p[6], 4096, 6);
-  cr_assert_eq(ga_check(fx_a), 0);
-  return failures + fx_sweep_release(p, sizes, 7, 0);
+  static const fx_sweep_plan plan = {
+      .sizes = {5 * MiB, MiB / 2, 30 * MiB, 7 * MiB, 3 * MiB, 12 * MiB, 40 * MiB},
+      .n = 6,
+      .nblocks = 7,
+      .hole_after = 2,
+      .hole = 0, /* a hole for later requests to take */
+      .last = moving_request,
+  };
+  return fx_sweep_run(&plan);
 }
 
 static void vmm_faults(ga_device_call_t kind, int err) {

@@ -4,25 +4,30 @@
 
 TestSuite(faults, .fini = fx_close);
 
-/* A scenario touching every device call native mode makes: segments of both
- * pools, cross-stream events, the retry ladder, empty_cache. */
-static int scenario(void) {
-  void *p[8] = {0};
-  int failures = 0;
-  size_t sizes[8] = {MiB / 2, 3 * MiB, 30 * MiB, 100, 12 * MiB, 60 * MiB, 5 * MiB, 70 * MiB};
-  for (int i = 0; i < 8; i++) {
-    failures += fx_sweep_alloc(&p[i], sizes[i], i);
-    if (i == 3 && p[2]) {
-      ga_record_stream(fx_a, p[2], S1);
-      fx_free(p[2]);
-      p[2] = NULL;
-    }
-  }
-  void *huge = NULL; /* a true OOM: the whole ladder and the report */
+/* A true OOM: the whole ladder and the report. */
+static int huge_request(void **p, const size_t *sizes) {
+  (void)p, (void)sizes;
+  void *huge = NULL;
   ga_status_t st = ga_malloc(fx_a, GiB, S1, &huge);
   cr_assert(st == GA_ERR_OOM || st == GA_ERR_DEVICE, "%s", ga_status_str(st));
-  cr_assert_eq(ga_check(fx_a), 0);
-  return failures + fx_sweep_release(p, sizes, 8, 3);
+  return 0;
+}
+
+/* A scenario touching every device call native mode makes: segments of both
+ * pools, cross-stream events (block 2 freed after a record_stream), the retry
+ * ladder, empty_cache. */
+static int scenario(void) {
+  static const fx_sweep_plan plan = {
+      .sizes = {MiB / 2, 3 * MiB, 30 * MiB, 100, 12 * MiB, 60 * MiB, 5 * MiB, 70 * MiB},
+      .n = 8,
+      .nblocks = 8,
+      .record_every = 3,
+      .hole_after = 3,
+      .hole = 2,
+      .hole_waits = 1,
+      .last = huge_request,
+  };
+  return fx_sweep_run(&plan);
 }
 
 static void fail_each_position(ga_device_call_t kind, int err) {
