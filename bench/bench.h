@@ -94,6 +94,8 @@ typedef struct svg_opts {
 /* Writes reserved bytes over events, one line style per configuration, the
  * live bytes and the peak-live bound, to an open file. -1 on a write error. */
 int svg_write(FILE *f, const svg_opts *o, const svg_series *series, size_t n);
+/* Writes text into an SVG document, with <, > and & escaped. */
+void svg_text_escaped(FILE *f, const char *text);
 
 /* ---- Trace paths (ga_bench.c) ---- */
 typedef struct paths {

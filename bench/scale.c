@@ -609,18 +609,6 @@ static double ly_of(double v, double lo, double hi) {
   return PT + (PH - PT - PB) * (1.0 - (log10(v) - lo) / (hi - lo));
 }
 
-static void svg_text(FILE *f, const char *text) {
-  for (; *text; text++)
-    if (*text == '<')
-      fputs("&lt;", f);
-    else if (*text == '>')
-      fputs("&gt;", f);
-    else if (*text == '&')
-      fputs("&amp;", f);
-    else
-      fputc(*text, f);
-}
-
 static int plot(FILE *f, const series *sv, size_t nsv, const char *command, const char *backend) {
   double nlo = 1e300, nhi = 0, ylo = 1e300, yhi = 0;
   for (size_t i = 0; i < nsv; i++)
@@ -645,7 +633,7 @@ static int plot(FILE *f, const series *sv, size_t nsv, const char *command, cons
       PW, PH, PW, PH);
   if (command) {
     fprintf(f, "<desc>");
-    svg_text(f, command);
+    svg_text_escaped(f, command);
     fprintf(f, "</desc>\n");
   }
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
@@ -705,7 +693,7 @@ static int plot(FILE *f, const series *sv, size_t nsv, const char *command, cons
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"/>\n",
             lx, yy, lx + 36, yy, c);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">", lx + 44, yy + 4);
-    svg_text(f, series_label(&sv[i], label, sizeof label));
+    svg_text_escaped(f, series_label(&sv[i], label, sizeof label));
     fprintf(f, "</text>\n");
     if (sv[i].stop)
       fprintf(f,

@@ -66,7 +66,7 @@ static double px_y(const axis *a, double v) {
   return T + (H - T - B) * (1.0 - (v / a->unit - a->lo) / (a->hi - a->lo));
 }
 
-static void text_escaped(FILE *f, const char *text) {
+void svg_text_escaped(FILE *f, const char *text) {
   for (; *text; text++)
     if (*text == '<')
       fputs("&lt;", f);
@@ -138,12 +138,12 @@ int svg_write(FILE *f, const svg_opts *o, const svg_series *series, size_t n) {
       W, H, W, H);
   if (o->command) {
     fprintf(f, "<desc>");
-    text_escaped(f, o->command);
+    svg_text_escaped(f, o->command);
     fprintf(f, "</desc>\n");
   }
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
   fprintf(f, "<text x=\"%.0f\" y=\"24\" font-size=\"16\">", L);
-  text_escaped(f, o->title);
+  svg_text_escaped(f, o->title);
   fprintf(f, ": reserved memory per configuration</text>\n");
   fprintf(f,
           "<text x=\"%.0f\" y=\"42\" font-size=\"12\" fill=\"#444\">live bytes in thin black; the grey "
@@ -188,7 +188,7 @@ int svg_write(FILE *f, const svg_opts *o, const svg_series *series, size_t n) {
         dashes[i % NSTYLE][0] ? " stroke-dasharray=\"" : "", dashes[i % NSTYLE],
         dashes[i % NSTYLE][0] ? "\"" : "");
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">", lx + 52, yy + 10);
-    text_escaped(f, series[i].label);
+    svg_text_escaped(f, series[i].label);
     fprintf(f, "</text>\n");
     if (series[i].s && o->peak_live) {
       fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#444\">peak ", lx + 52, yy + 25);
@@ -200,7 +200,7 @@ int svg_write(FILE *f, const svg_opts *o, const svg_series *series, size_t n) {
     long j = same_as(series, i);
     if (j >= 0) {
       fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#444\">the same line as ", lx + 52, yy + 40);
-      text_escaped(f, series[j].label);
+      svg_text_escaped(f, series[j].label);
       fprintf(f, "</text>\n");
       yy += 15;
     }
