@@ -82,7 +82,7 @@ static ga_block *get_free_native(ga_allocator_t *a, ga_free_tree *trees, int siz
     if (b->seg->expandable) continue;
     if (size < max_split && b->size >= max_split) return NULL;
     if (size >= max_split && b->size - size >= a->cfg.max_non_split_rounding) return NULL;
-    GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree && b->size >= size && !b->seg->expandable);
+    GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree && b->size >= size);
     return b;
   }
   return NULL;
@@ -97,11 +97,7 @@ static int alloc_block(ga_allocator_t *a, ga_request *r, int retry) {
     return GA_DEV_EOOM;
   }
   r->limit_refused = 0;
-  int rc = ga_native_new_locked(&a->space, r->alloc_size, r->size_class, r->stream, &r->block);
-  GA_ASSERT(rc ||
-            (r->block->state == GA_BLOCK_FREE && !r->block->in_tree && r->block->size == r->alloc_size &&
-             !r->block->seg->expandable && r->block->stream == r->stream));
-  return rc;
+  return ga_native_new_locked(&a->space, r->alloc_size, r->size_class, r->stream, &r->block);
 }
 
 static ga_status_t device_error(ga_allocator_t *a, const char *what, ga_err rc) {

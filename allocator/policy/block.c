@@ -37,7 +37,6 @@ void ga_block_to_free_tree_locked(ga_allocator_t *a, ga_block *b) {
   ga_free_tree *p = &ga_trees_of(a, b)[b->size_class];
   if (becomes_free(p, b)) ga_hot_split(&a->stats, &a->hot, b->size_class, 1, (int64_t)b->size);
   ga_free_tree_insert(p, b);
-  GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree);
 }
 
 void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
@@ -47,7 +46,6 @@ void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b) {
     ga_hot_split(&a->stats, &a->hot, b->size_class, -1, -(int64_t)b->size);
     b->counted_split = 0;
   }
-  GA_ASSERT(!b->in_tree && !b->counted_split);
 }
 
 /* x is in its free tree under (xsize, xptr); y (x itself, changed, or a
@@ -87,7 +85,7 @@ static int take_back(const ga_allocator_t *a, const ga_block *b, size_t rounded)
 }
 
 /* b, out of every tree, is allocated for `size` bytes asked (room in the map reserved). */
-static ga_block *handed(ga_allocator_t *a, ga_block *b, size_t size) {
+static void handed(ga_allocator_t *a, ga_block *b, size_t size) {
   b->state = GA_BLOCK_ALLOCATED;
   b->requested = size;
   b->tag = 0;                                    /* the struct may have served a tagged allocation before */
@@ -95,7 +93,6 @@ static ga_block *handed(ga_allocator_t *a, ga_block *b, size_t size) {
   ga_hot_alloc(&a->stats, &a->hot, b->size_class, b->size, size);
   if (b->size >= a->cfg.max_split_size) ga_stat_inc(&a->stats.oversize_allocations, 1);
   ga_history_add_locked(a, GA_H_ALLOC, b->ptr, size, b->stream);
-  return b;
 }
 
 /* What ga_block_hand_out_locked promises: the block handed out is ALLOCATED
@@ -113,11 +110,12 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
   GA_ASSERT_LOCKED(a);
   GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree == (in_tree != 0) && b->size >= rounded);
   uintptr_t lo = b->ptr, hi = b->ptr + b->size; /* for the postcondition */
+  ga_block *rest = NULL;                        /* the remainder of a split */
   if (ga_blockmap_reserve(&a->pol.map)) return NULL;
   if (should_split(a, b, rounded)) {
     int back = take_back(a, b, rounded);
     size_t bsize = b->size;
-    ga_block *rest = ga_tiles_split_locked(&a->space, b, back ? b->size - rounded : rounded);
+    rest = ga_tiles_split_locked(&a->space, b, back ? b->size - rounded : rounded);
     if (!rest) return NULL;
     if (back) {
       ga_block *front = b;
@@ -129,14 +127,11 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
       retree(a, back ? rest : b, bsize, back ? rest->ptr : b->ptr, rest, 0, 0);
     else
       ga_block_to_free_tree_locked(a, rest);
-    handed(a, b, size);
-    GA_ASSERT(handed_out_well(b, rest, size, rounded, lo, hi));
-    return b;
   } else if (in_tree) {
     ga_block_from_free_tree_locked(a, b);
   }
   handed(a, b, size);
-  GA_ASSERT(handed_out_well(b, NULL, size, rounded, lo, hi));
+  GA_ASSERT(handed_out_well(b, rest, size, rounded, lo, hi));
   return b;
 }
 
