@@ -2,7 +2,9 @@
  *
  * Linear probing with backward-shift deletion (no tombstones), load factor at
  * most 1/2, so a free finds its block in O(1) without scanning segments.
- * Keys are block addresses (never 0).
+ * Keys are block addresses (never 0). A key and its value share a slot, so a
+ * lookup reads one cache line of the table, not one in each of two arrays;
+ * the table comes from ga_host_table (huge pages once it is large).
  */
 #include <stdlib.h>
 
@@ -18,24 +20,17 @@ static size_t slot_of(const ga_blockmap *m, uintptr_t key) {
 }
 
 static int grow(ga_blockmap *m, size_t cap) {
-  uintptr_t *keys = ga_host_calloc(cap, sizeof *keys);
-  void **vals = ga_host_calloc(cap, sizeof *vals);
-  if (!keys || !vals) {
-    free(keys);
-    free(vals);
-    return GA_DEV_ENOMEM;
-  }
-  ga_blockmap n = {keys, vals, cap, 0, (unsigned)__builtin_clzll((unsigned long long)cap) + 1};
+  ga_blockmap_slot *slots = ga_host_table(cap * sizeof *slots);
+  if (!slots) return GA_DEV_ENOMEM;
+  ga_blockmap n = {slots, cap, 0, (unsigned)__builtin_clzll((unsigned long long)cap) + 1};
   for (size_t i = 0; i < m->cap; i++) {
-    if (!m->keys[i]) continue;
-    size_t slot = slot_of(&n, m->keys[i]);
-    while (n.keys[slot]) slot = (slot + 1) & (cap - 1);
-    n.keys[slot] = m->keys[i];
-    n.vals[slot] = m->vals[i];
+    if (!m->slots[i].key) continue;
+    size_t slot = slot_of(&n, m->slots[i].key);
+    while (n.slots[slot].key) slot = (slot + 1) & (cap - 1);
+    n.slots[slot] = m->slots[i];
     n.count++;
   }
-  free(m->keys);
-  free(m->vals);
+  ga_host_table_free(m->slots, m->cap * sizeof *m->slots);
   *m = n;
   return 0;
 }
@@ -46,8 +41,7 @@ int ga_blockmap_init(ga_blockmap *m) {
 }
 
 void ga_blockmap_teardown(ga_blockmap *m) {
-  free(m->keys);
-  free(m->vals);
+  ga_host_table_free(m->slots, m->cap * sizeof *m->slots);
   *m = (ga_blockmap){0};
 }
 
@@ -57,23 +51,22 @@ int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val) {
   int rc = ga_blockmap_reserve(m);
   if (rc) return rc;
   size_t slot = slot_of(m, key);
-  while (m->keys[slot]) slot = (slot + 1) & (m->cap - 1);
-  m->keys[slot] = key;
-  m->vals[slot] = val;
+  while (m->slots[slot].key) slot = (slot + 1) & (m->cap - 1);
+  m->slots[slot] = (ga_blockmap_slot){key, val};
   m->count++;
   return 0;
 }
 
 long ga_blockmap_find(const ga_blockmap *m, uintptr_t ptr) {
   if (!ptr) return -1;
-  for (size_t slot = slot_of(m, ptr); m->keys[slot]; slot = (slot + 1) & (m->cap - 1))
-    if (m->keys[slot] == ptr) return (long)slot;
+  for (size_t slot = slot_of(m, ptr); m->slots[slot].key; slot = (slot + 1) & (m->cap - 1))
+    if (m->slots[slot].key == ptr) return (long)slot;
   return -1;
 }
 
 void *ga_blockmap_get(const ga_blockmap *m, uintptr_t ptr) {
   long slot = ga_blockmap_find(m, ptr);
-  return slot < 0 ? NULL : m->vals[slot];
+  return slot < 0 ? NULL : m->slots[slot].val;
 }
 
 void *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr) {
@@ -83,19 +76,17 @@ void *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr) {
 
 void *ga_blockmap_take_at(ga_blockmap *m, long found) {
   size_t hole = (size_t)found, mask = m->cap - 1;
-  void *b = m->vals[hole];
+  void *b = m->slots[hole].val;
   /* Backward shift: move later entries of the cluster into the hole when
    * their home slot does not lie cyclically in (hole, j]. */
-  for (size_t j = (hole + 1) & mask; m->keys[j]; j = (j + 1) & mask) {
-    size_t home = slot_of(m, m->keys[j]);
+  for (size_t j = (hole + 1) & mask; m->slots[j].key; j = (j + 1) & mask) {
+    size_t home = slot_of(m, m->slots[j].key);
     if (((j - home) & mask) >= ((j - hole) & mask)) {
-      m->keys[hole] = m->keys[j];
-      m->vals[hole] = m->vals[j];
+      m->slots[hole] = m->slots[j];
       hole = j;
     }
   }
-  m->keys[hole] = 0;
-  m->vals[hole] = NULL;
+  m->slots[hole] = (ga_blockmap_slot){0, NULL};
   m->count--;
   return b;
 }

@@ -8,9 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+typedef struct ga_blockmap_slot {
+  uintptr_t key; /* 0 = empty */
+  void *val;
+} ga_blockmap_slot;
+
 typedef struct ga_blockmap {
-  uintptr_t *keys; /* 0 = empty */
-  void **vals;
+  ga_blockmap_slot *slots;
   size_t cap, count; /* cap is a power of two */
   unsigned shift;    /* 64 - log2(cap) */
 } ga_blockmap;
@@ -25,7 +29,7 @@ int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val);
 void *ga_blockmap_get(const ga_blockmap *m, uintptr_t key);
 /* The slot of key, or -1: valid until the map next changes. */
 long ga_blockmap_find(const ga_blockmap *m, uintptr_t key);
-static inline void *ga_blockmap_at(const ga_blockmap *m, long slot) { return m->vals[slot]; }
+static inline void *ga_blockmap_at(const ga_blockmap *m, long slot) { return m->slots[slot].val; }
 /* Removes the entry at a slot find gave; returns its value. */
 void *ga_blockmap_take_at(ga_blockmap *m, long slot);
 /* Removes the entry; returns its value, or NULL when there was none. */

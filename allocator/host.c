@@ -6,6 +6,21 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* Under AddressSanitizer (and so LeakSanitizer) every table comes from the
+ * heap: LeakSanitizer looks for pointers in heap blocks, not in pages mapped
+ * by hand, and a slab of records holds the only pointer to each record's
+ * `uses` array. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TABLES_ON_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define TABLES_ON_HEAP 1
+#endif
+#endif
+#ifndef TABLES_ON_HEAP
+#define TABLES_ON_HEAP 0
+#endif
+
 static atomic_uint_fast64_t made;    /* allocations asked of the wrappers */
 static atomic_uint_fast64_t fail_at; /* the count at which one fails; 0: none armed */
 static atomic_int fail_sticky;       /* every allocation from fail_at on fails */
@@ -36,6 +51,40 @@ void *ga_host_zeroed(size_t size) {
 }
 void ga_host_zeroed_free(void *p, size_t size) {
   if (p) (void)munmap(p, size);
+}
+
+/* Rounded up to whole huge pages, so that the trimmed mapping's end is
+ * aligned too. */
+static size_t huge_round(size_t size) { return (size + GA_HOST_HUGE - 1) & ~(GA_HOST_HUGE - 1); }
+
+void *ga_host_table(size_t size) {
+  if (!size || size > SIZE_MAX - 2 * GA_HOST_HUGE) return NULL;
+  if (size < GA_HOST_HUGE || TABLES_ON_HEAP) {
+    size_t n = (size + GA_HOST_TABLE_ALIGN - 1) & ~(size_t)(GA_HOST_TABLE_ALIGN - 1);
+    void *p = ga_host_aligned_alloc(GA_HOST_TABLE_ALIGN, n);
+    return p ? memset(p, 0, n) : NULL;
+  }
+  if (refused()) return NULL;
+  /* One huge page more than needed, then the unaligned ends cut off. */
+  size_t len = huge_round(size), over = len + GA_HOST_HUGE;
+  char *m = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return NULL;
+  uintptr_t at = ((uintptr_t)m + GA_HOST_HUGE - 1) & ~(uintptr_t)(GA_HOST_HUGE - 1);
+  char *p = (char *)at;
+  if (p > m) (void)munmap(m, (size_t)(p - m));
+  if (m + over > p + len) (void)munmap(p + len, (size_t)(m + over - (p + len)));
+  /* Advice only: where the kernel has huge pages off it is refused, and the
+   * table is made of small pages as any other memory. */
+  (void)madvise(p, len, MADV_HUGEPAGE);
+  return p;
+}
+
+void ga_host_table_free(void *p, size_t size) {
+  if (!p) return;
+  if (size < GA_HOST_HUGE || TABLES_ON_HEAP)
+    free(p);
+  else
+    (void)munmap(p, huge_round(size));
 }
 
 void ga_host_fault(uint64_t nth, int sticky) {

@@ -3,7 +3,9 @@
  * it and says host memory, the allocator stays consistent (ga_check) and
  * usable, and nothing leaks (the sanitizer build checks host memory, the
  * fixture device memory). Every host allocation of allocator/ goes through
- * host.h's wrappers, whose hook fails the Nth one. */
+ * host.h's wrappers, whose hook fails the Nth one. Also the layout of what
+ * the allocator reads at random from the host: its tables and the slabs of
+ * its block records. */
 #include "fixture.h"
 #include "host.h"
 
@@ -177,4 +179,85 @@ Test(hostoom, record_stream_without_host_memory_says_so) {
   cr_assert_str_eq(ga_last_error(), "ga_record_stream: out of host memory");
   cr_assert_eq(ga_record_stream(fx_a, p, S2), GA_OK);
   fx_free(p);
+}
+
+/* ---- Tables and record slabs ---- */
+
+Test(hostoom, host_tables_are_zeroed_aligned_and_refusable) {
+  const size_t sizes[] = {1, 100, 4096, MiB + 3, 2 * MiB, 5 * MiB + 1};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    size_t n = sizes[i];
+    unsigned char *p = ga_host_table(n);
+    cr_assert_not_null(p, "%zu bytes", n);
+    cr_assert_eq((uintptr_t)p % GA_HOST_TABLE_ALIGN, 0, "%zu bytes at %p", n, (void *)p);
+#ifndef HO_LSAN /* under AddressSanitizer every table is on the heap (host.c) */
+    if (n >= GA_HOST_HUGE) cr_assert_eq((uintptr_t)p % GA_HOST_HUGE, 0, "%zu bytes at %p", n, (void *)p);
+#endif
+    size_t nonzero = 0;
+    for (size_t k = 0; k < n; k++) nonzero += p[k] != 0;
+    cr_assert_eq(nonzero, 0, "%zu of %zu bytes not zeroed", nonzero, n);
+    memset(p, 0xA5, n); /* every byte is the caller's */
+    ga_host_table_free(p, n);
+  }
+  cr_assert_null(ga_host_table(0));
+  const size_t refused[] = {64, 4 * MiB};
+  for (size_t i = 0; i < 2; i++) {
+    ga_host_fault(1, 0);
+    void *p = ga_host_table(refused[i]);
+    uint64_t fired = ga_host_faults_fired();
+    ga_host_fault(0, 0);
+    cr_assert_null(p, "%zu bytes despite the fault", refused[i]);
+    cr_assert_eq(fired, 1);
+  }
+}
+
+static int by_address(const void *x, const void *y) {
+  uintptr_t a = *(const uintptr_t *)x, b = *(const uintptr_t *)y;
+  return (a > b) - (a < b);
+}
+
+/* Records lie in slabs, two cache lines each, never across a 4 KiB page, the
+ * first line of each in an even cache line on an even page and an odd one
+ * on an odd page (so the lines a tree search reads use every cache set);
+ * the slabs double up to their largest size, and big ones sit on huge-page
+ * boundaries. */
+Test(hostoom, block_records_fill_slabs_coloured_by_page) {
+  enum { N = 40000 };
+  fx_open(NULL, 256 * MiB);
+  void **p = malloc(N * sizeof *p);
+  uintptr_t *rec = malloc(N * sizeof *rec);
+  for (size_t i = 0; i < N; i++) p[i] = fx_alloc(512);
+  size_t odd = 0;
+  for (size_t i = 0; i < N; i++) {
+    const ga_block *b = ga_blockmap_get(&fx_a->pol.map, (uintptr_t)p[i]);
+    cr_assert_not_null(b);
+    cr_assert_eq(b->ptr, (uintptr_t)p[i]);
+    uintptr_t at = (uintptr_t)b;
+    rec[i] = at;
+    cr_assert_eq(at % 64, 0, "record %zu at %#lx", i, (unsigned long)at);
+    cr_assert_leq(at % 4096 + sizeof *b, 4096, "record %zu at %#lx crosses a page", i, (unsigned long)at);
+    cr_assert_eq((at >> 6) & 1, (at >> 12) & 1, "record %zu at %#lx: line parity is not its page's", i,
+                 (unsigned long)at);
+    odd += (at >> 12) & 1;
+  }
+  cr_assert(odd > N * 2 / 5 && odd < N * 3 / 5, "%zu of %d records on odd pages", odd, N);
+  qsort(rec, N, sizeof *rec, by_address);
+  for (size_t i = 1; i < N; i++) cr_assert_geq(rec[i] - rec[i - 1], sizeof(ga_block), "records overlap");
+  size_t slabs = 0, bytes = 0, last = 0, newest = fx_a->space.slabs->size;
+  for (const ga_block *slab = fx_a->space.slabs; slab; slab = slab->next, slabs++) {
+    /* Newest first: each at most the one before it, and half of it at least. */
+    cr_assert(slab->size >= 16384 && slab->size <= 8 * MiB, "slab of %zu bytes", slab->size);
+    if (last) cr_assert(slab->size == last || slab->size * 2 == last, "%zu after %zu", slab->size, last);
+#ifndef HO_LSAN
+    if (slab->size >= GA_HOST_HUGE) cr_assert_eq((uintptr_t)slab % GA_HOST_HUGE, 0);
+#endif
+    last = slab->size;
+    bytes += slab->size;
+  }
+  /* 63 records per 8 KiB; the newest slab may be almost empty. */
+  size_t used = (N + slabs + 64) / 63 * 8192;
+  cr_assert_leq(bytes - newest, used, "%zu bytes of slabs for %d records", bytes, N);
+  for (size_t i = 0; i < N; i++) fx_free(p[i]);
+  free(p);
+  free(rec);
 }

@@ -53,26 +53,32 @@ enum { GA_BLOCK_FREE = 0, GA_BLOCK_ALLOCATED = 1, GA_BLOCK_PENDING = 2, GA_BLOCK
 typedef struct ga_segment ga_segment;
 typedef struct ga_block ga_block;
 
+/* 128 bytes, two cache lines of a record slab (segment/tiles.c). The first
+ * line holds what a free tree or the unmapped index compares and follows at
+ * each node (key, links, priority, marks), so a search reads one line per
+ * node; the second what a free and an allocation read besides. */
 struct ga_block {
-  uintptr_t ptr; /* first byte */
-  size_t size;   /* rounded size (bytes of the segment it covers) */
+  /* ---- Line 0 ---- */
+  uintptr_t ptr;          /* first byte */
+  size_t size;            /* rounded size (bytes of the segment it covers) */
+  ga_stream_t stream;     /* allocation stream; free blocks are reused only on it */
+  ga_block *left, *right; /* free tree links (FREE), unmapped index links (UNMAPPED) */
+  uint32_t prio;          /* their heap priority */
+  uint32_t tie;           /* free tree key between size and address: with deterministic:True its
+                           * segment's creation number (seg->created), else 0 (policy/free_tree.c) */
+  ga_segment *seg;        /* owning segment */
+  uint32_t event_count;   /* pending events before a PENDING block is free */
+  uint8_t size_class;     /* GA_CLASS_SMALL or GA_CLASS_LARGE */
+  uint8_t state;          /* GA_BLOCK_* */
+  uint8_t in_tree;        /* in a free tree now (kept by policy/free_tree.c) */
+  uint8_t whole;          /* in a free tree: policy/free_tree.c's marks of whole granules */
+  /* ---- Line 1 ---- */
   union {
     size_t requested; /* what the client asked for (active blocks) */
     size_t reach;     /* UNMAPPED: its bound in the unmapped index (segment/unmapped.c) */
   };
-  ga_stream_t stream;     /* allocation stream; free blocks are reused only on it */
-  ga_segment *seg;        /* owning segment */
-  ga_block *prev, *next;  /* address neighbours inside the segment */
-  ga_block *left, *right; /* free tree links (FREE), unmapped index links (UNMAPPED) */
-  uint32_t prio;          /* their heap priority */
-  uint8_t size_class;     /* GA_CLASS_SMALL or GA_CLASS_LARGE */
-  uint8_t state;          /* GA_BLOCK_* */
-  uint8_t counted_split;  /* counted in inactive_split while in the free tree */
-  uint8_t in_tree;        /* in a free tree now (kept by policy/free_tree.c) */
-  uint32_t event_count;   /* pending events before a PENDING block is free */
-  uint32_t tie;           /* free tree key between size and address: with deterministic:True its
-                           * segment's creation number (seg->created), else 0 (policy/free_tree.c) */
-  ga_stream_t *uses;      /* other streams that used the block (record_stream) */
+  ga_block *prev, *next; /* address neighbours inside the segment */
+  ga_stream_t *uses;     /* other streams that used the block (record_stream) */
   uint32_t nuses, capuses;
   union {
     uint64_t gc_base; /* FREE: pool's get_free_block count when it became free */
@@ -82,9 +88,11 @@ struct ga_block {
   uint8_t tag;           /* 0 = none, else index + 1 in the policy's sleep.tags */
   uint8_t asleep;        /* some of its granules are asleep (ga_sleep) */
   uint8_t free_at_wake;  /* freed by PyTorch while asleep: ga_wake frees it */
-  uint8_t whole;         /* in a free tree: policy/free_tree.c's marks of whole granules */
+  uint8_t counted_split; /* counted in inactive_split while in the free tree */
   uint32_t nquarantined; /* its pending entries without an event (counted in quarantined_bytes) */
 };
+_Static_assert(sizeof(ga_block) == 128 && offsetof(ga_block, requested) == 64,
+               "a block record is two cache lines, the tree's fields in the first");
 
 typedef struct ga_handle ga_handle;
 
@@ -157,12 +165,14 @@ typedef struct ga_space {
   const ga_config *cfg; /* the settings (max_split_size: oversize_segments; deterministic) */
   ga_segment *segs;     /* every segment */
   size_t nsegs;
-  uint64_t created;      /* segments created so far (the last one's ga_segment.created) */
-  size_t reserved;       /* bytes obtained from the device (native segments + handles) */
-  ga_block *block_cache; /* recycled block structs, linked by ->next */
-  size_t gran;           /* device granularity (2 MiB): the unit of map/unmap */
-  size_t reserve_size;   /* address space reserved per expandable segment */
-  ga_handle *handles;    /* every live handle */
+  uint64_t created;              /* segments created so far (the last one's ga_segment.created) */
+  size_t reserved;               /* bytes obtained from the device (native segments + handles) */
+  ga_block *block_cache;         /* recycled block structs, linked by ->next */
+  ga_block *slabs;               /* the slabs records come from, linked through their first record */
+  uintptr_t slab_next, slab_end; /* the current slab: where its next record goes, its end */
+  size_t gran;                   /* device granularity (2 MiB): the unit of map/unmap */
+  size_t reserve_size;           /* address space reserved per expandable segment */
+  ga_handle *handles;            /* every live handle */
   size_t nhandles;
   ga_granule *cache; /* the page cache: unmapped granules of live handles */
   size_t ncache, cap_cache;
