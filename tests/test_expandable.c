@@ -497,6 +497,34 @@ Test(expandable, empty_cache_unmaps_what_a_walk_of_every_block_finds_in_pytorch_
   empty_cache_unmaps_what_the_walk_finds(EXP ",expandable_policy:pytorch");
 }
 
+/* A free block whose whole granules lie in a mapping that reaches into a
+ * live block cannot give them back (a mapping is unmapped whole): the free
+ * tree does not offer it to ga_empty_cache or to a move at all, so a cache of
+ * many such blocks among live ones costs them nothing to pass. Once the live
+ * block is freed, the merged block is offered and goes back. */
+Test(expandable, whole_granules_held_by_a_live_blocks_mapping_are_not_offered) {
+  fx_open(EXP, GiB); /* 20 MiB large pages: one mapping of 10 granules */
+  void *p = fx_alloc(3 * MiB);
+  ga_free_tree *t = &fx_a->pol.trees[GA_CLASS_LARGE];
+  cr_assert_eq(t->count, 1);
+  cr_assert_eq(t->whole_bytes, 16 * MiB, "the tail [3, 20) MiB holds 8 whole granules: %zu", t->whole_bytes);
+  ga_lock_acquire(&fx_a->mu);
+  ga_block *b = ga_free_tree_whole_at(t, NULL, 0, 0, 0);
+  ga_lock_release(&fx_a->mu);
+  cr_assert_null(b, "a block that cannot be unmapped is offered");
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  assert_reserved(20 * MiB);
+  fx_free(p);
+  ga_lock_acquire(&fx_a->mu);
+  ga_block_keep_flush_locked(fx_a); /* the free kept back completes */
+  b = ga_free_tree_whole_at(t, NULL, 0, 0, 0);
+  ga_lock_release(&fx_a->mu);
+  cr_assert_not_null(b);
+  cr_assert_eq(b->size, 20 * MiB);
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  assert_reserved(0);
+}
+
 /* ---- Placement: what a fit leaves behind in partly used granules ---- */
 
 /* Free [0, 6.5 MiB) of a range mapped to 8 MiB; a 2.5 MiB request taken at

@@ -17,8 +17,10 @@
  * memory from walking every free block. The tree's sums (bytes, bytes in
  * whole granules, stranded bytes) change by each block that comes and goes,
  * in O(1). Each node's `whole` byte says whether the block holds a whole
- * granule of an expandable segment (WHOLE_OWN, exact) and whether some block
- * of its subtree may (WHOLE_SUB): set on the way down whenever such a block
+ * granule of an expandable segment that could be unmapped (WHOLE_OWN, exact:
+ * a whole granule inside a mapping that reaches past the block cannot, and
+ * such blocks pile up among many live ones) and whether some block of its
+ * subtree may (WHOLE_SUB): set on the way down whenever such a block
  * comes in, never cleared by a removal, and tightened to the children's by
  * ga_free_tree_whole_at as it passes. A search skips every subtree without
  * WHOLE_SUB, so it costs O(log n) plus the marks it clears, each of them made
@@ -30,9 +32,10 @@
 #define WHOLE_OWN 1u /* the block holds a whole granule of an expandable segment */
 #define WHOLE_SUB 2u /* some block of its subtree may (always set when one does) */
 
-void ga_free_tree_init(ga_free_tree *p, size_t gran) {
-  GA_ASSERT(gran > 0 && !p->root);
-  p->gran = gran;
+void ga_free_tree_init(ga_free_tree *p, const ga_space *space) {
+  GA_ASSERT(space->gran > 0 && !p->root);
+  p->gran = space->gran;
+  p->space = space;
 }
 
 /* The bytes in whole granules of [ptr, ptr + size). */
@@ -44,7 +47,11 @@ static size_t whole_bytes(uintptr_t ptr, size_t size, size_t g) {
 
 /* Adds (add) or takes away a block of b's segment at [ptr, ptr + size) from
  * the sums; returns WHOLE_OWN when it holds a whole granule of an expandable
- * segment. */
+ * segment that could be unmapped: one mapping at least lies inside its whole
+ * granules (ga_expandable_movable_locked; when adding, [ptr, ptr + size) is
+ * b's own extent). That stays true or false while the block is in the tree:
+ * only an unmap of the block itself (out of the tree) changes the mappings of
+ * its granules. */
 static unsigned tally(ga_free_tree *p, const ga_block *b, uintptr_t ptr, size_t size, int add) {
   size_t w = whole_bytes(ptr, size, p->gran), st = b->seg->expandable ? size - w : 0;
   if (add) {
@@ -56,7 +63,9 @@ static unsigned tally(ga_free_tree *p, const ga_block *b, uintptr_t ptr, size_t 
     p->whole_bytes -= w;
     p->stranded -= st;
   }
-  return w && b->seg->expandable ? WHOLE_OWN : 0;
+  size_t g0, g1;
+  return w && b->seg->expandable && (!add || ga_expandable_movable_locked(p->space, b, &g0, &g1)) ? WHOLE_OWN
+                                                                                                  : 0;
 }
 
 static uint32_t prio_of(uintptr_t p) {
@@ -387,7 +396,7 @@ static unsigned recount(const ga_block *t, sums *s) {
 }
 
 int ga_free_tree_sums_valid(const ga_free_tree *p, const ga_block **bad) {
-  sums s = {.t = {.gran = p->gran}};
+  sums s = {.t = {.gran = p->gran, .space = p->space}};
   (void)recount(p->root, &s);
   *bad = s.bad;
   return !s.bad && s.t.bytes == p->bytes && s.t.whole_bytes == p->whole_bytes && s.t.stranded == p->stranded;

@@ -23,8 +23,7 @@ int ga_policy_init_locked(ga_allocator_t *a, size_t total) {
   int rc = ga_space_init_locked(&a->space, total, page);
   if (rc) return rc;
   if ((rc = ga_blockmap_init(&p->map))) return rc;
-  for (int size_class = 0; size_class < 2; size_class++)
-    ga_free_tree_init(&p->trees[size_class], a->space.gran);
+  for (int size_class = 0; size_class < 2; size_class++) ga_free_tree_init(&p->trees[size_class], &a->space);
   p->large_page = (page + a->space.gran - 1) / a->space.gran * a->space.gran;
   p->device_total = total;
   p->budget_max = SIZE_MAX;

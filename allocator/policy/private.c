@@ -19,7 +19,7 @@ int ga_private_new_locked(ga_allocator_t *a, uint64_t id, ga_private **out) {
   if (!priv) return GA_DEV_ENOMEM;
   priv->id = id;
   for (int size_class = 0; size_class < 2; size_class++)
-    ga_free_tree_init(&priv->trees[size_class], a->space.gran);
+    ga_free_tree_init(&priv->trees[size_class], &a->space);
   priv->next = a->pol.capture.privates;
   a->pol.capture.privates = priv;
   *out = priv;
