@@ -57,25 +57,27 @@ int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val) {
   return 0;
 }
 
-long ga_blockmap_find(const ga_blockmap *m, uintptr_t ptr) {
-  if (!ptr) return -1;
-  for (size_t slot = slot_of(m, ptr); m->slots[slot].key; slot = (slot + 1) & (m->cap - 1))
-    if (m->slots[slot].key == ptr) return (long)slot;
-  return -1;
+ga_blockmap_slot *ga_blockmap_find(const ga_blockmap *m, uintptr_t ptr) {
+  if (!ptr) return NULL;
+  for (ga_blockmap_slot *s = m->slots + slot_of(m, ptr); s->key;) {
+    if (s->key == ptr) return s;
+    if (++s == m->slots + m->cap) s = m->slots; /* probing wraps around */
+  }
+  return NULL;
 }
 
 void *ga_blockmap_get(const ga_blockmap *m, uintptr_t ptr) {
-  long slot = ga_blockmap_find(m, ptr);
-  return slot < 0 ? NULL : m->slots[slot].val;
+  ga_blockmap_slot *s = ga_blockmap_find(m, ptr);
+  return s ? s->val : NULL;
 }
 
 void *ga_blockmap_take(ga_blockmap *m, uintptr_t ptr) {
-  long found = ga_blockmap_find(m, ptr);
-  return found < 0 ? NULL : ga_blockmap_take_at(m, found);
+  ga_blockmap_slot *s = ga_blockmap_find(m, ptr);
+  return s ? ga_blockmap_take_at(m, s) : NULL;
 }
 
-void *ga_blockmap_take_at(ga_blockmap *m, long found) {
-  size_t hole = (size_t)found, mask = m->cap - 1;
+void *ga_blockmap_take_at(ga_blockmap *m, ga_blockmap_slot *found) {
+  size_t hole = (size_t)(found - m->slots), mask = m->cap - 1;
   void *b = m->slots[hole].val;
   /* Backward shift: move later entries of the cluster into the hole when
    * their home slot does not lie cyclically in (hole, j]. */

@@ -27,11 +27,10 @@ int ga_blockmap_reserve(ga_blockmap *m);
 /* pre: key != 0 and not in the map. */
 int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val);
 void *ga_blockmap_get(const ga_blockmap *m, uintptr_t key);
-/* The slot of key, or -1: valid until the map next changes. */
-long ga_blockmap_find(const ga_blockmap *m, uintptr_t key);
-static inline void *ga_blockmap_at(const ga_blockmap *m, long slot) { return m->slots[slot].val; }
+/* The slot of key, or NULL: valid until the map next changes. */
+ga_blockmap_slot *ga_blockmap_find(const ga_blockmap *m, uintptr_t key);
 /* Removes the entry at a slot find gave; returns its value. */
-void *ga_blockmap_take_at(ga_blockmap *m, long slot);
+void *ga_blockmap_take_at(ga_blockmap *m, ga_blockmap_slot *slot);
 /* Removes the entry; returns its value, or NULL when there was none. */
 void *ga_blockmap_take(ga_blockmap *m, uintptr_t key);
 

@@ -300,7 +300,8 @@ static void diagnose_bad_free(ga_allocator_t *a, const char *fn, void *ptr) {
 
 /* ga_free of b (at `slot` in the map) when it is asleep, has stream uses or
  * waits for events: out of line, so that the common free stays short. */
-__attribute__((noinline)) static ga_status_t free_slow(ga_allocator_t *a, ga_block *b, long slot) {
+__attribute__((noinline)) static ga_status_t free_slow(ga_allocator_t *a, ga_block *b,
+                                                       ga_blockmap_slot *slot) {
   void *ptr = (void *)b->ptr;
   if (b->asleep) {
     ga_error_set("ga_free: %p is asleep (ga_sleep); call ga_wake before freeing it", ptr);
@@ -335,9 +336,9 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
   ga_block_keep_flush_locked(a);
   /* Exported to another process that still imports it: refused, unchanged. */
   if (a->pol.ipc && ga_ipc_free_check_locked(a, ptr) != GA_OK) return GA_ERR_INVALID;
-  long slot = ga_blockmap_find(&a->pol.map, (uintptr_t)ptr);
-  if (slot < 0) return bad_free(a, ptr);
-  ga_block *b = ga_blockmap_at(&a->pol.map, slot);
+  ga_blockmap_slot *slot = ga_blockmap_find(&a->pol.map, (uintptr_t)ptr);
+  if (!slot) return bad_free(a, ptr);
+  ga_block *b = slot->val;
   if (b->asleep || b->nuses || b->event_count) return free_slow(a, b, slot);
   /* No stream to wait for (ga_stream_free_locked's case of none): freed
    * now, or kept back for the next allocation (its entry in the map and the
