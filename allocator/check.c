@@ -161,8 +161,8 @@ static int check_tree(const ga_allocator_t *a, const ga_free_tree *tree, int p, 
   const ga_block *bad;
   if (!ga_free_tree_valid(tree, &n)) BROKEN("free tree %d is out of order", p);
   if (n != tree->count) BROKEN("free tree %d holds %zu blocks, its count says %zu", p, n, tree->count);
-  if (tree->gran != a->space.gran)
-    BROKEN("free tree %d counts granules of %zu bytes, the device's are %zu", p, tree->gran, a->space.gran);
+  if (tree->space != &a->space)
+    BROKEN("free tree %d counts the granules of another allocator's segments", p);
   else if (!ga_free_tree_sums_valid(tree, &bad)) {
     if (bad)
       BROKEN("free tree %d: block %p's marks of whole granules are wrong", p, (void *)bad->ptr);

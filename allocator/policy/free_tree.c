@@ -29,12 +29,11 @@
  */
 #include "policy.h"
 
-#define WHOLE_OWN 1u /* the block holds a whole granule of an expandable segment */
+#define WHOLE_OWN 1u /* the block holds a whole granule of an expandable segment that can be unmapped */
 #define WHOLE_SUB 2u /* some block of its subtree may (always set when one does) */
 
 void ga_free_tree_init(ga_free_tree *p, const ga_space *space) {
   GA_ASSERT(space->gran > 0 && !p->root);
-  p->gran = space->gran;
   p->space = space;
 }
 
@@ -45,27 +44,26 @@ static size_t whole_bytes(uintptr_t ptr, size_t size, size_t g) {
   return hi > lo ? (size_t)(hi - lo) * g : 0;
 }
 
-/* Adds (add) or takes away a block of b's segment at [ptr, ptr + size) from
- * the sums; returns WHOLE_OWN when it holds a whole granule of an expandable
- * segment that could be unmapped: one mapping at least lies inside its whole
- * granules (ga_expandable_movable_locked; when adding, [ptr, ptr + size) is
- * b's own extent). That stays true or false while the block is in the tree:
- * only an unmap of the block itself (out of the tree) changes the mappings of
- * its granules. */
-static unsigned tally(ga_free_tree *p, const ga_block *b, uintptr_t ptr, size_t size, int add) {
-  size_t w = whole_bytes(ptr, size, p->gran), st = b->seg->expandable ? size - w : 0;
-  if (add) {
-    p->bytes += size;
-    p->whole_bytes += w;
-    p->stranded += st;
-  } else {
-    p->bytes -= size;
-    p->whole_bytes -= w;
-    p->stranded -= st;
-  }
-  size_t g0, g1;
-  return w && b->seg->expandable && (!add || ga_expandable_movable_locked(p->space, b, &g0, &g1)) ? WHOLE_OWN
-                                                                                                  : 0;
+/* Takes away from the sums a block of b's segment at [ptr, ptr + size) (b's
+ * extent when it went in). */
+static void untally(ga_free_tree *p, const ga_block *b, uintptr_t ptr, size_t size) {
+  size_t w = whole_bytes(ptr, size, p->space->gran);
+  p->bytes -= size;
+  p->whole_bytes -= w;
+  p->stranded -= b->seg->expandable ? size - w : 0;
+}
+
+/* Adds block b to the sums; returns WHOLE_OWN when it holds a whole granule
+ * of an expandable segment that could be unmapped: one mapping at least lies
+ * inside its whole granules (ga_expandable_movable_locked). That stays true
+ * or false while the block is in the tree: only an unmap of the block itself
+ * (out of the tree) changes the mappings of its granules. */
+static unsigned tally(ga_free_tree *p, const ga_block *b) {
+  size_t w = whole_bytes(b->ptr, b->size, p->space->gran), g0, g1;
+  p->bytes += b->size;
+  p->whole_bytes += w;
+  p->stranded += b->seg->expandable ? b->size - w : 0;
+  return w && b->seg->expandable && ga_expandable_movable_locked(p->space, b, &g0, &g1) ? WHOLE_OWN : 0;
 }
 
 static uint32_t prio_of(uintptr_t p) {
@@ -160,7 +158,7 @@ static void insert_marked(ga_free_tree *p, ga_block *b, unsigned own) {
 void ga_free_tree_insert(ga_free_tree *p, ga_block *b) {
   GA_ASSERT(!b->in_tree && b->state == GA_BLOCK_FREE);
   b->in_tree = 1;
-  insert_marked(p, b, tally(p, b, b->ptr, b->size, 1));
+  insert_marked(p, b, tally(p, b));
   p->count++;
   GA_ASSERT(p->bytes >= b->size && p->whole_bytes <= p->bytes && p->stranded <= p->bytes);
 }
@@ -170,7 +168,7 @@ void ga_free_tree_remove(ga_free_tree *p, ga_block *b) {
   b->in_tree = 0;
   p->root = remove_node(p->root, b);
   b->left = b->right = NULL;
-  (void)tally(p, b, b->ptr, b->size, 0);
+  untally(p, b, b->ptr, b->size);
   p->count--;
   GA_ASSERT(p->whole_bytes <= p->bytes && p->stranded <= p->bytes && (p->count || !p->bytes));
 }
@@ -186,8 +184,8 @@ void ga_free_tree_rekey(ga_free_tree *p, ga_block *x, size_t xsize, uintptr_t xp
   GA_ASSERT(x->in_tree && (y == x || !y->in_tree) && y->state == GA_BLOCK_FREE && y->tie == x->tie);
   x->in_tree = 0;
   y->in_tree = 1;
-  (void)tally(p, x, xptr, xsize, 0);
-  unsigned own = tally(p, y, y->ptr, y->size, 1);
+  untally(p, x, xptr, xsize);
+  unsigned own = tally(p, y);
   ga_block **link = &p->root, *lo = NULL, *hi = NULL;
   while (*link && *link != x) {
     ga_block *t = *link;
@@ -380,7 +378,7 @@ int ga_free_tree_valid(const ga_free_tree *p, size_t *n) {
 }
 
 typedef struct sums {
-  ga_free_tree t; /* the sums recounted; gran from the tree checked */
+  ga_free_tree t; /* the sums recounted; space from the tree checked */
   const ga_block *bad;
 } sums;
 
@@ -389,14 +387,14 @@ typedef struct sums {
 static unsigned recount(const ga_block *t, sums *s) {
   if (!t) return 0;
   unsigned below = recount(t->left, s) | recount(t->right, s);
-  unsigned own = tally(&s->t, t, t->ptr, t->size, 1);
+  unsigned own = tally(&s->t, t);
   if (!s->bad && ((t->whole & WHOLE_OWN) != own || ((own || (below & WHOLE_SUB)) && !(t->whole & WHOLE_SUB))))
     s->bad = t;
   return t->whole;
 }
 
 int ga_free_tree_sums_valid(const ga_free_tree *p, const ga_block **bad) {
-  sums s = {.t = {.gran = p->gran, .space = p->space}};
+  sums s = {.t = {.space = p->space}};
   (void)recount(p->root, &s);
   *bad = s.bad;
   return !s.bad && s.t.bytes == p->bytes && s.t.whole_bytes == p->whole_bytes && s.t.stranded == p->stranded;

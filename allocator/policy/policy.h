@@ -19,7 +19,7 @@
 #include "state.h"
 
 /* ---- Free trees (free_tree.c) ---- */
-/* An empty tree for a device whose granule is `gran` bytes. */
+/* An empty tree of blocks of space's segments. */
 void ga_free_tree_init(ga_free_tree *t, const ga_space *space);
 /* pre: b in no tree. */
 void ga_free_tree_insert(ga_free_tree *t, ga_block *b);
@@ -64,8 +64,8 @@ int ga_free_tree_sums_valid(const ga_free_tree *t, const ga_block **bad);
 /* The first block at or after the key (stream, size, tie, ptr) in tree order
  * (of that stream or a later one) that holds a whole granule of an
  * expandable segment that could be unmapped (ga_expandable_movable_locked
- * holds), or NULL: O(log n) amortised, however many blocks it passes. It tightens marks in the tree: not
- * during a walk. */
+ * holds), or NULL: O(log n) amortised, however many blocks it passes. It
+ * tightens marks in the tree: not during a walk. */
 ga_block *ga_free_tree_whole_at(ga_free_tree *t, ga_stream_t stream, size_t size, uint32_t tie,
                                 uintptr_t ptr);
 /* The size of the largest block, 0 when none: O(log n) per stream. */

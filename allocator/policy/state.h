@@ -20,12 +20,11 @@ typedef struct ga_free_tree {
   ga_block *root;        /* a treap ordered by (stream, size, tie, ptr) */
   size_t count;          /* blocks in the tree */
   uint64_t gc_calls;     /* get_free_block calls, the GC age clock */
-  size_t gran;           /* the device's granule (ga_free_tree_init) */
-  const ga_space *space; /* whose expandable segments' mappings say what may be unmapped */
+  const ga_space *space; /* its granule, and the mappings that say what may be unmapped */
   size_t bytes;          /* the sums over its blocks: bytes, */
   size_t whole_bytes;    /* bytes in their whole granules, */
   size_t stranded;       /* and bytes of expandable segments' blocks outside whole granules */
-  size_t unused;         /* 72 bytes: trees[pool] is one lea on the hot path (56 took two more) */
+  size_t unused[2];      /* 72 bytes: trees[pool] is one lea on the hot path (56 took two more) */
 } ga_free_tree;
 
 /* A private pool (CUDA-graph capture, ga_begin_allocate_to_pool): its own
