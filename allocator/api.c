@@ -418,7 +418,7 @@ ga_status_t ga_free_even_asleep(ga_allocator_t *a, void *ptr) {
 
 /* The live allocation at ptr, or NULL with the error text naming what ptr is. */
 static ga_block *live(ga_allocator_t *a, const char *fn, void *ptr) {
-  ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
+  ga_block *b = ga_block_live_locked(a, (uintptr_t)ptr);
   if (!b) (void)ga_bad_pointer_locked(a, fn, ptr);
   return b;
 }

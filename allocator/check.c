@@ -12,7 +12,7 @@ typedef struct totals {
   int64_t allocation[3], allocated_bytes[3], active[3], active_bytes[3], requested[3];
   int64_t inactive[3], inactive_bytes[3], segment[3], reserved[3];
   int64_t oversize_alloc, oversize_seg, quarantined;
-  size_t free_blocks[2], allocated_blocks, pending_blocks, pending_events;
+  size_t free_blocks[2], allocated_blocks, pending_blocks, pending_events, in_map;
   size_t mapped_granules, mappings, asleep_granules, expandable_segs;
   int kept_seen; /* the free kept back (a->pol.kept) was met in a segment */
 } totals;
@@ -86,6 +86,11 @@ static int check_block(ga_allocator_t *a, ga_segment *seg, ga_block *b, uintptr_
     BROKEN("block %p: free tree tie %u, not its segment's (created %llu)", (void *)b->ptr, b->tie,
            (unsigned long long)seg->created);
   if (seg->expandable) broken += check_granules(a, seg, b, t);
+  if (b->in_map) {
+    t->in_map++;
+    if (ga_blockmap_get(&a->pol.map, b->ptr) != b)
+      BROKEN("block %p says it is in the block map but is not", (void *)b->ptr);
+  }
   if (b->state == GA_BLOCK_UNMAPPED) {
     if (!seg->expandable) BROKEN("block %p is unmapped in a native segment", (void *)b->ptr);
     if (b->next && b->next->state == GA_BLOCK_UNMAPPED)
@@ -123,7 +128,7 @@ static int check_block(ga_allocator_t *a, ga_segment *seg, ga_block *b, uintptr_
     add3(t->allocation, b->size_class, 1);
     add3(t->allocated_bytes, b->size_class, (int64_t)b->size);
     if (b->size >= a->cfg.max_split_size && !kept) t->oversize_alloc++; /* its free took it off */
-    if (ga_blockmap_get(&a->pol.map, b->ptr) != b)
+    if (!b->in_map || ga_block_live_locked(a, b->ptr) != b)
       BROKEN("allocated block %p is not in the block map", (void *)b->ptr);
   } else if (b->state == GA_BLOCK_PENDING) {
     t->pending_blocks++;
@@ -366,9 +371,8 @@ int ga_check_locked(ga_allocator_t *a) {
   if (t.asleep_granules + restoring != a->pol.sleep.nsleepers)
     BROKEN("%zu granules are asleep in segments and %zu wait for their contents, %zu recorded",
            t.asleep_granules, restoring, a->pol.sleep.nsleepers);
-  if (a->pol.map.count != t.allocated_blocks)
-    BROKEN("block map holds %zu pointers, segments have %zu allocated blocks", a->pol.map.count,
-           t.allocated_blocks);
+  if (a->pol.map.count != t.in_map)
+    BROKEN("block map holds %zu pointers, %zu blocks say they are in it", a->pol.map.count, t.in_map);
   if (a->pol.streams.npending + a->pol.capture.ndeferred != t.pending_events)
     BROKEN("%zu pending events and %zu deferred frees, blocks wait on %zu", a->pol.streams.npending,
            a->pol.capture.ndeferred, t.pending_events);

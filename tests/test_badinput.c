@@ -399,3 +399,63 @@ Test(badinput, the_free_kept_back_is_consistent_to_ga_check) {
   cr_assert_eq(broken, 0);
   fx_free(keep);
 }
+
+/* ---- Frees of pointers whose block was merged away ----
+ * A block keeps its map entry after its free (policy/block.c), until its
+ * record is deleted (merged into a neighbour, or with its segment). Three
+ * 4 KiB blocks x, y, z in one small segment; y freed, then x, so that x
+ * absorbs y and y's record is deleted; the next split takes that record
+ * back. */
+static ga_block *rec(void *p) { return ga_blockmap_get(&fx_a->pol.map, (uintptr_t)p); }
+
+static ga_block *merge_y_into_x(char **x, char **y, char **z) {
+  *x = fx_alloc(4 * KiB), *y = fx_alloc(4 * KiB), *z = fx_alloc(4 * KiB);
+  cr_assert(*y == *x + 4 * KiB && *z == *y + 4 * KiB, "x, y and z side by side");
+  ga_block *ry = rec(*y);
+  size_t count = fx_a->pol.map.count;
+  fx_free(*y);
+  cr_assert(rec(*y) == ry && ry->in_map, "a freed block keeps its entry");
+  fx_free(*x);
+  (void)fx_stats(); /* completes a free kept back */
+  cr_assert(rec(*y) == NULL && !ry->in_map, "y's record was deleted, its entry kept");
+  cr_assert_eq(fx_a->pol.map.count, count - 1);
+  return ry;
+}
+
+/* y's record comes back as a block elsewhere, allocated: the free of y is
+ * refused and leaves that block alone. */
+Test(badinput, a_pointer_merged_away_is_refused_after_its_record_came_back_elsewhere) {
+  fx_open(NULL, GiB);
+  char *x, *y, *z;
+  ga_block *ry = merge_y_into_x(&x, &y, &z);
+  /* Too big for x's 8 KiB: split from the segment's rest, whose record is
+   * handed out while the remainder takes y's (the last deleted); the next
+   * such split hands that one out. */
+  char *v = fx_alloc(16 * KiB), *w = fx_alloc(16 * KiB);
+  cr_assert(rec(w) == ry && ry->state == GA_BLOCK_ALLOCATED,
+            "the test's premise: y's record now holds w (%p)", (void *)w);
+  expect_bad_free(y, "is not a live allocation: it lies in cached free memory");
+  cr_assert_eq(ry->state, GA_BLOCK_ALLOCATED);
+  fx_fill(w, 16 * KiB, 7);
+  fx_free(w);
+  fx_free(v);
+  fx_free(z);
+}
+
+/* y's address handed out again (a new record): it gets one entry, its free
+ * works and a second free is refused. */
+Test(badinput, an_address_merged_away_and_handed_out_again_frees_once) {
+  fx_open(NULL, GiB);
+  char *x, *y, *z;
+  (void)merge_y_into_x(&x, &y, &z);
+  size_t count = fx_a->pol.map.count;
+  char *x2 = fx_alloc(4 * KiB), *y2 = fx_alloc(4 * KiB);
+  cr_assert(x2 == x && y2 == y, "x's block is split again at y");
+  cr_assert(rec(y2) && rec(y2)->in_map && rec(y2)->ptr == (uintptr_t)y2);
+  cr_assert_eq(fx_a->pol.map.count, count + 1, "x kept its entry; y has one again");
+  fx_free(y2);
+  (void)fx_stats();
+  expect_bad_free(y2, "already freed");
+  fx_free(x2);
+  fx_free(z);
+}

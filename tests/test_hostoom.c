@@ -299,3 +299,27 @@ Test(hostoom, record_slabs_and_tables_go_back_with_the_allocator) {
   cr_assert_leq(after, after3 + 8192, "%ld kB after %d allocators, %ld kB after 3", after, CYCLES, after3);
   free(p);
 }
+
+/* ---- The block map ----
+ * A block keeps its entry after its free; the entry goes when the record is
+ * deleted (policy/block.c). Blocks made and dropped at ever new addresses
+ * (each round's blocks in a stream of their own, their segment given back):
+ * the map stays the size its live entries need. */
+Test(hostoom, the_block_map_does_not_grow_with_deleted_records) {
+  enum { K = 1000, ROUNDS = 40 };
+  fx_open(NULL, GiB);
+  void *p[K];
+  size_t most = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    size_t size = 4 * KiB + (size_t)(r % 8) * 512; /* addresses that differ from round to round */
+    ga_stream_t s = r % 2 ? S2 : S1;
+    for (size_t i = 0; i < K; i++) p[i] = fx_alloc_on(size, s);
+    for (size_t i = 0; i < K; i++) fx_free(p[i]);
+    cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+    cr_assert_eq(fx_a->pol.map.count, 0, "round %d: %zu entries left with nothing cached", r,
+                 fx_a->pol.map.count);
+    if (fx_a->pol.map.cap > most) most = fx_a->pol.map.cap;
+  }
+  /* K entries need 2048 slots; entries of 40 rounds kept would need 2^17. */
+  cr_assert_leq(most, 2048, "the map grew to %zu slots for %d live blocks", most, K);
+}

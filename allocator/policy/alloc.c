@@ -267,7 +267,7 @@ __attribute__((noinline)) ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, s
       ga_block_to_free_tree_locked(a, b);
     return ga_fail(GA_DEV_ENOMEM, "ga_malloc", NULL, "for bookkeeping (%zu bytes asked)", size);
   }
-  GA_ASSERT(ga_blockmap_get(&a->pol.map, got->ptr) == got);
+  GA_ASSERT(ga_block_live_locked(a, got->ptr) == got);
   *out = (void *)got->ptr;
   return GA_OK;
 }
@@ -298,10 +298,9 @@ static void diagnose_bad_free(ga_allocator_t *a, const char *fn, void *ptr) {
   ga_error_set("%s: %p was not allocated by this allocator", fn, ptr);
 }
 
-/* ga_free of b (at `slot` in the map) when it is asleep, has stream uses or
- * waits for events: out of line, so that the common free stays short. */
-__attribute__((noinline)) static ga_status_t free_slow(ga_allocator_t *a, ga_block *b,
-                                                       ga_blockmap_slot *slot) {
+/* ga_free of b when it is asleep, has stream uses or waits for events: out
+ * of line, so that the common free stays short. */
+__attribute__((noinline)) static ga_status_t free_slow(ga_allocator_t *a, ga_block *b) {
   void *ptr = (void *)b->ptr;
   if (b->asleep) {
     ga_error_set("ga_free: %p is asleep (ga_sleep); call ga_wake before freeing it", ptr);
@@ -313,7 +312,6 @@ __attribute__((noinline)) static ga_status_t free_slow(ga_allocator_t *a, ga_blo
   size_t size = b->size;
   ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
   if (b->size >= a->cfg.max_split_size) ga_stat_dec(&a->stats.oversize_allocations, 1);
-  (void)ga_blockmap_take_at(&a->pol.map, slot);
   ga_hot_free(&a->hot, b->size_class, b->size);
   if (ga_stream_free_locked(a, b)) {
     /* As close(2): the pointer is freed all the same. */
@@ -336,18 +334,17 @@ ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr) {
   ga_block_keep_flush_locked(a);
   /* Exported to another process that still imports it: refused, unchanged. */
   if (a->pol.ipc && ga_ipc_free_check_locked(a, ptr) != GA_OK) return GA_ERR_INVALID;
-  ga_blockmap_slot *slot = ga_blockmap_find(&a->pol.map, (uintptr_t)ptr);
-  if (!slot) return bad_free(a, ptr);
-  ga_block *b = slot->val;
-  if (b->asleep || b->nuses || b->event_count) return free_slow(a, b, slot);
+  /* ga_block_live_locked, where no free is kept back (flushed above). */
+  ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
+  if (!b || b->state != GA_BLOCK_ALLOCATED) return bad_free(a, ptr);
+  if (b->asleep || b->nuses || b->event_count) return free_slow(a, b);
   /* No stream to wait for (ga_stream_free_locked's case of none): freed
-   * now, or kept back for the next allocation (its entry in the map and the
-   * counters of its free wait until then). */
+   * now, or kept back for the next allocation (the counters of its free
+   * wait until then). Its entry stays in the map either way. */
   ga_history_add_locked(a, GA_H_FREE_REQUESTED, b->ptr, b->requested, b->stream);
   if (b->size >= a->cfg.max_split_size) ga_stat_dec(&a->stats.oversize_allocations, 1);
   b->state = GA_BLOCK_PENDING;
   if (!ga_block_free_keep_locked(a, b)) {
-    (void)ga_blockmap_take_at(&a->pol.map, slot);
     ga_hot_free(&a->hot, b->size_class, b->size);
     ga_block_free_locked(a, b);
   }

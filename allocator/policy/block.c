@@ -84,12 +84,29 @@ static int take_back(const ga_allocator_t *a, const ga_block *b, size_t rounded)
   return whole_granules(lo, hi - rounded, a->space.gran) > whole_granules(lo + rounded, hi, a->space.gran);
 }
 
+/* ---- The block map ----
+ * An entry (ptr, b) is put when b is first handed out and stays while b's
+ * record lives: its frees and later hand-outs leave the map alone (at 10^6
+ * blocks the put was a cache miss in every reuse of a hole), and the
+ * segment layer takes it out when it deletes the record (in a merge, or
+ * with its segment). A record is never deleted ALLOCATED (a freed block is
+ * PENDING before it merges), so the entry at ptr is the live allocation
+ * exactly when its block is ALLOCATED, or is the free kept back. */
+ga_block *ga_block_live_locked(const ga_allocator_t *a, uintptr_t ptr) {
+  ga_block *b = ga_blockmap_get(&a->pol.map, ptr);
+  GA_ASSERT(!b || (b->in_map && b->ptr == ptr));
+  return b && (b->state == GA_BLOCK_ALLOCATED || b == a->pol.kept) ? b : NULL;
+}
+
 /* b, out of every tree, is allocated for `size` bytes asked (room in the map reserved). */
 static void handed(ga_allocator_t *a, ga_block *b, size_t size) {
   b->state = GA_BLOCK_ALLOCATED;
   b->requested = size;
-  b->tag = 0;                                    /* the struct may have served a tagged allocation before */
-  (void)ga_blockmap_put(&a->pol.map, b->ptr, b); /* cannot fail: room reserved by the caller */
+  b->tag = 0; /* the struct may have served a tagged allocation before */
+  if (!b->in_map) {
+    (void)ga_blockmap_put(&a->pol.map, b->ptr, b); /* cannot fail: room reserved by the caller */
+    b->in_map = 1;
+  }
   ga_hot_alloc(&a->stats, &a->hot, b->size_class, b->size, size);
   if (b->size >= a->cfg.max_split_size) ga_stat_inc(&a->stats.oversize_allocations, 1);
   ga_history_add_locked(a, GA_H_ALLOC, b->ptr, size, b->stream);
@@ -236,7 +253,6 @@ __attribute__((noinline)) void ga_block_keep_flush_slow_locked(ga_allocator_t *a
   size_t size = b->size, requested = b->requested;
   int size_class = b->size_class;
   a->pol.kept = NULL;
-  (void)ga_blockmap_take(&a->pol.map, b->ptr);
   ga_hot_free(&a->hot, size_class, size);
   merge_insert(a, b);
   ga_hot_done(&a->hot, size_class, size, requested);

@@ -83,7 +83,7 @@ static void close_pieces(ga_ipc_desc_t *d, uint32_t n) {
 
 /* The live allocation at ptr, if `fn` may export it (else NULL, the error set). */
 static ga_block *exportable(ga_allocator_t *a, void *ptr, const char *fn, int fabric, ga_status_t *st) {
-  ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
+  ga_block *b = ga_block_live_locked(a, (uintptr_t)ptr);
   *st = GA_OK;
   if (!b) {
     ga_error_set("%s: %p is not a live allocation of this allocator (pass the pointer ga_malloc returned)",
@@ -389,7 +389,7 @@ ga_status_t ga_ipc_unexport_locked(ga_allocator_t *a, void *ptr) {
   GA_ASSERT_LOCKED(a);
   ipc_export *e = export_find(a, (uintptr_t)ptr);
   if (!e || !e->fabric) {
-    int live = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr) != NULL;
+    int live = ga_block_live_locked(a, (uintptr_t)ptr) != NULL;
     ga_error_set("ga_ipc_unexport: %p is %s", ptr,
                  live ? "not exported as fabric handles (ga_ipc_export_fabric)"
                       : "not a live allocation of this allocator (pass the pointer ga_malloc returned)");

@@ -12,7 +12,7 @@ static void put(ga_mem_range_t *out, size_t cap, size_t *n, ga_mem_range_t r) {
 ga_status_t ga_layout_ranges_locked(ga_allocator_t *a, void *ptr, ga_mem_range_t *out, size_t cap,
                                     size_t *n) {
   GA_ASSERT_LOCKED(a);
-  const ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
+  const ga_block *b = ga_block_live_locked(a, (uintptr_t)ptr);
   if (!b) b = ga_alloc_containing_locked(a, (uintptr_t)ptr);
   if (!b) {
     ga_error_set("ga_mem_ranges: %p is not inside a live allocation", ptr);

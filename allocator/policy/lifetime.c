@@ -17,9 +17,13 @@ int ga_policy_init_locked(ga_allocator_t *a, size_t total) {
    * stays about 1.125 x the device. */
   if (total && page > total) page = total;
   /* The segment layer works with the allocator's lock, device, statistics,
-   * history and settings. */
-  a->space =
-      (ga_space){.mu = &a->mu, .dev = a->dev, .stats = &a->stats, .history = &a->history, .cfg = &a->cfg};
+   * history, block map (a record it deletes leaves the map) and settings. */
+  a->space = (ga_space){.mu = &a->mu,
+                        .dev = a->dev,
+                        .stats = &a->stats,
+                        .history = &a->history,
+                        .map = &p->map,
+                        .cfg = &a->cfg};
   int rc = ga_space_init_locked(&a->space, total, page);
   if (rc) return rc;
   if ((rc = ga_blockmap_init(&p->map))) return rc;

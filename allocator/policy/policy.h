@@ -86,13 +86,17 @@ void ga_block_from_free_tree_locked(ga_allocator_t *a, ga_block *b);
  * of b, or in expandable segments possibly its back), NULL on host OOM (b
  * unchanged, still where it was). */
 ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, size_t rounded, int in_tree);
+/* The live allocation at ptr (ALLOCATED, or the free kept back, which
+ * still counts as allocated), or NULL. The block map also holds blocks freed
+ * since they were handed out (policy/block.c). */
+ga_block *ga_block_live_locked(const ga_allocator_t *a, uintptr_t ptr);
 /* Makes an ALLOCATED/PENDING block FREE: merge with free neighbours, insert. */
 void ga_block_free_locked(ga_allocator_t *a, ga_block *b);
 
-/* The client's free of b (PENDING, no stream uses, still in the map): kept
- * back for the next allocation when block.c's conditions hold (1: its map
- * entry stays until then), else 0 and nothing done. At most one free is
- * kept back (a->pol.kept). */
+/* The client's free of b (PENDING, no stream uses): kept back for the next
+ * allocation when block.c's conditions hold (1: it still counts as
+ * allocated until then), else 0 and nothing done. At most one free is kept
+ * back (a->pol.kept). */
 int ga_block_free_keep_locked(ga_allocator_t *a, ga_block *b);
 /* The allocation of `size` bytes (<= GA_MAX_REQUEST) on `stream` from the general
  * trees, served by the free kept back when the allocation as made would

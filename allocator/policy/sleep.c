@@ -30,7 +30,7 @@ static int tag_index(ga_allocator_t *a, const char *tag, size_t len, int create)
 ga_status_t ga_tag_locked(ga_allocator_t *a, void *ptr, const char *tag) {
   GA_ASSERT_LOCKED(a);
   ga_status_t st = GA_OK;
-  ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
+  ga_block *b = ga_block_live_locked(a, (uintptr_t)ptr);
   int idx = b && tag && *tag ? tag_index(a, tag, strlen(tag), 1) : -1;
   if (!b)
     st = ga_bad_pointer_locked(a, "ga_tag", ptr);
@@ -219,7 +219,7 @@ static void all_awake(ga_allocator_t *a) {
 
 ga_status_t ga_free_at_wake_locked(ga_allocator_t *a, void *ptr) {
   GA_ASSERT_LOCKED(a);
-  ga_block *b = ga_blockmap_get(&a->pol.map, (uintptr_t)ptr);
+  ga_block *b = ga_block_live_locked(a, (uintptr_t)ptr);
   if (!b || !b->asleep) return ga_free_locked(a, ptr);
   if (!b->free_at_wake) a->pol.sleep.nfree_at_wake++;
   b->free_at_wake = 1;

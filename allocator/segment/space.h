@@ -15,7 +15,9 @@
  * Invariants (ga_check verifies each): the blocks of a segment tile it in
  * address order; no two FREE blocks are neighbours; every FREE block is in
  * exactly one free tree and every ALLOCATED block in the map; the statistics
- * equal what the blocks say.
+ * equal what the blocks say. A block keeps its entry in the map after its
+ * free (in_map) for as long as its record lives, so that handing it out
+ * again writes nothing there; deleting the record takes the entry out.
  */
 #ifndef GA_SPACE_H
 #define GA_SPACE_H
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../blockmap.h"
 #include "../config.h"
 #include "../debug.h"
 #include "../device/device.h"
@@ -84,12 +87,14 @@ struct ga_block {
     uint64_t gc_base; /* FREE: pool's get_free_block count when it became free */
     size_t reach_max; /* UNMAPPED: the largest reach in its subtree of the unmapped index */
   };
-  uint64_t free_seq;     /* the policy's free clock (streams.free_clock) at its last client free */
-  uint8_t tag;           /* 0 = none, else index + 1 in the policy's sleep.tags */
-  uint8_t asleep;        /* some of its granules are asleep (ga_sleep) */
-  uint8_t free_at_wake;  /* freed by PyTorch while asleep: ga_wake frees it */
-  uint8_t counted_split; /* counted in inactive_split while in the free tree */
-  uint32_t nquarantined; /* its pending entries without an event (counted in quarantined_bytes) */
+  uint64_t free_seq;        /* the policy's free clock (streams.free_clock) at its last client free */
+  uint8_t tag;              /* 0 = none, else index + 1 in the policy's sleep.tags */
+  uint8_t asleep;           /* some of its granules are asleep (ga_sleep) */
+  uint8_t free_at_wake : 1; /* freed by PyTorch while asleep: ga_wake frees it */
+  uint8_t in_map : 1;       /* in the policy's block map (put when first handed out, taken out
+                             * when the record is deleted: ga_tiles_delete_locked) */
+  uint8_t counted_split;    /* counted in inactive_split while in the free tree */
+  uint32_t nquarantined;    /* its pending entries without an event (counted in quarantined_bytes) */
 };
 _Static_assert(sizeof(ga_block) == 128 && offsetof(ga_block, requested) == 64,
                "a block record is two cache lines, the tree's fields in the first");
@@ -162,6 +167,7 @@ typedef struct ga_space {
   ga_device *dev;       /* where the bytes come from */
   ga_stats_t *stats;    /* segment, reserved, mapped and page-cache bytes, device call counts */
   ga_history *history;  /* the segment history entries */
+  ga_blockmap *map;     /* the policy's block map: a record deleted with in_map leaves it */
   const ga_config *cfg; /* the settings (max_split_size: oversize_segments; deterministic) */
   ga_segment *segs;     /* every segment */
   size_t nsegs;

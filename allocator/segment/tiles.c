@@ -69,9 +69,14 @@ ga_block *ga_tiles_new_locked(ga_space *sp) {
 
 void ga_tiles_delete_locked(ga_space *sp, ga_block *b) {
   GA_ASSERT_SPACE_LOCKED(sp);
+  GA_ASSERT(b->state != GA_BLOCK_ALLOCATED); /* never a live allocation (the block map relies on it) */
   if (b->uses) {
     free(b->uses);
     b->uses = NULL;
+  }
+  if (b->in_map) {
+    (void)ga_blockmap_take(sp->map, b->ptr);
+    b->in_map = 0;
   }
   b->next = sp->block_cache;
   sp->block_cache = b;
