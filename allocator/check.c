@@ -128,7 +128,7 @@ static int check_block(ga_allocator_t *a, ga_segment *seg, ga_block *b, uintptr_
     add3(t->allocation, b->size_class, 1);
     add3(t->allocated_bytes, b->size_class, (int64_t)b->size);
     if (b->size >= a->cfg.max_split_size && !kept) t->oversize_alloc++; /* its free took it off */
-    if (!b->in_map || ga_block_live_locked(a, b->ptr) != b)
+    if (!b->in_map || ga_blockmap_get(&a->pol.map, b->ptr) != b)
       BROKEN("allocated block %p is not in the block map", (void *)b->ptr);
   } else if (b->state == GA_BLOCK_PENDING) {
     t->pending_blocks++;

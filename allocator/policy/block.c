@@ -93,6 +93,7 @@ static int take_back(const ga_allocator_t *a, const ga_block *b, size_t rounded)
  * PENDING before it merges), so the entry at ptr is the live allocation
  * exactly when its block is ALLOCATED, or is the free kept back. */
 ga_block *ga_block_live_locked(const ga_allocator_t *a, uintptr_t ptr) {
+  GA_ASSERT_LOCKED(a);
   ga_block *b = ga_blockmap_get(&a->pol.map, ptr);
   GA_ASSERT(!b || (b->in_map && b->ptr == ptr));
   return b && (b->state == GA_BLOCK_ALLOCATED || b == a->pol.kept) ? b : NULL;

@@ -7,7 +7,8 @@
  *
  * Block states:
  *   FREE      in its pool's free tree (in_tree), merged with free neighbours
- *   ALLOCATED in the block map, handed to a client
+ *   ALLOCATED handed to a client, in the block map (which also keeps blocks
+ *             freed since, until their record is deleted)
  *   PENDING   freed by the client, waiting for events on other streams
  *   UNMAPPED  (expandable segments) reserved address space with no memory
  *             behind it; granule-aligned; merged with UNMAPPED neighbours
