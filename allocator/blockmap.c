@@ -13,19 +13,13 @@
 #include "errors.h"
 #include "host.h"
 
-/* Fibonacci hashing: the top bits of the key times 2^64 / phi (block
- * addresses are multiples of 512; the product spreads them). */
-static size_t slot_of(const ga_blockmap *m, uintptr_t key) {
-  return (size_t)(((uint64_t)key * 0x9e3779b97f4a7c15ULL) >> m->shift);
-}
-
 static int grow(ga_blockmap *m, size_t cap) {
   ga_blockmap_slot *slots = ga_host_table(cap * sizeof *slots);
   if (!slots) return GA_DEV_ENOMEM;
   ga_blockmap n = {slots, cap, 0, (unsigned)__builtin_clzll((unsigned long long)cap) + 1};
   for (size_t i = 0; i < m->cap; i++) {
     if (!m->slots[i].key) continue;
-    size_t slot = slot_of(&n, m->slots[i].key);
+    size_t slot = ga_blockmap_home(&n, m->slots[i].key);
     while (n.slots[slot].key) slot = (slot + 1) & (cap - 1);
     n.slots[slot] = m->slots[i];
     n.count++;
@@ -50,7 +44,7 @@ int ga_blockmap_reserve(ga_blockmap *m) { return (m->count + 1) * 2 > m->cap ? g
 int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val) {
   int rc = ga_blockmap_reserve(m);
   if (rc) return rc;
-  size_t slot = slot_of(m, key);
+  size_t slot = ga_blockmap_home(m, key);
   while (m->slots[slot].key) slot = (slot + 1) & (m->cap - 1);
   m->slots[slot] = (ga_blockmap_slot){key, val};
   m->count++;
@@ -59,7 +53,7 @@ int ga_blockmap_put(ga_blockmap *m, uintptr_t key, void *val) {
 
 ga_blockmap_slot *ga_blockmap_find(const ga_blockmap *m, uintptr_t ptr) {
   if (!ptr) return NULL;
-  for (ga_blockmap_slot *s = m->slots + slot_of(m, ptr); s->key;) {
+  for (ga_blockmap_slot *s = m->slots + ga_blockmap_home(m, ptr); s->key;) {
     if (s->key == ptr) return s;
     if (++s == m->slots + m->cap) s = m->slots; /* probing wraps around */
   }
@@ -82,7 +76,7 @@ void *ga_blockmap_take_at(ga_blockmap *m, ga_blockmap_slot *found) {
   /* Backward shift: move later entries of the cluster into the hole when
    * their home slot does not lie cyclically in (hole, j]. */
   for (size_t j = (hole + 1) & mask; m->slots[j].key; j = (j + 1) & mask) {
-    size_t home = slot_of(m, m->slots[j].key);
+    size_t home = ga_blockmap_home(m, m->slots[j].key);
     if (((j - home) & mask) >= ((j - hole) & mask)) {
       m->slots[hole] = m->slots[j];
       hole = j;

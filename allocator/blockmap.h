@@ -19,6 +19,18 @@ typedef struct ga_blockmap {
   unsigned shift;    /* 64 - log2(cap) */
 } ga_blockmap;
 
+/* Fibonacci hashing: the top bits of the key times 2^64 / phi (block
+ * addresses are multiples of 512; the product spreads them). */
+static inline size_t ga_blockmap_home(const ga_blockmap *m, uintptr_t key) {
+  return (size_t)(((uint64_t)key * 0x9e3779b97f4a7c15ULL) >> m->shift);
+}
+
+/* Starts loading the slot where key's entry would go, ahead of a put or a
+ * lookup: at 10^6 entries the table is tens of MiB and a slot is a miss. */
+static inline void ga_blockmap_prefetch(const ga_blockmap *m, uintptr_t key) {
+  __builtin_prefetch(m->slots + ga_blockmap_home(m, key), 1);
+}
+
 /* 0, or GA_DEV_ENOMEM (host memory) for init, put and reserve. */
 int ga_blockmap_init(ga_blockmap *m);
 void ga_blockmap_teardown(ga_blockmap *m);

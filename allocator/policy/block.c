@@ -140,6 +140,12 @@ ga_block *ga_block_hand_out_locked(ga_allocator_t *a, ga_block *b, size_t size, 
       b = rest;
       rest = front;
     }
+    /* The remainder is where the next fresh block starts when blocks are
+     * carved one after the other from a segment's end: its map slot, a miss
+     * at 10^6 blocks, starts loading now, ahead of that block's put (its
+     * address from lo, not from its record, which the split has only
+     * written). */
+    ga_blockmap_prefetch(&a->pol.map, back ? lo : lo + rounded);
     /* The remainder takes the whole block's place in the tree. */
     if (in_tree)
       retree(a, back ? rest : b, bsize, back ? rest->ptr : b->ptr, rest, 0, 0);
