@@ -216,3 +216,80 @@ Test(oom, gc_threshold_needs_a_memory_fraction) {
   assert_scalar(num_device_free, 0);
   assert_reserved(480 * MiB);
 }
+
+/* A request the limit refuses makes no device call in either expandable
+ * policy: the large pool has no segment yet, and none is reserved for it
+ * (before, the default reserved one and left it empty for the next
+ * ga_empty_cache to give back, and PyTorch's policy reserved twice). */
+static void refused_without_a_reservation(const char *conf) {
+  fx_open(conf, 1024 * MiB);
+  void *s = fx_alloc(64 * 1024); /* the small pool's one 2 MiB page */
+  ga_stats_t before = fx_stats();
+  cr_assert_eq(before.reserved_bytes[GA_POOL_ALL].current, 2 * (int64_t)MiB);
+  cr_assert_eq(ga_set_memory_fraction(fx_a, 2.0 / 1024.0), GA_OK); /* 2 MiB allowed: what is reserved */
+  void *p;
+  cr_assert_eq(ga_malloc(fx_a, 100 * MiB, S1, &p), GA_ERR_OOM);
+  cr_assert(strstr(ga_last_error(), "2.00 MiB allowed;") != NULL, "%s", ga_last_error());
+  ga_stats_t after = fx_stats();
+  const int memory_calls[] = {GA_CALL_MALLOC,     GA_CALL_RESERVE, GA_CALL_CREATE,  GA_CALL_MAP,
+                              GA_CALL_SET_ACCESS, GA_CALL_UNMAP,   GA_CALL_RELEASE, GA_CALL_UNRESERVE};
+  for (size_t i = 0; i < sizeof memory_calls / sizeof *memory_calls; i++) {
+    int k = memory_calls[i];
+    cr_assert_eq(after.device_calls[k], before.device_calls[k], "device call kind %d: %llu, was %llu", k,
+                 (unsigned long long)after.device_calls[k], (unsigned long long)before.device_calls[k]);
+  }
+  cr_assert_eq(ga_empty_cache(fx_a), GA_OK);
+  cr_assert_eq(fx_stats().device_calls[GA_CALL_UNRESERVE], 0, "no empty reservation was left");
+  cr_assert_eq(ga_set_memory_fraction(fx_a, 1.0), GA_OK);
+  fx_free(fx_alloc(100 * MiB)); /* usable */
+  fx_free(s);
+}
+
+Test(oom, a_request_the_fraction_refuses_reserves_nothing_expandable) {
+  refused_without_a_reservation("expandable_segments:True");
+}
+
+Test(oom, a_request_the_fraction_refuses_reserves_nothing_with_pytorchs_policy) {
+  refused_without_a_reservation("expandable_segments:True,expandable_policy:pytorch");
+}
+
+/* PyTorch's alloc_block tests the fraction on alloc_size before it grows an
+ * expandable segment, even where part of the request is already mapped and
+ * free: 40 MiB reserved (two 20 MiB pages, 10 MiB free after x) and 64 MiB
+ * allowed refuse 30 MiB (40 + 30 > 64), which one more page would serve,
+ * after release_cached_blocks (nothing to unmap: the free 10 MiB share a page
+ * with x) and a retry. The default policy tests what it maps and serves it. */
+static void *fraction_on_alloc_size(const char *conf, ga_status_t *st) {
+  fx_open(conf, 1024 * MiB);
+  void *x = fx_alloc(30 * MiB);
+  assert_reserved(40 * MiB);
+  cr_assert_eq(ga_set_memory_fraction(fx_a, 1.0 / 16), GA_OK); /* 64 MiB */
+  void *p = NULL;
+  *st = ga_malloc(fx_a, 30 * MiB, S1, &p);
+  return x;
+}
+
+Test(oom, pytorchs_policy_tests_the_fraction_on_alloc_size) {
+  ga_status_t st;
+  void *x = fraction_on_alloc_size("expandable_segments:True,expandable_policy:pytorch", &st);
+  cr_assert_eq(st, GA_ERR_OOM);
+  cr_assert(strstr(ga_last_error(), "64.00 MiB allowed;") != NULL, "%s", ga_last_error());
+  ga_stats_t s = fx_stats();
+  cr_assert_eq(s.num_alloc_retries, 1, "release_cached_blocks and alloc_block again");
+  cr_assert_eq(s.device_calls[GA_CALL_CREATE], 2, "no page made for the refused request");
+  cr_assert_eq(s.device_calls[GA_CALL_UNMAP], 0, "x's last page is not free");
+  assert_reserved(40 * MiB);
+  void *y = fx_alloc(24 * MiB); /* 40 + 24 = 64: allowed; one more page */
+  assert_reserved(60 * MiB);
+  fx_free(y);
+  fx_free(x);
+}
+
+Test(oom, the_default_tests_the_limit_on_what_it_maps) {
+  ga_status_t st;
+  void *x = fraction_on_alloc_size("expandable_segments:True", &st);
+  cr_assert_eq(st, GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_stats().num_alloc_retries, 0);
+  cr_assert_leq(fx_stats().reserved_bytes[GA_POOL_ALL].current, 64 * (int64_t)MiB);
+  fx_free(x);
+}

@@ -127,8 +127,21 @@ static int grow_native(ga_allocator_t *a, ga_request *r) {
  * new); if that fails, wait for pending stream events, which frees more
  * memory to move, and retry once. PyTorch's policy instead releases every
  * cached block and free page (release_cached_blocks) and retries. */
+/* PyTorch's alloc_block with expandable segments: the memory fraction's
+ * test of alloc_size (what a new native segment would take) comes before
+ * try_allocate_expandable_block reserves or maps anything, even where the
+ * run to grow already has some of it mapped and free. */
+static int alloc_block_expandable(ga_allocator_t *a, ga_request *r, int retry) {
+  if (retry) a->stats.num_alloc_retries++;
+  if (!ga_limit_allows(a, a->space.reserved, r->alloc_size)) {
+    r->limit_refused = 1;
+    return GA_DEV_EOOM;
+  }
+  return ga_move_grow_locked(a, r);
+}
+
 static int grow_expandable(ga_allocator_t *a, ga_request *r) {
-  int rc = ga_move_grow_locked(a, r);
+  int rc = a->cfg.expandable_pytorch ? alloc_block_expandable(a, r, 0) : ga_move_grow_locked(a, r);
   if (rc != GA_DEV_EOOM || a->pol.capture.routing) return rc;
   if (a->cfg.expandable_pytorch) {
     /* PyTorch's malloc: alloc_block (try_allocate_expandable_block) failed;
@@ -136,8 +149,7 @@ static int grow_expandable(ga_allocator_t *a, ga_request *r) {
      * blocks, so the next step is release_cached_blocks and alloc_block again. */
     int e = ga_reclaim_all_locked(a);
     if (e) return e;
-    a->stats.num_alloc_retries++;
-    return ga_move_grow_locked(a, r);
+    return alloc_block_expandable(a, r, 1);
   }
   int e = ga_stream_sync_all_locked(a);
   if (e) return e;

@@ -342,18 +342,25 @@ static uintptr_t reach(const ga_block *run, uintptr_t hi_g, int extend) {
 int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
   GA_ASSERT_LOCKED(a);
   size_t g = a->space.gran, size = r->rounded;
+  int pytorch = a->cfg.expandable_pytorch, rc;
+  int64_t moved = a->stats.num_granules_moved;
   r->limit_refused = 0;
   ga_block *run = find_run(a, r->priv, r->size_class, r->stream, size);
   if (!run) {
+    /* A new reservation. The default policy first gathers the granules its
+     * run will map (a new segment keeps nothing from a move), so that a
+     * request refused for want of memory or by the limit leaves no empty
+     * reservation for the next ga_empty_cache to give back. PyTorch's
+     * reserves first, as try_allocate_expandable_block does (the memory
+     * fraction refused before it, in alloc_block: grow_expandable). */
+    if (!pytorch && (rc = ga_move_obtain_locked(a, r, round_up(size, g) / g, 0, 0))) return rc;
     ga_segment *seg;
-    int rc = ga_expandable_new_locked(&a->space, r->priv, r->size_class, r->stream, size, &seg);
-    if (rc) return rc;
+    if ((rc = ga_expandable_new_locked(&a->space, r->priv, r->size_class, r->stream, size, &seg))) return rc;
     if (r->priv) ga_private_segment_new_locked(a, r->priv);
     run = seg->head;
   }
   uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, g);
   size_t page = page_of(a, r->size_class);
-  int pytorch = a->cfg.expandable_pytorch;
   /* Growing again after memory moved out: it swings (see above). */
   int swing = run->seg->gave && !pytorch && keeps(a, 0);
   run->seg->gave = 0;
@@ -373,8 +380,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
    * (the earlier block of a merge is the one kept). PyTorch's policy creates
    * a handle per page instead (ExpandableSegment::map: one cuMemCreate per
    * page; when one runs out of memory, the pages made in that call go back). */
-  int64_t moved = a->stats.num_granules_moved;
-  int rc = pytorch ? create_until(a, r, n, 0) : ga_move_obtain_locked(a, r, n, lo, hi_g);
+  rc = pytorch ? create_until(a, r, n, 0) : ga_move_obtain_locked(a, r, n, lo, hi_g);
   if (a->stats.num_granules_moved != moved) run->seg->moved_in = a->pol.streams.free_clock + 1;
   if (rc && pytorch) (void)ga_pages_release_locked(&a->space, 0); /* the pages made for it go back */
   if (rc) {
