@@ -123,23 +123,25 @@ static int grow_native(ga_allocator_t *a, ga_request *r) {
   return rc;
 }
 
-/* Expandable mode: map granules (cached, moved from free memory anywhere, or
- * new); if that fails, wait for pending stream events, which frees more
- * memory to move, and retry once. PyTorch's policy instead releases every
- * cached block and free page (release_cached_blocks) and retries. */
 /* PyTorch's alloc_block with expandable segments: the memory fraction's
  * test of alloc_size (what a new native segment would take) comes before
  * try_allocate_expandable_block reserves or maps anything, even where the
- * run to grow already has some of it mapped and free. */
+ * run to grow already has some of it mapped and free. The budget
+ * (max_reserved_mb, headroom_mb), not PyTorch's, bounds what is reserved:
+ * the pages, tested as they are created (move.c). */
 static int alloc_block_expandable(ga_allocator_t *a, ga_request *r, int retry) {
   if (retry) a->stats.num_alloc_retries++;
-  if (!ga_limit_allows(a, a->space.reserved, r->alloc_size)) {
+  if (!ga_fraction_allows(a, a->space.reserved, r->alloc_size)) {
     r->limit_refused = 1;
     return GA_DEV_EOOM;
   }
   return ga_move_grow_locked(a, r);
 }
 
+/* Expandable mode: map granules (cached, moved from free memory anywhere, or
+ * new); if that fails, wait for pending stream events, which frees more
+ * memory to move, and retry once. PyTorch's policy instead releases every
+ * cached block and free page (release_cached_blocks) and retries. */
 static int grow_expandable(ga_allocator_t *a, ga_request *r) {
   int rc = a->cfg.expandable_pytorch ? alloc_block_expandable(a, r, 0) : ga_move_grow_locked(a, r);
   if (rc != GA_DEV_EOOM || a->pol.capture.routing) return rc;

@@ -45,8 +45,8 @@ void ga_policy_set_fraction_locked(ga_allocator_t *a, double fraction) {
   GA_ASSERT_LOCKED(a);
   ga_policy *p = &a->pol;
   p->fraction = fraction;
-  p->allowed_max = fraction < 1.0 ? (size_t)(fraction * (double)p->device_total) : SIZE_MAX;
-  if (p->budget_max < p->allowed_max) p->allowed_max = p->budget_max;
+  p->fraction_max = fraction < 1.0 ? (size_t)(fraction * (double)p->device_total) : SIZE_MAX;
+  p->allowed_max = p->budget_max < p->fraction_max ? p->budget_max : p->fraction_max;
 }
 
 void ga_policy_teardown_locked(ga_allocator_t *a) {

@@ -355,7 +355,11 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
      * fraction refused before it, in alloc_block: grow_expandable). */
     if (!pytorch && (rc = ga_move_obtain_locked(a, r, round_up(size, g) / g, 0, 0))) return rc;
     ga_segment *seg;
-    if ((rc = ga_expandable_new_locked(&a->space, r->priv, r->size_class, r->stream, size, &seg))) return rc;
+    if ((rc = ga_expandable_new_locked(&a->space, r->priv, r->size_class, r->stream, size, &seg))) {
+      /* What was gathered for it stays cached, within the cache's bound. */
+      if (!pytorch) (void)ga_pages_release_locked(&a->space, a->cfg.expandable_cache_max);
+      return rc;
+    }
     if (r->priv) ga_private_segment_new_locked(a, r->priv);
     run = seg->head;
   }

@@ -331,6 +331,12 @@ static inline int ga_limit_allows(const ga_allocator_t *a, size_t reserved, size
   size_t lim = a->pol.allowed_max;
   return lim == SIZE_MAX || (reserved <= lim && bytes <= lim - reserved);
 }
+/* PyTorch's test alone: may `bytes` more be reserved under the memory
+ * fraction (the budget aside)? */
+static inline int ga_fraction_allows(const ga_allocator_t *a, size_t reserved, size_t bytes) {
+  size_t lim = a->pol.fraction_max;
+  return lim == SIZE_MAX || (reserved <= lim && bytes <= lim - reserved);
+}
 /* The bytes that may still be reserved: SIZE_MAX without a limit, 0 past it. */
 static inline size_t ga_limit_left(const ga_allocator_t *a, size_t reserved) {
   size_t lim = a->pol.allowed_max;
