@@ -327,15 +327,16 @@ void ga_policy_set_fraction_locked(ga_allocator_t *a, double fraction);
  * model's of it (fit.c). */
 /* May `bytes` more be reserved? (alloc_block's test against
  * allowed_memory_maximum in PyTorch.) */
-static inline int ga_limit_allows(const ga_allocator_t *a, size_t reserved, size_t bytes) {
-  size_t lim = a->pol.allowed_max;
+static inline int ga_limit_room(size_t lim, size_t reserved, size_t bytes) {
   return lim == SIZE_MAX || (reserved <= lim && bytes <= lim - reserved);
+}
+static inline int ga_limit_allows(const ga_allocator_t *a, size_t reserved, size_t bytes) {
+  return ga_limit_room(a->pol.allowed_max, reserved, bytes);
 }
 /* PyTorch's test alone: may `bytes` more be reserved under the memory
  * fraction (the budget aside)? */
 static inline int ga_fraction_allows(const ga_allocator_t *a, size_t reserved, size_t bytes) {
-  size_t lim = a->pol.fraction_max;
-  return lim == SIZE_MAX || (reserved <= lim && bytes <= lim - reserved);
+  return ga_limit_room(a->pol.fraction_max, reserved, bytes);
 }
 /* The bytes that may still be reserved: SIZE_MAX without a limit, 0 past it. */
 static inline size_t ga_limit_left(const ga_allocator_t *a, size_t reserved) {

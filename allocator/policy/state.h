@@ -74,8 +74,7 @@ typedef struct ga_policy {
   ga_block *kept;        /* a client free kept back for the next allocation (policy/block.c), or NULL */
   size_t device_total;   /* total device memory, from mem_info at create */
   size_t allowed_max;    /* the limit on reserved bytes: the lower of fraction_max and budget_max */
-  size_t fraction_max;   /* the memory fraction's limit alone (PyTorch's allowed_memory_maximum); SIZE_MAX =
-                            none */
+  size_t fraction_max;   /* the fraction's limit alone (PyTorch's allowed_memory_maximum); SIZE_MAX = none */
   size_t budget_max;     /* max_reserved_mb / headroom_mb in bytes; SIZE_MAX = none */
   double fraction;
   size_t large_page; /* bytes of a handle created for the large pool */
