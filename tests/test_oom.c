@@ -300,6 +300,35 @@ static void served_on_what_it_maps(const char *conf) {
 
 Test(oom, the_default_tests_the_limit_on_what_it_maps) { served_on_what_it_maps("expandable_segments:True"); }
 
+/* Past alloc_size's test PyTorch's policy maps whole pages, as PyTorch's
+ * ExpandableSegment::map does, even past the fraction: with 40 MiB reserved
+ * and 50 allowed, a 10 MiB request (alloc_size 10 MiB) maps a 20 MiB page,
+ * and reserved is then 60 MiB. The default policy maps granules, each within
+ * the fraction: the same request takes 10 MiB, and reserved is 50. Then
+ * neither grows any more. */
+static void pages_and_the_fraction(const char *conf, size_t reserved) {
+  fx_open(conf, 1024 * MiB);
+  void *x = fx_alloc(40 * MiB); /* two whole pages */
+  assert_reserved(40 * MiB);
+  cr_assert_eq(ga_set_memory_fraction(fx_a, 50.0 / 1024), GA_OK);
+  void *p = fx_alloc(10 * MiB);
+  assert_reserved(reserved);
+  void *q;
+  cr_assert_eq(ga_malloc(fx_a, 12 * MiB, S1, &q), GA_ERR_OOM, "past the fraction nothing grows");
+  cr_assert(strstr(ga_last_error(), "50.00 MiB allowed;") != NULL, "%s", ga_last_error());
+  assert_reserved(reserved);
+  fx_free(p);
+  fx_free(x);
+}
+
+Test(oom, pytorchs_policy_maps_whole_pages_past_the_fraction) {
+  pages_and_the_fraction("expandable_segments:True,expandable_policy:pytorch", 60 * MiB);
+}
+
+Test(oom, the_default_maps_granules_within_the_fraction) {
+  pages_and_the_fraction("expandable_segments:True", 50 * MiB);
+}
+
 /* The budget is gardenalloc's, not PyTorch's alloc_block test: PyTorch's
  * policy too tests it on the pages it creates. */
 Test(oom, pytorchs_policy_tests_the_budget_on_what_it_maps) {

@@ -126,9 +126,10 @@ static int grow_native(ga_allocator_t *a, ga_request *r) {
 /* PyTorch's alloc_block with expandable segments: the memory fraction's
  * test of alloc_size (what a new native segment would take) comes before
  * try_allocate_expandable_block reserves or maps anything, even where the
- * run to grow already has some of it mapped and free. The budget
- * (max_reserved_mb, headroom_mb), not PyTorch's, bounds what is reserved:
- * the pages, tested as they are created (move.c). */
+ * run to grow already has some of it mapped and free. The pages it then
+ * maps are not tested against the fraction again (PyTorch maps whole pages,
+ * and may pass the fraction by less than one); the budget (max_reserved_mb,
+ * headroom_mb), not PyTorch's, bounds them as they are created (move.c). */
 static int alloc_block_expandable(ga_allocator_t *a, ga_request *r, int retry) {
   if (retry) a->stats.num_alloc_retries++;
   if (!ga_fraction_allows(a, a->space.reserved, r->alloc_size)) {

@@ -242,21 +242,26 @@ static size_t page_of(const ga_allocator_t *a, int size_class) {
 }
 
 /* New handles for r's pool until the cache holds n granules, within the
- * limit on reserved bytes (r->limit_refused when it refuses). `whole`:
- * each a whole page where the device has room (the rest waits in the page
- * cache for the next request: fewer, larger handles map in fewer calls),
- * else only what is needed. */
+ * limit on reserved bytes (r->limit_refused when it refuses). `whole` (the
+ * default policy): each a whole page where the device has room (the rest
+ * waits in the page cache for the next request: fewer, larger handles map
+ * in fewer calls), else only what is needed; each within the whole limit.
+ * Otherwise (PyTorch's policy) the pages of the request, each tested
+ * against the budget (max_reserved_mb, headroom_mb) alone: the memory
+ * fraction was tested once, on alloc_size (alloc_block_expandable in
+ * alloc.c), and PyTorch's ExpandableSegment::map then maps whole pages,
+ * which may pass it by less than a page. */
 static int create_until(ga_allocator_t *a, ga_request *r, size_t n, int whole) {
   ga_space *sp = &a->space;
-  size_t page = page_of(a, r->size_class);
+  size_t page = page_of(a, r->size_class), lim = whole ? a->pol.allowed_max : a->pol.budget_max;
   while (sp->ncache < n) {
     size_t need = (n - sp->ncache) * sp->gran, size = need < page ? need : page;
-    if (!ga_limit_allows(a, sp->reserved, size)) {
+    if (!ga_limit_room(lim, sp->reserved, size)) {
       r->limit_refused = 1;
       return GA_DEV_EOOM;
     }
     int rc = GA_DEV_EOOM;
-    if (whole && size < page && ga_limit_allows(a, sp->reserved, page))
+    if (whole && size < page && ga_limit_room(lim, sp->reserved, page))
       rc = ga_pages_create_locked(&a->space, page, r->size_class);
     if (rc == GA_DEV_EOOM) rc = ga_pages_create_locked(&a->space, size, r->size_class);
     if (rc) return rc;
