@@ -448,7 +448,12 @@ GA_API double ga_get_memory_fraction(ga_allocator_t *a);
  *  its granules from the page cache, from whole free granules anywhere (not
  *  during a capture) and from the device; free memory at the end of a
  *  mapped range that a growth would extend is not counted, and where memory
- *  would move is estimated: there the answer is an estimate. */
+ *  would move is estimated: there the answer is an estimate. With
+ *  expandable_policy:pytorch it is PyTorch's ladder instead (the memory
+ *  fraction tested on alloc_size, whole pages that extend the free block at
+ *  the end of the stream's mapped range, then every whole free page given
+ *  back and one more try); only a growth across an unmapped hole into the
+ *  free memory after it is not modelled. */
 GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
                                 size_t *fit);
 

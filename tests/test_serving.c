@@ -83,6 +83,14 @@ Test(serving, would_fit_answers_what_malloc_does_with_power_of_two_rounding) {
   fit_equals_malloc("roundup_power2_divisions:4", 300 * MiB, 4);
 }
 
+Test(serving, would_fit_answers_what_malloc_does_with_pytorchs_expandable_policy) {
+  fit_equals_malloc("expandable_segments:True,expandable_policy:pytorch", 300 * MiB, 5);
+}
+Test(serving, would_fit_answers_what_malloc_does_with_pytorchs_policy_and_a_fraction) {
+  fit_equals_malloc("expandable_segments:True,expandable_policy:pytorch,per_process_memory_fraction:0.6",
+                    300 * MiB, 6);
+}
+
 Test(serving, would_fit_in_expandable_segments) {
   fx_open("expandable_segments:True", 100 * MiB);
   size_t sizes[] = {60 * MiB, 30 * MiB, 20 * MiB}, fit = 0;

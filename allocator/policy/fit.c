@@ -9,7 +9,11 @@
  * memory fraction, oversize blocks given back, the whole cache flushed) in
  * native mode, or the granules the ladder can gather (cached, whole free
  * granules anywhere, new ones within the device's room and the fraction) in
- * expandable mode. Frees still waiting on stream events count as in use.
+ * expandable mode. With expandable_policy:pytorch it is PyTorch's ladder
+ * instead: the fraction's test of alloc_size, whole pages that extend the
+ * stream's free block at the end of a mapped range (or a new range), and
+ * once, every whole free page given back. Frees still waiting on stream
+ * events count as in use.
  */
 #include <stdlib.h>
 
@@ -27,6 +31,11 @@ typedef struct fblk {
   uint8_t serving;    /* in the trees that serve the stream (general or its private pool) */
   uint8_t general;    /* in the general trees (the ladder's steps give these back) */
   uint8_t removed;    /* out of the model's free blocks: handed out or given back */
+  uint8_t at_end;     /* expandable: unmapped space follows it (a growth extends it) */
+  size_t room;        /* expandable: the bytes of that unmapped space (ga_alloc_growable's) */
+  uintptr_t follow;   /* expandable: the free block after that unmapped space (0: none) */
+  uintptr_t base;     /* expandable: its segment's base, where its pages are counted from */
+  size_t movable;     /* expandable: its granules a move can take (whole mappings inside it) */
 } fblk;
 
 typedef struct fmodel {
@@ -49,6 +58,10 @@ typedef struct fwalk {
 
 static int add(ga_block *b, void *arg) {
   fwalk *w = arg;
+  const ga_block *hole = b->next && b->next->state == GA_BLOCK_UNMAPPED ? b->next : NULL;
+  uintptr_t follow = hole && hole->next && hole->next->state == GA_BLOCK_FREE ? hole->next->ptr : 0;
+  size_t g0 = 0, g1 = 0;
+  if (b->seg->expandable) (void)ga_expandable_movable_locked(&w->m->a->space, b, &g0, &g1);
   fmodel *m = w->m;
   if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1;
   m->v[m->n++] = (fblk){.size = b->size,
@@ -60,7 +73,12 @@ static int add(ga_block *b, void *arg) {
                         .whole = !ga_tiles_is_split(b) && !b->seg->expandable,
                         .expandable = b->seg->expandable,
                         .serving = w->serving,
-                        .general = w->general};
+                        .general = w->general,
+                        .at_end = b->seg->expandable && b->next && b->next->state == GA_BLOCK_UNMAPPED,
+                        .room = ga_alloc_growable(b->size, b->next) - b->size,
+                        .follow = follow,
+                        .base = b->seg->base,
+                        .movable = g1 - g0};
   return 0;
 }
 
@@ -99,18 +117,33 @@ static uint32_t new_tie(fmodel *m) {
   return m->a->cfg.deterministic ? (uint32_t)m->created : 0;
 }
 
-/* get_free_block on the serving trees. */
-static fblk *best_fit(fmodel *m, int size_class, ga_stream_t stream, size_t size) {
-  const ga_config *c = &m->a->cfg;
-  if (!m->priv && ga_limit_gc_on(m->a) && size_class == GA_CLASS_LARGE) m->gc_calls++;
+/* The first serving block of (size_class, stream) in tree order after `after`
+ * (NULL: from the start) at least `size` bytes long. */
+static fblk *first_after(fmodel *m, int size_class, ga_stream_t stream, size_t size, const fblk *after) {
   fblk *b = NULL;
   for (size_t i = 0; i < m->n; i++) {
     fblk *x = &m->v[i];
-    if (x->removed || !x->serving || x->size_class != size_class || x->stream != stream || x->size < size)
+    if (x->removed || !x->serving || x->size_class != size_class || x->stream != stream || x->size < size ||
+        (after && !before(after, x)))
       continue;
     if (!b || before(x, b)) b = x;
   }
+  return b;
+}
+
+/* get_free_block on the serving trees, with PyTorch's walk by expandable
+ * size where the allocator walks (ga_alloc_fit_walks). The default policy's
+ * choice among the best fits with pages of one granule is not modelled. */
+static fblk *best_fit(fmodel *m, int size_class, ga_stream_t stream, size_t size) {
+  const ga_config *c = &m->a->cfg;
+  if (!m->priv && ga_limit_gc_on(m->a) && size_class == GA_CLASS_LARGE) m->gc_calls++;
+  fblk *b = first_after(m, size_class, stream, size, NULL);
   if (!b) return NULL;
+  if (c->expandable_pytorch || c->expandable_move_when_full)
+    for (fblk *n = first_after(m, size_class, stream, size, b);
+         b->expandable && n && n->size + n->room < b->size + b->room;
+         n = first_after(m, size_class, stream, size, n))
+      b = n;
   if (size < c->max_split_size && b->size >= c->max_split_size) return NULL;
   if (size >= c->max_split_size && b->size - size >= c->max_non_split_rounding) return NULL;
   return b;
@@ -135,6 +168,36 @@ static void give_back(fmodel *m, fblk *b) {
   b->removed = 1;
   m->reserved -= b->size;
   m->dev_free += b->size;
+}
+
+/* The stream's lowest free block at the end of a mapped range with room for
+ * `rounded` (find_run's run; NULL: a new range). */
+static fblk *end_run(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
+  fblk *run = NULL;
+  for (size_t i = 0; i < m->n; i++) {
+    fblk *x = &m->v[i];
+    if (!x->removed && x->serving && x->at_end && x->size_class == size_class && x->stream == stream &&
+        x->size + x->room >= rounded && (!run || x->ptr < run->ptr))
+      run = x;
+  }
+  return run;
+}
+
+/* A run whose unmapped space is all mapped now merges with the free block
+ * after it (map_block merges with the free neighbours). */
+static void join_follow(fmodel *m, fblk *run) {
+  run->at_end = 0;
+  for (size_t i = 0; run->follow && i < m->n; i++) {
+    fblk *f = &m->v[i];
+    if (f->removed || f->ptr != run->follow) continue;
+    run->size += f->size;
+    run->at_end = f->at_end;
+    run->room = f->room;
+    run->follow = f->follow;
+    f->removed = 1;
+    return;
+  }
+  run->follow = 0;
 }
 
 /* ---- Native segments ---- */
@@ -257,14 +320,22 @@ static size_t whole_granules(uintptr_t ptr, size_t size, size_t g) {
   return hi > lo ? hi - lo : 0;
 }
 
-/* Granules the ladder can gather: the cache, whole free granules of the
- * general trees (none during a capture: nothing moves), new ones. */
+/* The granules a move can take from x now: its whole mappings, within what
+ * is left of it. */
+static size_t movable(const fblk *x, size_t g) {
+  size_t w = whole_granules(x->ptr, x->size, g);
+  return x->movable < w ? x->movable : w;
+}
+
+/* Granules the ladder can gather: the cache, free granules of the general
+ * trees whose mappings lie inside their blocks (none during a capture:
+ * nothing moves), new ones. */
 static size_t gatherable(const fmodel *m) {
   size_t g = m->a->space.gran, n = m->cache;
   if (!m->routing)
     for (size_t i = 0; i < m->n; i++) {
       const fblk *x = &m->v[i];
-      if (!x->removed && x->general && x->expandable) n += whole_granules(x->ptr, x->size, g);
+      if (!x->removed && x->general && x->expandable) n += movable(x, g);
     }
   size_t room = m->dev_free, left = ga_limit_left(m->a, m->reserved);
   if (left < room) room = left;
@@ -273,7 +344,20 @@ static size_t gatherable(const fmodel *m) {
 
 static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
   size_t g = m->a->space.gran, need = (rounded + g - 1) / g;
-  if (gatherable(m) < need) return 0;
+  /* A growth extends the run's free block: its granules are there already,
+   * and none of them moves away (ga_move_obtain_locked keeps the run). */
+  fblk *run = end_run(m, size_class, stream, rounded);
+  size_t own = 0;
+  if (run) {
+    uintptr_t hi = (run->ptr + rounded + g - 1) / g * g, have = run->ptr + run->size;
+    need = hi > have ? (hi - have) / g : 0;
+    own = movable(run, g);
+    run->movable = 0;
+  }
+  if (gatherable(m) < need) {
+    if (run) run->movable = own;
+    return 0;
+  }
   /* Take them: the cache, then free granules of the smallest blocks, then new. */
   size_t k = need < m->cache ? need : m->cache;
   m->cache -= k;
@@ -282,18 +366,29 @@ static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t 
     fblk *smallest = NULL;
     for (size_t i = 0; i < m->n; i++) {
       fblk *x = &m->v[i];
-      if (!x->removed && x->general && x->expandable && whole_granules(x->ptr, x->size, g) &&
+      if (!x->removed && x->general && x->expandable && movable(x, g) &&
           (!smallest || x->size < smallest->size))
         smallest = x;
     }
     if (!smallest) break;
-    size_t w = whole_granules(smallest->ptr, smallest->size, g), t = w < need ? w : need;
+    size_t w = movable(smallest, g), t = w < need ? w : need;
     smallest->size -= t * g; /* from its back */
+    smallest->movable -= t;
     if (smallest->size < GA_MIN_BLOCK) smallest->removed = 1;
     need -= t;
   }
   m->reserved += need * g;
   m->dev_free -= need * g < m->dev_free ? need * g : m->dev_free;
+  if (run) {
+    uintptr_t hi = (run->ptr + rounded + g - 1) / g * g, have = run->ptr + run->size;
+    size_t got = hi > have ? hi - have : 0;
+    if (got > run->room) got = run->room;
+    run->size += got;
+    run->room -= got;
+    if (!run->room) join_follow(m, run);
+    hand_out(m, run, rounded);
+    return 1;
+  }
   size_t tail = (rounded + g - 1) / g * g - rounded;
   if (tail >= GA_MIN_BLOCK) {
     if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1, 0;
@@ -310,6 +405,97 @@ static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t 
   return 1;
 }
 
+/* ---- Expandable segments, PyTorch's policy ---- */
+
+/* The new block of `bytes` the model maps where no free block ends a mapped
+ * range of the stream: the start of unmapped space, at a page boundary. */
+static fblk *new_range(fmodel *m, int size_class, ga_stream_t stream, size_t bytes) {
+  if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1, NULL;
+  uintptr_t at = (uintptr_t)(m->next_ptr += bytes + GA_SMALL_BUFFER);
+  m->v[m->n] = (fblk){.size = 0,
+                      .tie = m->a->cfg.deterministic ? UINT32_MAX : 0,
+                      .ptr = at,
+                      .stream = stream,
+                      .size_class = (uint8_t)size_class,
+                      .expandable = 1,
+                      .serving = 1,
+                      .general = !m->priv,
+                      .at_end = 1,
+                      .room = (size_t)1 << 40,
+                      .base = at};
+  return &m->v[m->n++];
+}
+
+/* release_cached_blocks (ga_reclaim_all_locked): the whole pages inside each
+ * free block of an expandable segment that may go back are unmapped; what is
+ * left of the block on either side stays free. */
+static void unmap_pages(fmodel *m) {
+  size_t n = m->n;
+  for (size_t i = 0; i < n; i++) {
+    fblk *x = &m->v[i];
+    if (x->removed || !x->expandable || !(x->general || !x->serving)) continue;
+    size_t page = x->size_class == GA_CLASS_SMALL ? GA_SMALL_BUFFER : m->a->pol.large_page;
+    uintptr_t lo = x->base + (x->ptr - x->base + page - 1) / page * page;
+    uintptr_t hi = x->base + (x->ptr + x->size - x->base) / page * page;
+    if (hi <= lo) continue;
+    m->reserved -= hi - lo;
+    m->dev_free += hi - lo;
+    uintptr_t end = x->ptr + x->size;
+    size_t after = end > hi ? 0 : x->at_end ? x->room : 0; /* unmapped space the hole joins */
+    if (end > hi) {
+      if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) {
+        m->oom = 1;
+        return;
+      }
+      x = &m->v[i]; /* the vector may have moved */
+      m->v[m->n] = *x;
+      m->v[m->n].ptr = hi;
+      m->v[m->n++].size = end - hi;
+    }
+    x->follow = end > hi ? hi : x->follow;
+    x->size = lo - x->ptr;
+    x->at_end = 1;
+    x->room = hi - lo + after;
+    x->removed = x->size == 0;
+  }
+}
+
+/* PyTorch's malloc past get_free_block, on the model: alloc_block's test of
+ * alloc_size against the fraction, then the whole pages that make the
+ * stream's lowest free block at the end of a mapped range (find_expandable_
+ * block; a new range without one) long enough, within the device's room and
+ * the budget; failing that, release_cached_blocks and once more. Unmapped
+ * holes between mapped pages, which a run may cross, are not modelled. */
+static int pytorch_one(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
+  const ga_allocator_t *a = m->a;
+  size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
+  size_t page = size_class == GA_CLASS_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
+  for (int retry = 0;; retry = 1) {
+    fblk *run = end_run(m, size_class, stream, rounded);
+    size_t bytes = (rounded + page - 1) / page * page;
+    if (run) { /* the pages up to the request's end, within the unmapped space */
+      uintptr_t end = run->base + (run->ptr + rounded - run->base + page - 1) / page * page;
+      bytes = end > run->ptr + run->size ? end - (run->ptr + run->size) : 0;
+      if (bytes > run->room) bytes = run->room;
+    }
+    if (ga_limit_room(a->pol.fraction_max, m->reserved, alloc_size) && bytes <= m->dev_free &&
+        ga_limit_room(a->pol.budget_max, m->reserved, bytes)) {
+      if (!run && !(run = new_range(m, size_class, stream, bytes))) return 0;
+      m->reserved += bytes;
+      m->dev_free -= bytes;
+      run->size += bytes;
+      run->room -= bytes;
+      if (!run->room) join_follow(m, run);
+      hand_out(m, run, rounded);
+      return 1;
+    }
+    if (retry || m->routing) return 0;
+    flush(m);
+    unmap_pages(m);
+    if (m->oom) return 0;
+  }
+}
+
 /* One request on the model: 1 if ga_malloc would hand it out. */
 static int one(fmodel *m, size_t size, ga_stream_t stream) {
   if (size == 0) return 1;
@@ -321,8 +507,9 @@ static int one(fmodel *m, size_t size, ga_stream_t stream) {
     hand_out(m, b, rounded);
     return 1;
   }
-  return m->a->cfg.expandable_segments ? expandable_one(m, size_class, stream, rounded)
-                                       : native_one(m, size_class, stream, rounded);
+  if (!m->a->cfg.expandable_segments) return native_one(m, size_class, stream, rounded);
+  return m->a->cfg.expandable_pytorch ? pytorch_one(m, size_class, stream, rounded)
+                                      : expandable_one(m, size_class, stream, rounded);
 }
 
 ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
@@ -384,6 +571,15 @@ ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t 
     if (a->cfg.expandable_segments) {
       size_t n = gatherable(&m);
       if (n * g > best) best = n * g;
+      /* Or a growth of a free block at the end of the stream's mapped range. */
+      for (size_t i = 0; i < m.n; i++) {
+        const fblk *x = &m.v[i];
+        if (x->removed || !x->serving || !x->at_end || x->stream != stream || x->size_class != GA_CLASS_LARGE)
+          continue;
+        size_t more = (n - movable(x, g)) * g;
+        if (more > x->room) more = x->room;
+        if (x->size + more > best) best = x->size + more;
+      }
     } else {
       if (!m.routing) flush(&m);
       size_t room = m.dev_free, left = ga_limit_left(a, m.reserved);
