@@ -444,11 +444,11 @@ GA_API double ga_get_memory_fraction(ga_allocator_t *a);
  *  and the memory fraction, oversize blocks and then the whole cache given
  *  back). Frees still waiting on stream events count as in use, so the
  *  answer may be smaller than what mallocs achieve after those events
- *  complete. Expandable segments: a request that no free block serves needs
- *  its granules from the page cache, from whole free granules anywhere (not
- *  during a capture) and from the device; free memory at the end of a
- *  mapped range that a growth would extend is not counted, and where memory
- *  would move is estimated: there the answer is an estimate. With
+ *  complete. Expandable segments: a request that no free block serves grows
+ *  the stream's mapped range by granules from the page cache, the device and
+ *  moves of whole mappings inside free blocks (not during a capture), in the
+ *  policy's order; where a hand-out has cut a mapping, and the order of
+ *  moves, are estimated: the answer is an estimate. With
  *  expandable_policy:pytorch it is PyTorch's ladder instead (the memory
  *  fraction tested on alloc_size, whole pages that extend the free block at
  *  the end of the stream's mapped range, then every whole free page given

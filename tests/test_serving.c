@@ -110,6 +110,22 @@ Test(serving, would_fit_in_expandable_segments) {
   fx_free(e);
 }
 
+/* Free memory that shares a mapping with a live block cannot move: S1's
+ * free 10 MiB lie in the page x maps too, and the device is full. */
+Test(serving, would_fit_counts_only_whole_mappings_as_movable) {
+  fx_open("expandable_segments:True", 100 * MiB);
+  void *x = fx_alloc(30 * MiB), *y = fx_alloc_on(60 * MiB, S2), *z = NULL;
+  size_t sizes[] = {10 * MiB}, fit = 9;
+  cr_assert_eq(ga_would_fit(fx_a, sizes, 1, S2, &fit), GA_OK);
+  cr_assert_eq(fit, 0, "%zu", fit);
+  cr_assert_eq(ga_malloc(fx_a, 10 * MiB, S2, &z), GA_ERR_OOM);
+  cr_assert_eq(ga_would_fit(fx_a, sizes, 1, S1, &fit), GA_OK); /* S1's own free block serves it */
+  cr_assert_eq(fit, 1, "%zu", fit);
+  fx_free(fx_alloc(10 * MiB));
+  fx_free(y);
+  fx_free(x);
+}
+
 Test(serving, would_fit_refuses_bad_arguments_and_counts_zero_sizes) {
   fx_open(NULL, 100 * MiB);
   size_t fit = 7, sizes[] = {0, MiB, (size_t)1 << 62};

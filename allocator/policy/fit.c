@@ -7,9 +7,11 @@
  * ga_malloc's sequence on it: best fit with the oversize rules, the split
  * rule, then the retry ladder (garbage collection, a new segment within the
  * memory fraction, oversize blocks given back, the whole cache flushed) in
- * native mode, or the granules the ladder can gather (cached, whole free
- * granules anywhere, new ones within the device's room and the fraction) in
- * expandable mode. With expandable_policy:pytorch it is PyTorch's ladder
+ * native mode. In expandable mode a growth extends the stream's block at
+ * the end of a mapped range (a free block, or an empty one where unmapped
+ * space follows a live block) by granules from the page cache, new pages
+ * and moves of whole mappings inside free blocks, in the order of the
+ * default policy's setting. With expandable_policy:pytorch it is PyTorch's ladder
  * instead: the fraction's test of alloc_size, whole pages that extend the
  * stream's free block at the end of a mapped range (or a new range), and
  * once, every whole free page given back. Frees still waiting on stream
@@ -35,7 +37,8 @@ typedef struct fblk {
   size_t room;        /* expandable: the bytes of that unmapped space (ga_alloc_growable's) */
   uintptr_t follow;   /* expandable: the free block after that unmapped space (0: none) */
   uintptr_t base;     /* expandable: its segment's base, where its pages are counted from */
-  size_t movable;     /* expandable: its granules a move can take (whole mappings inside it) */
+  size_t mg0, mg1;    /* expandable: the granules a move can take, [mg0, mg1) by absolute number */
+  uint64_t created;   /* expandable: its segment's creation number (growth tries the newest first) */
 } fblk;
 
 typedef struct fmodel {
@@ -78,7 +81,31 @@ static int add(ga_block *b, void *arg) {
                         .room = ga_alloc_growable(b->size, b->next) - b->size,
                         .follow = follow,
                         .base = b->seg->base,
-                        .movable = g1 - g0};
+                        .mg0 = g0,
+                        .mg1 = g1,
+                        .created = b->seg->created};
+  return 0;
+}
+
+/* An UNMAPPED block that no FREE block precedes: a growth may start there,
+ * so the model holds it as an empty block at the end of a mapped range. */
+static int add_hole(const ga_block *u, void *arg) {
+  fmodel *m = arg;
+  if (u->prev && u->prev->state == GA_BLOCK_FREE) return 0; /* that block stands for it */
+  if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1;
+  const ga_segment *seg = u->seg;
+  m->v[m->n++] = (fblk){.tie = u->tie,
+                        .ptr = u->ptr,
+                        .stream = seg->stream,
+                        .size_class = seg->size_class,
+                        .expandable = 1,
+                        .serving = 1,
+                        .general = !seg->priv,
+                        .at_end = 1,
+                        .room = u->size,
+                        .follow = u->next && u->next->state == GA_BLOCK_FREE ? u->next->ptr : 0,
+                        .base = seg->base,
+                        .created = seg->created};
   return 0;
 }
 
@@ -100,6 +127,10 @@ static int model_init(ga_allocator_t *a, ga_stream_t stream, size_t dev_free, fm
     if (priv == m->priv || (priv->released && !priv->nstreams))
       for (int p = 0; p < 2; p++) ga_free_tree_walk(&priv->trees[p], add, &w);
   }
+  /* Where the serving pool's ranges may grow from an allocated block. */
+  for (ga_segment *seg = a->space.segs; seg && !m->oom; seg = seg->next)
+    if (seg->expandable && seg->priv == m->priv && seg->stream == stream)
+      (void)ga_unmapped_walk(seg, add_hole, m);
   return m->oom ? GA_DEV_ENOMEM : 0;
 }
 
@@ -161,6 +192,9 @@ static void hand_out(fmodel *m, fblk *b, size_t rounded) {
   }
   b->size = rest;
   b->ptr += rounded;
+  /* A mapping the hand-out cut now reaches past the free rest: where it
+   * ends is not modelled, so nothing of the rest counts as movable. */
+  if (b->ptr > b->mg0 * m->a->space.gran) b->mg1 = b->mg0;
   b->whole = 0;
 }
 
@@ -170,14 +204,16 @@ static void give_back(fmodel *m, fblk *b) {
   m->dev_free += b->size;
 }
 
-/* The stream's lowest free block at the end of a mapped range with room for
- * `rounded` (find_run's run; NULL: a new range). */
+/* The block at the end of a mapped range of the stream with room for
+ * `rounded` where a growth starts (find_run: the newest segment first, the
+ * lowest address in it); NULL: a new range. */
 static fblk *end_run(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
   fblk *run = NULL;
   for (size_t i = 0; i < m->n; i++) {
     fblk *x = &m->v[i];
     if (!x->removed && x->serving && x->at_end && x->size_class == size_class && x->stream == stream &&
-        x->size + x->room >= rounded && (!run || x->ptr < run->ptr))
+        x->size + x->room >= rounded &&
+        (!run || x->created > run->created || (x->created == run->created && x->ptr < run->ptr)))
       run = x;
   }
   return run;
@@ -198,6 +234,27 @@ static void join_follow(fmodel *m, fblk *run) {
     return;
   }
   run->follow = 0;
+}
+
+/* The empty block of a new range, where a growth of `bytes` starts when no
+ * block ends a mapped range of the stream: the start of unmapped space, at
+ * a page boundary, after the blocks the model knows (as its address is). */
+static fblk *new_range(fmodel *m, int size_class, ga_stream_t stream, size_t bytes) {
+  if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1, NULL;
+  uintptr_t at = (uintptr_t)(m->next_ptr += bytes + GA_SMALL_BUFFER);
+  m->v[m->n] = (fblk){.size = 0,
+                      .tie = m->a->cfg.deterministic ? UINT32_MAX : 0,
+                      .ptr = at,
+                      .stream = stream,
+                      .size_class = (uint8_t)size_class,
+                      .expandable = 1,
+                      .serving = 1,
+                      .general = !m->priv,
+                      .at_end = 1,
+                      .room = (size_t)1 << 40,
+                      .base = at,
+                      .created = UINT64_MAX};
+  return &m->v[m->n++];
 }
 
 /* ---- Native segments ---- */
@@ -315,16 +372,13 @@ static int native_one(fmodel *m, int size_class, ga_stream_t stream, size_t roun
 
 /* ---- Expandable segments ---- */
 
-static size_t whole_granules(uintptr_t ptr, size_t size, size_t g) {
-  uintptr_t lo = (ptr + g - 1) / g, hi = (ptr + size) / g;
-  return hi > lo ? hi - lo : 0;
-}
-
 /* The granules a move can take from x now: its whole mappings, within what
  * is left of it. */
 static size_t movable(const fblk *x, size_t g) {
-  size_t w = whole_granules(x->ptr, x->size, g);
-  return x->movable < w ? x->movable : w;
+  size_t lo = (x->ptr + g - 1) / g, hi = (x->ptr + x->size) / g;
+  if (x->mg0 > lo) lo = x->mg0;
+  if (x->mg1 < hi) hi = x->mg1;
+  return hi > lo ? hi - lo : 0;
 }
 
 /* Granules the ladder can gather: the cache, free granules of the general
@@ -342,27 +396,33 @@ static size_t gatherable(const fmodel *m) {
   return n + room / g;
 }
 
-static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
-  size_t g = m->a->space.gran, need = (rounded + g - 1) / g;
-  /* A growth extends the run's free block: its granules are there already,
-   * and none of them moves away (ga_move_obtain_locked keeps the run). */
-  fblk *run = end_run(m, size_class, stream, rounded);
-  size_t own = 0;
-  if (run) {
-    uintptr_t hi = (run->ptr + rounded + g - 1) / g * g, have = run->ptr + run->size;
-    need = hi > have ? (hi - have) / g : 0;
-    own = movable(run, g);
-    run->movable = 0;
+/* create_until on the model: handles until the page cache holds `need`
+ * granules, each a whole page where the limit and the device allow, else
+ * what is missing. *extra: the granules of the last page past the need. */
+static void create(fmodel *m, size_t need, size_t page, size_t *extra) {
+  size_t g = m->a->space.gran, lim = m->a->pol.allowed_max;
+  while (m->cache < need) {
+    size_t size = (need - m->cache) * g < page ? (need - m->cache) * g : page, made;
+    if (!ga_limit_room(lim, m->reserved, size)) break;
+    if (size < page && ga_limit_room(lim, m->reserved, page) && page <= m->dev_free)
+      made = page;
+    else if (size <= m->dev_free)
+      made = size;
+    else
+      break;
+    m->reserved += made;
+    m->dev_free -= made;
+    m->cache += made / g;
+    *extra = m->cache > need ? m->cache - need : 0;
   }
-  if (gatherable(m) < need) {
-    if (run) run->movable = own;
-    return 0;
-  }
-  /* Take them: the cache, then free granules of the smallest blocks, then new. */
-  size_t k = need < m->cache ? need : m->cache;
-  m->cache -= k;
-  need -= k;
-  while (need && !m->routing) {
+}
+
+/* steal on the model: into the page cache until it holds `need` granules,
+ * those of whole mappings inside free blocks of the general trees, from the
+ * smallest blocks, from their backs. */
+static void take(fmodel *m, size_t need) {
+  size_t g = m->a->space.gran;
+  while (m->cache < need && !m->routing) {
     fblk *smallest = NULL;
     for (size_t i = 0; i < m->n; i++) {
       fblk *x = &m->v[i];
@@ -371,60 +431,56 @@ static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t 
         smallest = x;
     }
     if (!smallest) break;
-    size_t w = movable(smallest, g), t = w < need ? w : need;
-    smallest->size -= t * g; /* from its back */
-    smallest->movable -= t;
+    size_t w = movable(smallest, g), t = w < need - m->cache ? w : need - m->cache;
+    smallest->size -= t * g; /* from its back; the cut mapping's rest is mapped again */
+    smallest->mg1 -= t;
     if (smallest->size < GA_MIN_BLOCK) smallest->removed = 1;
-    need -= t;
+    m->cache += t;
   }
-  m->reserved += need * g;
-  m->dev_free -= need * g < m->dev_free ? need * g : m->dev_free;
+}
+
+/* The default policy's growth (ga_move_grow_locked) on the model: the
+ * stream's free block at the end of its mapped range grows (or a new range
+ * is made) by the granules the request needs: from the page cache, then new
+ * pages (expandable_move_pages:when_full) or moves first, then the other,
+ * and the rest of a new page mapped behind it. */
+static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
+  const ga_allocator_t *a = m->a;
+  size_t g = a->space.gran, need = (rounded + g - 1) / g, extra = 0;
+  size_t page = size_class == GA_CLASS_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
+  /* The run's own granules are there already, and none of them moves away
+   * (ga_move_obtain_locked keeps the run's range). */
+  fblk *run = end_run(m, size_class, stream, rounded);
   if (run) {
     uintptr_t hi = (run->ptr + rounded + g - 1) / g * g, have = run->ptr + run->size;
-    size_t got = hi > have ? hi - have : 0;
-    if (got > run->room) got = run->room;
-    run->size += got;
-    run->room -= got;
-    if (!run->room) join_follow(m, run);
-    hand_out(m, run, rounded);
-    return 1;
+    need = hi > have ? (hi - have) / g : 0;
+    run->mg1 = run->mg0;
   }
-  size_t tail = (rounded + g - 1) / g * g - rounded;
-  if (tail >= GA_MIN_BLOCK) {
-    if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1, 0;
-    /* Ordered after the blocks the model knows, as its address is. */
-    m->v[m->n++] = (fblk){.size = tail,
-                          .tie = m->a->cfg.deterministic ? UINT32_MAX : 0,
-                          .ptr = (uintptr_t)(m->next_ptr += (rounded + g - 1) / g * g),
-                          .stream = stream,
-                          .size_class = (uint8_t)size_class,
-                          .expandable = 1,
-                          .serving = 1,
-                          .general = !m->priv};
+  if (a->cfg.expandable_move_when_full) create(m, need, page, &extra);
+  take(m, need);
+  create(m, need, page, &extra);
+  if (m->cache < need) return 0;
+  size_t mapped = need + extra;
+  if (!run && !(run = new_range(m, size_class, stream, mapped * g))) return 0;
+  /* The request's granules, then the rest of the last page behind them while
+   * the unmapped space lasts; what does not fit stays cached. */
+  size_t got = mapped * g < run->room ? mapped * g : run->room;
+  m->cache -= got / g;
+  run->size += got;
+  run->room -= got;
+  if (!run->room) join_follow(m, run);
+  hand_out(m, run, rounded);
+  /* ga_pages_release_locked: the page cache keeps expandable_cache_max. */
+  size_t keep = a->cfg.expandable_cache_max / g;
+  if (m->cache > keep) {
+    m->reserved -= (m->cache - keep) * g;
+    m->dev_free += (m->cache - keep) * g;
+    m->cache = keep;
   }
   return 1;
 }
 
 /* ---- Expandable segments, PyTorch's policy ---- */
-
-/* The new block of `bytes` the model maps where no free block ends a mapped
- * range of the stream: the start of unmapped space, at a page boundary. */
-static fblk *new_range(fmodel *m, int size_class, ga_stream_t stream, size_t bytes) {
-  if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1, NULL;
-  uintptr_t at = (uintptr_t)(m->next_ptr += bytes + GA_SMALL_BUFFER);
-  m->v[m->n] = (fblk){.size = 0,
-                      .tie = m->a->cfg.deterministic ? UINT32_MAX : 0,
-                      .ptr = at,
-                      .stream = stream,
-                      .size_class = (uint8_t)size_class,
-                      .expandable = 1,
-                      .serving = 1,
-                      .general = !m->priv,
-                      .at_end = 1,
-                      .room = (size_t)1 << 40,
-                      .base = at};
-  return &m->v[m->n++];
-}
 
 /* release_cached_blocks (ga_reclaim_all_locked): the whole pages inside each
  * free block of an expandable segment that may go back are unmapped; what is

@@ -175,6 +175,9 @@ void ga_unmapped_touch_locked(ga_block *b);
 ga_block *ga_unmapped_find_run_locked(ga_segment *seg, size_t size);
 /* u's exact reach (a walk over its run). */
 size_t ga_unmapped_reach(const ga_block *u);
+/* Calls fn on each UNMAPPED block of seg in address order until it returns
+ * non-zero; returns that, or 0. fn changes nothing of the index. */
+int ga_unmapped_walk(const ga_segment *seg, int (*fn)(const ga_block *, void *), void *arg);
 /* For ga_check: whether seg's index is ordered by address, a heap, its maxima
  * right and every entry an UNMAPPED block of seg; *n and *bytes count them. */
 int ga_unmapped_valid(const ga_segment *seg, size_t *n, size_t *bytes);

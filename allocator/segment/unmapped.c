@@ -187,6 +187,17 @@ ga_block *ga_unmapped_find_run_locked(ga_segment *seg, size_t size) {
   }
 }
 
+static int walk(const ga_block *t, int (*fn)(const ga_block *, void *), void *arg) {
+  if (!t) return 0;
+  int r = walk(t->left, fn, arg);
+  if (!r) r = fn(t, arg);
+  return r ? r : walk(t->right, fn, arg);
+}
+
+int ga_unmapped_walk(const ga_segment *seg, int (*fn)(const ga_block *, void *), void *arg) {
+  return walk(seg->unmapped_root, fn, arg);
+}
+
 /* ---- For ga_check ---- */
 
 static int valid(const ga_block *t, const ga_segment *seg, const ga_block **last, size_t *n, size_t *bytes) {
