@@ -57,10 +57,15 @@ cmake -S tests/consumer/subdir -B "$work/subdir" -DGA_SOURCE_DIR="$src" >/dev/nu
 cmake --build "$work/subdir" -j"$jobs" >/dev/null
 check "add_subdirectory" "$work/subdir/consumer"
 
+# Each output is read whole before grep -q looks at it: grep -q stops at its
+# first match, and under pipefail a writer still writing then dies of SIGPIPE
+# and fails the check at random.
 bench_works() {
-  "$prefix/bin/ga-bench" keys | grep -q '^max_split_size_mb' &&
-    "$prefix/bin/ga-bench" replay traces/minimalloc/A.events.csv --conf backend:sim,sim_capacity_mb:1024 |
-    grep -q '^A.events '
+  local keys replay
+  keys=$("$prefix/bin/ga-bench" keys) &&
+    grep -q '^max_split_size_mb' <<<"$keys" &&
+    replay=$("$prefix/bin/ga-bench" replay traces/minimalloc/A.events.csv --conf backend:sim,sim_capacity_mb:1024) &&
+    grep -q '^A.events ' <<<"$replay"
 }
 check "the installed bin/ga-bench" bench_works
 

@@ -67,7 +67,7 @@ gpu=""
 if command -v nvidia-smi >/dev/null 2>&1; then
   gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
 fi
-if [ -n "$gpu" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
+if [ -n "$gpu" ] && ! grep -q 'libcuda\.so\.1' <<<"$(ldconfig -p 2>/dev/null)"; then
   say "nvidia-smi answers ($gpu) but libcuda.so.1 is not on the loader's path"
   gpu=""
 fi
@@ -115,7 +115,7 @@ else
   # have no network), else the run compares with the C library alone. The
   # simulated device: cached pairs make no device call, and a stream per
   # thread needs no real streams there.
-  if ! ldconfig -p 2>/dev/null | grep -q 'libmimalloc\.so\.2'; then
+  if ! grep -q 'libmimalloc\.so\.2' <<<"$(ldconfig -p 2>/dev/null)"; then
     if timeout 120 apt-get install -y -q libmimalloc2.0 >"$out/mimalloc_install.txt" 2>&1; then
       say "installed libmimalloc2.0 for the thread-scaling run"
     else
