@@ -452,8 +452,9 @@ GA_API double ga_get_memory_fraction(ga_allocator_t *a);
  *  expandable_policy:pytorch it is PyTorch's ladder instead (the memory
  *  fraction tested on alloc_size, whole pages that extend the free block at
  *  the end of the stream's mapped range, then every whole free page given
- *  back and one more try); only a growth across an unmapped hole into the
- *  free memory after it is not modelled. */
+ *  back and one more try). In both, a growth whose run crosses an unmapped
+ *  hole and the free memory after it into more unmapped space is not
+ *  modelled. */
 GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
                                 size_t *fit);
 

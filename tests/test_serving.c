@@ -126,6 +126,44 @@ Test(serving, would_fit_counts_only_whole_mappings_as_movable) {
   fx_free(x);
 }
 
+/* A move takes the granules of whole mappings at the back of a free block's
+ * movable part: what follows them (here 10 MiB of a page shared with the
+ * live p2) stays free after a hole, not joined to the front. */
+Test(serving, would_fit_sees_the_hole_a_move_leaves) {
+  fx_open("expandable_segments:True", 100 * MiB);
+  void *s1 = fx_alloc(40 * MiB);
+  void *p1 = fx_alloc_on(30 * MiB, S2), *p2 = fx_alloc_on(10 * MiB, S2), *p3 = fx_alloc_on(20 * MiB, S2);
+  fx_free(p3);
+  fx_free(p1);
+  size_t sizes[] = {32 * MiB, 18 * MiB}, fit = 9, k = 0;
+  cr_assert_eq(ga_would_fit(fx_a, sizes, 2, S2, &fit), GA_OK);
+  void *q[2] = {0};
+  while (k < 2 && ga_malloc(fx_a, sizes[k], S2, &q[k]) == GA_OK) k++;
+  cr_assert_eq(fit, k, "ga_would_fit says %zu, ga_malloc handed out %zu", fit, k);
+  while (k) fx_free(q[--k]);
+  fx_free(p2);
+  fx_free(s1);
+}
+
+/* During a capture nothing moves: the largest request served with the
+ * device is what the pool's range holds and the device has. */
+Test(serving, largest_free_during_a_capture_counts_no_moves) {
+  fx_open("expandable_segments:True", 100 * MiB);
+  void *s1 = fx_alloc(60 * MiB);
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 7, S2), GA_OK);
+  fx_free(fx_alloc_on(40 * MiB, S2));
+  size_t cached = 0, with = 0;
+  cr_assert_eq(ga_largest_free(fx_a, S2, &cached, &with), GA_OK);
+  cr_assert_eq(cached, 40 * MiB, "%zu", cached);
+  cr_assert(with >= cached && with <= 40 * MiB, "%zu", with);
+  void *p = NULL;
+  cr_assert_eq(ga_malloc(fx_a, with, S2, &p), GA_OK, "%s", ga_last_error());
+  fx_free(p);
+  cr_assert_eq(ga_end_allocate_to_pool(fx_a, 7), GA_OK);
+  cr_assert_eq(ga_release_pool(fx_a, 7), GA_OK);
+  fx_free(s1);
+}
+
 Test(serving, would_fit_refuses_bad_arguments_and_counts_zero_sizes) {
   fx_open(NULL, 100 * MiB);
   size_t fit = 7, sizes[] = {0, MiB, (size_t)1 << 62};

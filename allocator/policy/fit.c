@@ -187,7 +187,12 @@ static void hand_out(fmodel *m, fblk *b, size_t rounded) {
                   ? rest >= GA_MIN_BLOCK
                   : rounded < m->a->cfg.max_split_size && rest > GA_SMALL_SIZE;
   if (!split) {
-    b->removed = 1;
+    /* Handed out whole; unmapped space after it is still where a growth
+     * may start (an empty block, as add_hole makes). */
+    b->removed = !b->at_end;
+    b->ptr += b->size;
+    b->size = 0;
+    b->mg1 = b->mg0;
     return;
   }
   b->size = rest;
@@ -206,7 +211,9 @@ static void give_back(fmodel *m, fblk *b) {
 
 /* The block at the end of a mapped range of the stream with room for
  * `rounded` where a growth starts (find_run: the newest segment first, the
- * lowest address in it); NULL: a new range. */
+ * lowest address in it); NULL: a new range. Its room is the unmapped space
+ * right after it: a run that reaches past that space, over the free memory
+ * after it into more unmapped space (find_run's reach), is not modelled. */
 static fblk *end_run(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
   fblk *run = NULL;
   for (size_t i = 0; i < m->n; i++) {
@@ -431,10 +438,32 @@ static void take(fmodel *m, size_t need) {
         smallest = x;
     }
     if (!smallest) break;
-    size_t w = movable(smallest, g), t = w < need - m->cache ? w : need - m->cache;
-    smallest->size -= t * g; /* from its back; the cut mapping's rest is mapped again */
-    smallest->mg1 -= t;
-    if (smallest->size < GA_MIN_BLOCK) smallest->removed = 1;
+    size_t i = (size_t)(smallest - m->v), w = movable(smallest, g),
+           t = w < need - m->cache ? w : need - m->cache;
+    /* The last t granules of its movable range go: a hole, with the free
+     * front before it and the free back after it (what follows the range). */
+    uintptr_t cut = (smallest->mg1 - t) * g, hole_end = smallest->mg1 * g,
+              end = smallest->ptr + smallest->size;
+    if (end > hole_end) {
+      if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) {
+        m->oom = 1;
+        return;
+      }
+      fblk *x = &m->v[i], *back = &m->v[m->n++];
+      *back = *x;
+      back->ptr = hole_end;
+      back->size = end - hole_end;
+      back->mg0 = back->mg1 = 0; /* it may start inside a mapping the move cut */
+      x->follow = hole_end;
+      x->room = hole_end - cut;
+    } else {
+      fblk *x = &m->v[i];
+      x->room = hole_end - cut + (x->at_end ? x->room : 0); /* the hole joins the unmapped space after */
+    }
+    fblk *x = &m->v[i];
+    x->size = cut - x->ptr; /* may be 0: a growth still starts there */
+    x->mg1 -= t;
+    x->at_end = 1;
     m->cache += t;
   }
 }
@@ -451,15 +480,17 @@ static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t 
   /* The run's own granules are there already, and none of them moves away
    * (ga_move_obtain_locked keeps the run's range). */
   fblk *run = end_run(m, size_class, stream, rounded);
+  size_t at = run ? (size_t)(run - m->v) : 0;
   if (run) {
     uintptr_t hi = (run->ptr + rounded + g - 1) / g * g, have = run->ptr + run->size;
     need = hi > have ? (hi - have) / g : 0;
     run->mg1 = run->mg0;
   }
   if (a->cfg.expandable_move_when_full) create(m, need, page, &extra);
-  take(m, need);
+  take(m, need); /* may move m->v */
   create(m, need, page, &extra);
-  if (m->cache < need) return 0;
+  if (m->oom || m->cache < need) return 0;
+  if (run) run = &m->v[at];
   size_t mapped = need + extra;
   if (!run && !(run = new_range(m, size_class, stream, mapped * g))) return 0;
   /* The request's granules, then the rest of the last page behind them while
@@ -511,17 +542,15 @@ static void unmap_pages(fmodel *m) {
     x->follow = end > hi ? hi : x->follow;
     x->size = lo - x->ptr;
     x->at_end = 1;
-    x->room = hi - lo + after;
-    x->removed = x->size == 0;
+    x->room = hi - lo + after; /* x may be empty now: a growth still starts there */
   }
 }
 
 /* PyTorch's malloc past get_free_block, on the model: alloc_block's test of
- * alloc_size against the fraction, then the whole pages that make the
- * stream's lowest free block at the end of a mapped range (find_expandable_
- * block; a new range without one) long enough, within the device's room and
- * the budget; failing that, release_cached_blocks and once more. Unmapped
- * holes between mapped pages, which a run may cross, are not modelled. */
+ * alloc_size against the fraction, then the whole pages that make the run
+ * end_run picks (find_expandable_block; a new range without one) long
+ * enough, within the device's room and the budget; failing that,
+ * release_cached_blocks and once more. */
 static int pytorch_one(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
   const ga_allocator_t *a = m->a;
   size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
@@ -632,7 +661,8 @@ ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t 
         const fblk *x = &m.v[i];
         if (x->removed || !x->serving || !x->at_end || x->stream != stream || x->size_class != GA_CLASS_LARGE)
           continue;
-        size_t more = (n - movable(x, g)) * g;
+        size_t own = !m.routing && x->general ? movable(x, g) : 0; /* counted in n */
+        size_t more = (n > own ? n - own : 0) * g;
         if (more > x->room) more = x->room;
         if (x->size + more > best) best = x->size + more;
       }
