@@ -37,7 +37,7 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int size
   if (ga_limit_gc_on(a)) p->gc_calls++;
   ga_block *b = ga_free_tree_lower_bound(p, stream, size);
   if (!b || b->stream != stream) return NULL;
-  if (a->cfg.expandable_pytorch || a->cfg.expandable_move_when_full) {
+  if (ga_alloc_policy_walks(a)) {
     /* PyTorch's get_free_block (DeviceCachingAllocator): best fit by the size
      * a block can expand to. From the lower bound, step to the next free
      * block of the stream while that one's expandable size is smaller; stop

@@ -170,7 +170,7 @@ static fblk *best_fit(fmodel *m, int size_class, ga_stream_t stream, size_t size
   if (!m->priv && ga_limit_gc_on(m->a) && size_class == GA_CLASS_LARGE) m->gc_calls++;
   fblk *b = first_after(m, size_class, stream, size, NULL);
   if (!b) return NULL;
-  if (c->expandable_pytorch || c->expandable_move_when_full)
+  if (ga_alloc_policy_walks(m->a))
     for (fblk *n = first_after(m, size_class, stream, size, b);
          b->expandable && n && n->size + n->room < b->size + b->room;
          n = first_after(m, size_class, stream, size, n))
@@ -476,7 +476,7 @@ static void take(fmodel *m, size_t need) {
 static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
   const ga_allocator_t *a = m->a;
   size_t g = a->space.gran, need = (rounded + g - 1) / g, extra = 0;
-  size_t page = size_class == GA_CLASS_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
+  size_t page = ga_page_of(a, size_class);
   /* The run's own granules are there already, and none of them moves away
    * (ga_move_obtain_locked keeps the run's range). */
   fblk *run = end_run(m, size_class, stream, rounded);
@@ -521,7 +521,7 @@ static void unmap_pages(fmodel *m) {
   for (size_t i = 0; i < n; i++) {
     fblk *x = &m->v[i];
     if (x->removed || !x->expandable || !(x->general || !x->serving)) continue;
-    size_t page = x->size_class == GA_CLASS_SMALL ? GA_SMALL_BUFFER : m->a->pol.large_page;
+    size_t page = ga_page_of(m->a, x->size_class);
     uintptr_t lo = x->base + (x->ptr - x->base + page - 1) / page * page;
     uintptr_t hi = x->base + (x->ptr + x->size - x->base) / page * page;
     if (hi <= lo) continue;
@@ -554,7 +554,7 @@ static void unmap_pages(fmodel *m) {
 static int pytorch_one(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
   const ga_allocator_t *a = m->a;
   size_t alloc_size = ga_allocation_size_for(&a->cfg, rounded);
-  size_t page = size_class == GA_CLASS_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
+  size_t page = ga_page_of(a, size_class);
   for (int retry = 0;; retry = 1) {
     fblk *run = end_run(m, size_class, stream, rounded);
     size_t bytes = (rounded + page - 1) / page * page;

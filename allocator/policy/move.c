@@ -236,11 +236,6 @@ static int steal(ga_allocator_t *a, size_t want, uintptr_t keep_lo, uintptr_t ke
 
 /* ---- Creating memory ---- */
 
-/* The bytes of a handle created for `size_class`: a page of it. */
-static size_t page_of(const ga_allocator_t *a, int size_class) {
-  return size_class == GA_CLASS_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
-}
-
 /* New handles for r's pool until the cache holds n granules, within the
  * limit on reserved bytes (r->limit_refused when it refuses). `whole` (the
  * default policy): each a whole page where the device has room (the rest
@@ -253,7 +248,7 @@ static size_t page_of(const ga_allocator_t *a, int size_class) {
  * which may pass it by less than a page. */
 static int create_until(ga_allocator_t *a, ga_request *r, size_t n, int whole) {
   ga_space *sp = &a->space;
-  size_t page = page_of(a, r->size_class), lim = whole ? a->pol.allowed_max : a->pol.budget_max;
+  size_t page = ga_page_of(a, r->size_class), lim = whole ? a->pol.allowed_max : a->pol.budget_max;
   while (sp->ncache < n) {
     size_t need = (n - sp->ncache) * sp->gran, size = need < page ? need : page;
     if (!ga_limit_room(lim, sp->reserved, size)) {
@@ -369,7 +364,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
     run = seg->head;
   }
   uintptr_t lo = run->ptr, hi = lo + size, hi_g = round_up(hi, g);
-  size_t page = page_of(a, r->size_class);
+  size_t page = ga_page_of(a, r->size_class);
   /* Growing again after memory moved out: it swings (see above). */
   int swing = run->seg->gave && !pytorch && keeps(a, 0);
   run->seg->gave = 0;

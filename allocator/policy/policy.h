@@ -287,8 +287,16 @@ static inline int ga_alloc_fit_is_plain(const ga_allocator_t *a, const ga_segmen
 /* PyTorch's walk (expandable_policy:pytorch, expandable_move_pages:when_full):
  * from the best fit in an expandable segment, on to the next free block of
  * the stream while its expandable size (ga_alloc_growable) is smaller. */
+static inline int ga_alloc_policy_walks(const ga_allocator_t *a) {
+  return a->cfg.expandable_pytorch || a->cfg.expandable_move_when_full;
+}
 static inline int ga_alloc_fit_walks(const ga_allocator_t *a, const ga_segment *seg) {
-  return seg->expandable && (a->cfg.expandable_pytorch || a->cfg.expandable_move_when_full);
+  return seg->expandable && ga_alloc_policy_walks(a);
+}
+/* The bytes of a handle created for `size_class` in expandable segments: a
+ * page of it. */
+static inline size_t ga_page_of(const ga_allocator_t *a, int size_class) {
+  return size_class == GA_CLASS_SMALL ? GA_SMALL_BUFFER : a->pol.large_page;
 }
 /* What a free block of `size` bytes followed by `next` can grow to without
  * moving: its size and the unmapped block after it (PyTorch's expandable_size). */
