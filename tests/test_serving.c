@@ -31,13 +31,14 @@ static size_t some_size(unsigned *seed) {
   }
 }
 
-/* Random states, then a batch: the dry run's count is what real mallocs do. */
-static void fit_equals_malloc(const char *conf, size_t capacity, unsigned seed) {
+/* Random states, then a batch: the round where the dry run's count first
+ * differs from what real mallocs do (*said and *got the two), or -1. */
+static int first_miss(const char *conf, size_t capacity, unsigned seed, size_t *said, size_t *got_n) {
   fx_open(conf, capacity);
   ga_stream_t streams[2] = {S1, S2};
   void *live[64];
-  int nlive = 0;
-  for (int round = 0; round < 40; round++) {
+  int nlive = 0, miss = -1;
+  for (int round = 0; round < 40 && miss < 0; round++) {
     /* Churn: allocate what fits, free some. */
     for (int i = 0; i < 6 && nlive < 40; i++) {
       void *p = NULL;
@@ -65,11 +66,47 @@ static void fit_equals_malloc(const char *conf, size_t capacity, unsigned seed) 
         break;
       }
     }
-    cr_assert_eq(fit, k, "%s round %d: ga_would_fit says %zu of %zu fit, ga_malloc handed out %zu", conf,
-                 round, fit, n, k);
+    if (fit != k) {
+      miss = round;
+      *said = fit;
+      *got_n = k;
+    }
     for (size_t i = 0; i < k; i++) fx_free(got[i]);
   }
   while (nlive) fx_free(live[--nlive]);
+  fx_close();
+  return miss;
+}
+
+static void fit_equals_malloc(const char *conf, size_t capacity, unsigned seed) {
+  size_t said = 0, got = 0;
+  int round = first_miss(conf, capacity, seed, &said, &got);
+  cr_assert_eq(round, -1, "%s round %d: ga_would_fit says %zu fit, ga_malloc handed out %zu", conf, round,
+               said, got);
+}
+
+/* The figures of docs/engines.md: 40 random states (seeds 100-139) of 40
+ * rounds each on a 300 MiB device. PyTorch's policy agrees in every one;
+ * the default's estimate is tallied (printed) and says too many in at most
+ * two. */
+Test(serving, would_fit_over_forty_random_states) {
+  const char *confs[] = {"expandable_segments:True,expandable_policy:pytorch", "expandable_segments:True"};
+  for (int c = 0; c < 2; c++) {
+    int agreed = 0, few = 0, many = 0;
+    for (unsigned seed = 100; seed < 140; seed++) {
+      size_t said = 0, got = 0;
+      if (first_miss(confs[c], 300 * MiB, seed, &said, &got) < 0)
+        agreed++;
+      else if (said < got)
+        few++;
+      else
+        many++;
+    }
+    fprintf(stderr, "%s: agreed in %d of 40, first miss too few %d, too many %d\n", confs[c], agreed, few,
+            many);
+    if (c == 0) cr_assert_eq(agreed, 40);
+    cr_assert(many <= 2, "%s: too many in %d states", confs[c], many);
+  }
 }
 
 Test(serving, would_fit_answers_what_malloc_does_in_native_mode) { fit_equals_malloc("", 300 * MiB, 1); }
