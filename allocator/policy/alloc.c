@@ -49,7 +49,7 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int size
          b->seg->expandable && n && n->stream == stream && expandable_size(n) < expandable_size(b);
          n = ga_free_tree_next(p, n))
       b = n;
-  } else if (b->seg->expandable && a->pol.large_page == a->space.gran) {
+  } else if (!ga_alloc_fit_is_plain(a, b->seg)) {
     /* With pages of one granule (each free to move alone): among the few
      * best fits, take the one that strands the least free memory in partly
      * used granules. With larger pages, plain best fit serves better. */

@@ -79,7 +79,7 @@ static size_t whole_granules(uintptr_t lo, uintptr_t hi, size_t g) {
 static int take_back(const ga_allocator_t *a, const ga_block *b, size_t rounded) {
   /* With pages of one granule only: PyTorch always takes the front, which
    * serves larger pages better. */
-  if (!b->seg->expandable || a->cfg.expandable_pytorch || a->pol.large_page != a->space.gran) return 0;
+  if (ga_alloc_fit_is_plain(a, b->seg)) return 0;
   uintptr_t lo = b->ptr, hi = b->ptr + b->size;
   return whole_granules(lo, hi - rounded, a->space.gran) > whole_granules(lo + rounded, hi, a->space.gran);
 }

@@ -264,19 +264,13 @@ static int create_until(ga_allocator_t *a, ga_request *r, size_t n, int whole) {
   return 0;
 }
 
-int ga_move_obtain_locked(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t keep_lo, uintptr_t keep_hi) {
-  GA_ASSERT_LOCKED(a);
-  r->limit_refused = 0;
-  if (a->space.ncache >= n) return 0;
-  /* expandable_move_pages:when_full: new memory first, moves only when the
-   * device (or the fraction) has no room left. */
-  int capture = a->pol.capture.routing != 0, rc;
-  if (a->cfg.expandable_move_when_full) {
-    rc = create_until(a, r, n, 1);
-    if (rc != GA_DEV_EOOM) return rc;
-    r->limit_refused = 0;
-  }
+/* The ladder past new memory: moves of idle free granules, new memory, then
+ * moves after waiting on the streams. Out of line: most growths end at the
+ * page cache or at new memory (obtain). */
+__attribute__((noinline)) static int obtain_moving(ga_allocator_t *a, ga_request *r, size_t n,
+                                                   uintptr_t keep_lo, uintptr_t keep_hi) {
   /* Free granules move first, but only those known idle: nothing waits. */
+  int capture = a->pol.capture.routing != 0, rc;
   if (!capture && (rc = steal(a, n - a->space.ncache, keep_lo, keep_hi, 0))) return rc;
   rc = create_until(a, r, n, 1);
   /* The device is full: wait for the streams whose frees are not known done
@@ -286,6 +280,24 @@ int ga_move_obtain_locked(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t 
   if ((rc = steal(a, n - a->space.ncache, keep_lo, keep_hi, 1))) return rc;
   r->limit_refused = limit_refused;
   return a->space.ncache >= n ? 0 : GA_DEV_EOOM;
+}
+
+static inline int obtain(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t keep_lo, uintptr_t keep_hi) {
+  r->limit_refused = 0;
+  if (a->space.ncache >= n) return 0;
+  /* expandable_move_pages:when_full: new memory first, moves only when the
+   * device (or the fraction) has no room left. */
+  if (a->cfg.expandable_move_when_full) {
+    int rc = create_until(a, r, n, 1);
+    if (rc != GA_DEV_EOOM) return rc;
+    r->limit_refused = 0;
+  }
+  return obtain_moving(a, r, n, keep_lo, keep_hi);
+}
+
+int ga_move_obtain_locked(ga_allocator_t *a, ga_request *r, size_t n, uintptr_t keep_lo, uintptr_t keep_hi) {
+  GA_ASSERT_LOCKED(a);
+  return obtain(a, r, n, keep_lo, keep_hi);
 }
 
 /* ---- Growing a range ---- */
@@ -353,7 +365,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
      * reservation for the next ga_empty_cache to give back. PyTorch's
      * reserves first, as try_allocate_expandable_block does (the memory
      * fraction refused before it, in alloc_block: grow_expandable). */
-    if (!pytorch && (rc = ga_move_obtain_locked(a, r, round_up(size, g) / g, 0, 0))) return rc;
+    if (!pytorch && (rc = obtain(a, r, round_up(size, g) / g, 0, 0))) return rc;
     ga_segment *seg;
     if ((rc = ga_expandable_new_locked(&a->space, r->priv, r->size_class, r->stream, size, &seg))) {
       /* What was gathered for it stays cached, within the cache's bound. */
@@ -384,7 +396,7 @@ int ga_move_grow_locked(ga_allocator_t *a, ga_request *r) {
    * (the earlier block of a merge is the one kept). PyTorch's policy creates
    * a handle per page instead (ExpandableSegment::map: one cuMemCreate per
    * page; when one runs out of memory, the pages made in that call go back). */
-  rc = pytorch ? create_until(a, r, n, 0) : ga_move_obtain_locked(a, r, n, lo, hi_g);
+  rc = pytorch ? create_until(a, r, n, 0) : obtain(a, r, n, lo, hi_g);
   if (a->stats.num_granules_moved != moved) run->seg->moved_in = a->pol.streams.free_clock + 1;
   if (rc && pytorch) (void)ga_pages_release_locked(&a->space, 0); /* the pages made for it go back */
   if (rc) {

@@ -282,13 +282,13 @@ ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t 
  * gardenalloc's own policy, which weighs the few best fits and may take
  * the back. */
 static inline int ga_alloc_fit_is_plain(const ga_allocator_t *a, const ga_segment *seg) {
-  return !(seg->expandable && !a->cfg.expandable_pytorch && a->pol.large_page == a->space.gran);
+  return !(a->pol.fit_weighs && seg->expandable);
 }
 /* PyTorch's walk (expandable_policy:pytorch, expandable_move_pages:when_full):
  * from the best fit in an expandable segment, on to the next free block of
  * the stream while its expandable size (ga_alloc_growable) is smaller. */
 static inline int ga_alloc_policy_walks(const ga_allocator_t *a) {
-  return a->cfg.expandable_pytorch || a->cfg.expandable_move_when_full;
+  return a->pol.fit_walks; /* expandable_policy:pytorch or expandable_move_pages:when_full */
 }
 static inline int ga_alloc_fit_walks(const ga_allocator_t *a, const ga_segment *seg) {
   return seg->expandable && ga_alloc_policy_walks(a);

@@ -78,7 +78,12 @@ typedef struct ga_policy {
   size_t budget_max;     /* max_reserved_mb / headroom_mb in bytes; SIZE_MAX = none */
   double fraction;
   size_t large_page; /* bytes of a handle created for the large pool */
-  struct {           /* policy/stream.c: stream-ordered reuse */
+  /* Set once at create from the settings, so that the fit's tests on every
+   * call read one flag under either expandable policy (ga_alloc_policy_walks,
+   * ga_alloc_fit_is_plain). */
+  uint8_t fit_walks;  /* best fit walks by expandable size (PyTorch's get_free_block) */
+  uint8_t fit_weighs; /* expandable, the default policy, pages of one granule: weigh the few best fits */
+  struct {            /* policy/stream.c: stream-ordered reuse */
     ga_pending *pending;
     size_t npending, cap_pending;
     ga_event *event_cache; /* recycled events */
