@@ -23,7 +23,10 @@
 #     (bench/results/pytorch_traces/, bench/results/minimalloc_x64/);
 #  3. the hot path: allocate+free pairs from the cache next to libc malloc
 #     at sizes from 4 KiB to 64 MiB in each mode, with instructions per pair
-#     (from callgrind when valgrind is installed);
+#     (from callgrind when valgrind is installed); with valgrind, also the
+#     instructions per allocate+free of every trace under the default against
+#     PyTorch's expandable segments (bench/tools/replay_instructions.py,
+#     bench/results/replay_instructions.txt);
 #  4. the CPU time of one allocation and one free with N blocks live, for
 #     N = 10^3 .. 10^5 in every mode and with the C library's malloc/free, the
 #     median of 5 rounds per point (ga-bench scale: bench/results/scale.csv,
@@ -134,6 +137,14 @@ echo "== hot path"
 hp_ins=""
 command -v valgrind >/dev/null && hp_ins=--instructions
 build/bench/ga-bench hotpath ${hp_ins:+"$hp_ins"} | tee bench/results/hotpath.txt
+echo
+echo "== replay: instructions per allocate+free, the default against PyTorch's expandable segments"
+if [ -n "$hp_ins" ]; then
+  ri=(python3 bench/tools/replay_instructions.py --bench build/bench/ga-bench --traces "$shared/traces")
+  { echo "\$ ${ri[*]}"; "${ri[@]}" 2>/dev/null; } | tee bench/results/replay_instructions.txt
+else
+  echo "(valgrind is not installed: skipped)"
+fi
 echo
 echo "== CPU time per call with N blocks live"
 build/bench/ga-bench scale --max-n "$scale_n" --budget-s "$scale_budget" --out bench/results 2>/dev/null |
