@@ -45,10 +45,9 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int size
      * a free block at the growing end of a segment, which stays for growth.
      * expandable_move_pages:when_full is PyTorch's policy until the device
      * is full, so it walks too. */
-    for (ga_block *n = ga_free_tree_next(p, b);
-         b->seg->expandable && n && n->stream == stream && expandable_size(n) < expandable_size(b);
-         n = ga_free_tree_next(p, n))
-      b = n;
+    for (ga_block *n; b->seg->expandable && (n = ga_free_tree_next(p, b)) && n->stream == stream &&
+                      expandable_size(n) < expandable_size(b);)
+      b = n; /* the next is looked up only from a block of an expandable segment */
   } else if (!ga_alloc_fit_is_plain(a, b->seg)) {
     /* With pages of one granule (each free to move alone): among the few
      * best fits, take the one that strands the least free memory in partly

@@ -171,9 +171,8 @@ static fblk *best_fit(fmodel *m, int size_class, ga_stream_t stream, size_t size
   fblk *b = first_after(m, size_class, stream, size, NULL);
   if (!b) return NULL;
   if (ga_alloc_policy_walks(m->a))
-    for (fblk *n = first_after(m, size_class, stream, size, b);
-         b->expandable && n && n->size + n->room < b->size + b->room;
-         n = first_after(m, size_class, stream, size, n))
+    for (fblk *n; b->expandable && (n = first_after(m, size_class, stream, size, b)) &&
+                  n->size + n->room < b->size + b->room;)
       b = n;
   if (size < c->max_split_size && b->size >= c->max_split_size) return NULL;
   if (size >= c->max_split_size && b->size - size >= c->max_non_split_rounding) return NULL;

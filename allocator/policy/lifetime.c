@@ -29,7 +29,7 @@ int ga_policy_init_locked(ga_allocator_t *a, size_t total) {
   if ((rc = ga_blockmap_init(&p->map))) return rc;
   for (int size_class = 0; size_class < 2; size_class++) ga_free_tree_init(&p->trees[size_class], &a->space);
   p->large_page = (page + a->space.gran - 1) / a->space.gran * a->space.gran;
-  p->fit_walks = (uint8_t)(c->expandable_pytorch || c->expandable_move_when_full);
+  p->fit_walks = (uint8_t)(c->expandable_segments && (c->expandable_pytorch || c->expandable_move_when_full));
   p->fit_weighs =
       (uint8_t)(c->expandable_segments && !c->expandable_pytorch && p->large_page == a->space.gran);
   p->device_total = total;

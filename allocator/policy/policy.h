@@ -288,7 +288,7 @@ static inline int ga_alloc_fit_is_plain(const ga_allocator_t *a, const ga_segmen
  * from the best fit in an expandable segment, on to the next free block of
  * the stream while its expandable size (ga_alloc_growable) is smaller. */
 static inline int ga_alloc_policy_walks(const ga_allocator_t *a) {
-  return a->pol.fit_walks; /* expandable_policy:pytorch or expandable_move_pages:when_full */
+  return a->pol.fit_walks; /* expandable segments under PyTorch's policy or when_full */
 }
 static inline int ga_alloc_fit_walks(const ga_allocator_t *a, const ga_segment *seg) {
   return seg->expandable && ga_alloc_policy_walks(a);
