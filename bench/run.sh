@@ -141,7 +141,13 @@ echo
 echo "== replay: instructions per allocate+free, the default against PyTorch's expandable segments"
 if [ -n "$hp_ins" ]; then
   ri=(python3 bench/tools/replay_instructions.py --bench build/bench/ga-bench --traces "$shared/traces")
-  { echo "\$ ${ri[*]}"; "${ri[@]}" 2>/dev/null; } | tee bench/results/replay_instructions.txt
+  # Its progress (a line per trace) goes to the log, which is shown if it fails.
+  if ! "${ri[@]}" >bench/results/replay_instructions.tmp 2>bench/results/replay_instructions.log; then
+    tail -20 bench/results/replay_instructions.log >&2
+    exit 1
+  fi
+  { echo "\$ ${ri[*]}"; cat bench/results/replay_instructions.tmp; } | tee bench/results/replay_instructions.txt
+  rm -f bench/results/replay_instructions.tmp
 else
   echo "(valgrind is not installed: skipped)"
 fi

@@ -20,7 +20,9 @@ allocator/device/sim.c, whose time on a GPU is the driver's and is charged by
 the cost tables instead) is taken away, as callgrind_annotate --inclusive=yes
 gives it; "with device" keeps it, as replay_cpu.py's figure does.
 Instruction counts do not depend on the machine's load: one run is the
-figure.
+figure. They do depend on the host heap's state, which the length of a path
+or of a configuration string changes: single traces move by up to about one
+instruction per allocate+free between checkouts at different paths.
 
 The device is always the simulated one (backend:sim), even where a GPU
 answers: callgrind counts the host's instructions, and the driver's are not
@@ -39,6 +41,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,29 +56,38 @@ SIM_C = os.path.join(ROOT, "allocator", "device", "sim.c")
 
 def device_ops():
     """The simulated device's operations: the functions named in sim.c's
-    sim_ops table, less those another of them calls (their cost is already in
-    their caller's inclusive cost)."""
+    sim_ops table, less those that the body of another of them calls (their
+    cost is already in their caller's inclusive cost)."""
     with open(SIM_C) as f:
         src = f.read()
     table = re.search(r"static const ga_device_ops sim_ops = \{(.*?)\n\};", src, re.S)
     if not table:
         sys.exit("replay_instructions.py: no sim_ops table in %s" % SIM_C)
     ops = set(re.findall(r"=\s*(sim_\w+)", table.group(1)))
-    called = {o for o in ops if len(re.findall(r"[^\w]%s\(" % o, src)) > 1}
+    called = set()
+    for op in ops:
+        body = re.search(r"^static [^;{]*\b%s\([^;{]*\{(.*?)^\}" % op, src, re.S | re.M)
+        if not body:
+            sys.exit("replay_instructions.py: no definition of %s in %s" % (op, SIM_C))
+        called |= {o for o in ops if o != op and re.search(r"\b%s\(" % o, body.group(1))}
     return ops - called
 
 
 def inclusive(out_file, names):
     """The summed inclusive instructions of the functions `names` (with any
-    suffix the compiler gives a local function: sim_map.lto_priv.0)."""
-    r = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", out_file],
-                       capture_output=True, text=True)
-    total = 0
+    suffix the compiler gives a local function: sim_map.lto_priv.0). A
+    function callgrind_annotate lists more than once (under two spellings of
+    its file) counts once."""
+    cmd = ["callgrind_annotate", "--inclusive=yes", "--threshold=100", out_file]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("replay_instructions.py: %s failed (%d): %s" % (" ".join(cmd), r.returncode, r.stderr.strip()[-400:]))
+    seen = {}
     for line in r.stdout.splitlines():
-        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+\S*?:(\w+)(?:\.[\w.]+)?\s", line)
+        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+\S*?:(\w+)(?:\.[\w.]+)?(?:\s|$)", line)
         if m and m.group(2) in names:
-            total += int(m.group(1).replace(",", ""))
-    return total
+            seen[m.group(2)] = max(seen.get(m.group(2), 0), int(m.group(1).replace(",", "")))
+    return sum(seen.values())
 
 
 def traces_of(path):
@@ -111,7 +123,7 @@ def main(argv):
     ap.add_argument("--json", action="store_true")
     ap.add_argument("paths", nargs="*")
     a = ap.parse_args(argv)
-    if subprocess.run(["valgrind", "--version"], capture_output=True).returncode != 0:
+    if not shutil.which("valgrind") or not shutil.which("callgrind_annotate"):
         sys.exit("replay_instructions.py: valgrind is needed (apt-get install valgrind)")
     if a.paths:
         sets = [(t, 1) for p in a.paths for t in traces_of(p)]
