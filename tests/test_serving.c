@@ -282,6 +282,82 @@ static uint64_t all_calls(void) {
   return n;
 }
 
+/* ga_largest_free's cached answer (from the serving trees, no model): a
+ * request of that size is served with no device call and one byte more is
+ * not (it needs the device, or fails), over random states of two streams.
+ * Asking with_device too makes debug builds check the answer against the
+ * model's (fit.c). */
+static void largest_cached_is_exact(const char *conf) {
+  unsigned seed = 11;
+  fx_open(conf, 300 * MiB);
+  ga_stream_t streams[2] = {S1, S2};
+  void *live[64];
+  int nlive = 0, served = 0;
+  for (int round = 0; round < 40; round++) {
+    for (int i = 0; i < 6 && nlive < 40; i++) {
+      void *p = NULL;
+      if (ga_malloc(fx_a, some_size(&seed) / 2, streams[rnd(&seed) % 2], &p) == GA_OK) live[nlive++] = p;
+    }
+    for (int i = 0; i < 4 && nlive; i++) {
+      int k = (int)(rnd(&seed) % (unsigned)nlive);
+      fx_free(live[k]);
+      live[k] = live[--nlive];
+    }
+    ga_stream_t stream = streams[rnd(&seed) % 2];
+    size_t cached = 1, again = 1, with = 0;
+    cr_assert_eq(ga_largest_free(fx_a, stream, &cached, NULL), GA_OK);
+    cr_assert_eq(ga_largest_free(fx_a, stream, &again, &with), GA_OK);
+    cr_assert_eq(again, cached);
+    cr_assert_geq(with, cached);
+    if (!cached) continue;
+    uint64_t calls = all_calls();
+    void *p = NULL;
+    cr_assert_eq(ga_malloc(fx_a, cached, stream, &p), GA_OK, "round %d: %s", round, ga_last_error());
+    cr_assert_eq(all_calls(), calls, "round %d: %zu bytes, the largest cached, made a device call", round,
+                 cached);
+    fx_free(p);
+    calls = all_calls();
+    ga_status_t st = ga_malloc(fx_a, cached + 1, stream, &p);
+    cr_assert(st != GA_OK || all_calls() > calls,
+              "round %d: %zu bytes, one more than the largest cached, came "
+              "from the cache",
+              round, cached + 1);
+    if (st == GA_OK) fx_free(p);
+    served++;
+  }
+  cr_assert_gt(served, 20, "only %d rounds had a cached block", served);
+  while (nlive) fx_free(live[--nlive]);
+  cr_assert_eq(ga_check(fx_a), 0);
+  fx_close();
+}
+
+/* A free 2 MiB block of the small pool serves requests up to 1 MiB: one
+ * byte more goes to the large pool, which holds nothing of the stream. */
+Test(serving, largest_free_cached_small_pool_serves_up_to_1_MiB) {
+  fx_open(NULL, 100 * MiB);
+  void *p[4];
+  for (int i = 0; i < 4; i++) p[i] = fx_alloc(512 * 1024); /* one 2 MiB segment of the small pool */
+  for (int i = 0; i < 4; i++) fx_free(p[i]);
+  size_t cached = 0;
+  cr_assert_eq(ga_largest_free(fx_a, S1, &cached, NULL), GA_OK);
+  cr_assert_eq(cached, MiB, "%zu", cached);
+  uint64_t calls = all_calls();
+  void *q = fx_alloc(MiB);
+  cr_assert_eq(all_calls(), calls);
+  fx_free(q);
+  q = fx_alloc(MiB + 1);
+  cr_assert_gt(all_calls(), calls, "1 MiB + 1 came from the small pool");
+  fx_free(q);
+}
+
+Test(serving, largest_free_cached_is_exact_native) { largest_cached_is_exact(NULL); }
+Test(serving, largest_free_cached_is_exact_expandable) {
+  largest_cached_is_exact("expandable_segments:True");
+}
+Test(serving, largest_free_cached_is_exact_pytorchs_policy) {
+  largest_cached_is_exact("expandable_segments:True,expandable_policy:pytorch");
+}
+
 static void budget_refuses_without_a_device_call(const char *conf) {
   fx_open(conf, 100 * MiB);
   void *a = fx_alloc(40 * MiB), *p = (void *)1;

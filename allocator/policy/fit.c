@@ -633,50 +633,65 @@ static size_t largest_block(const fmodel *m, ga_stream_t stream) {
   return best;
 }
 
+/* largest_block on a model made now, from the serving trees themselves in
+ * O(log n): the largest block of the stream in each pool is the last of the
+ * stream in its tree (order: stream, size, ...). */
+static size_t largest_cached(ga_allocator_t *a, ga_stream_t stream) {
+  ga_private *priv = a->pol.capture.routing ? ga_private_routed_locked(a, stream) : NULL;
+  const ga_free_tree *trees = priv ? priv->trees : a->pol.trees;
+  size_t best = 0;
+  for (int p = 0; p < 2; p++) {
+    const ga_block *b = ga_free_tree_before(&trees[p], stream, SIZE_MAX);
+    if (!b || b->stream != stream) continue;
+    size_t serves = p == GA_CLASS_SMALL       ? (b->size < GA_SMALL_SIZE ? b->size : GA_SMALL_SIZE)
+                    : b->size > GA_SMALL_SIZE ? b->size
+                                              : 0;
+    if (serves > best) best = serves;
+  }
+  return best;
+}
+
 ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t *cached, size_t *with_call) {
   GA_ASSERT_LOCKED(a);
-  size_t dev_free = 0, total = 0;
-  if (with_call) {
-    int rc = ga_dev_mem_info(a->dev, &dev_free, &total);
-    if (rc) {
-      ga_error_set("ga_largest_free: cannot query the device's free memory: %s", a->dev->error);
-      return GA_ERR_DEVICE;
-    }
+  size_t here = largest_cached(a, stream), dev_free = 0, total = 0;
+  if (cached) *cached = here;
+  if (!with_call) return GA_OK; /* the cache alone: no model */
+  int rc = ga_dev_mem_info(a->dev, &dev_free, &total);
+  if (rc) {
+    ga_error_set("ga_largest_free: cannot query the device's free memory: %s", a->dev->error);
+    return GA_ERR_DEVICE;
   }
   fmodel m;
   if (model_init(a, stream, dev_free, &m)) {
     free(m.v);
     return ga_fail(GA_DEV_ENOMEM, "ga_largest_free", NULL, NULL);
   }
-  size_t here = largest_block(&m, stream);
-  if (cached) *cached = here;
-  if (with_call) {
-    size_t g = a->space.gran, best = here;
-    if (a->cfg.expandable_segments) {
-      size_t n = gatherable(&m);
-      if (n * g > best) best = n * g;
-      /* Or a growth of a free block at the end of the stream's mapped range. */
-      for (size_t i = 0; i < m.n; i++) {
-        const fblk *x = &m.v[i];
-        if (x->removed || !x->serving || !x->at_end || x->stream != stream || x->size_class != GA_CLASS_LARGE)
-          continue;
-        size_t own = !m.routing && x->general ? movable(x, g) : 0; /* counted in n */
-        size_t more = (n > own ? n - own : 0) * g;
-        if (more > x->room) more = x->room;
-        if (x->size + more > best) best = x->size + more;
-      }
-    } else {
-      if (!m.routing) flush(&m);
-      size_t room = m.dev_free, left = ga_limit_left(a, m.reserved);
-      if (left < room) room = left;
-      room = room / GA_ROUND_LARGE * GA_ROUND_LARGE; /* segments of 10 MiB and more: multiples of 2 MiB */
-      size_t fresh = room >= GA_MIN_LARGE_ALLOC ? room : room >= GA_SMALL_BUFFER ? GA_SMALL_SIZE : 0;
-      size_t after = largest_block(&m, stream);
-      if (after > best) best = after;
-      if (fresh > best) best = fresh;
+  GA_ASSERT(largest_block(&m, stream) == here);
+  size_t g = a->space.gran, best = here;
+  if (a->cfg.expandable_segments) {
+    size_t n = gatherable(&m);
+    if (n * g > best) best = n * g;
+    /* Or a growth of a free block at the end of the stream's mapped range. */
+    for (size_t i = 0; i < m.n; i++) {
+      const fblk *x = &m.v[i];
+      if (x->removed || !x->serving || !x->at_end || x->stream != stream || x->size_class != GA_CLASS_LARGE)
+        continue;
+      size_t own = !m.routing && x->general ? movable(x, g) : 0; /* counted in n */
+      size_t more = (n > own ? n - own : 0) * g;
+      if (more > x->room) more = x->room;
+      if (x->size + more > best) best = x->size + more;
     }
-    *with_call = best;
+  } else {
+    if (!m.routing) flush(&m);
+    size_t room = m.dev_free, left = ga_limit_left(a, m.reserved);
+    if (left < room) room = left;
+    room = room / GA_ROUND_LARGE * GA_ROUND_LARGE; /* segments of 10 MiB and more: multiples of 2 MiB */
+    size_t fresh = room >= GA_MIN_LARGE_ALLOC ? room : room >= GA_SMALL_BUFFER ? GA_SMALL_SIZE : 0;
+    size_t after = largest_block(&m, stream);
+    if (after > best) best = after;
+    if (fresh > best) best = fresh;
   }
+  *with_call = best;
   free(m.v);
   return GA_OK;
 }
