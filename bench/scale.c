@@ -22,6 +22,13 @@
  *          default waits for the streams and tries to move pages) and fails.
  *          Both run RELEASE_ROUNDS times per point; the blocks freed are
  *          allocated again untimed.
+ *   fit    ga_would_fit of FIT_REQUESTS sizes of the pattern (a dry run of
+ *          as many mallocs on a model of the free blocks), and
+ *   largest  ga_largest_free without the device's call (the largest request
+ *          the cache serves), each FIT_ROUNDS times after the release
+ *          rounds, ga_largest_free first: a model of 10^5 free blocks is
+ *          megabytes that push out of the caches what the other figures
+ *          touch, so none of them is measured right after one.
  * W is N/10 (at least 100, at most 20000) and batches repeat until at least
  * 2000 of each were timed, after one untimed batch (steady state). Times are
  * the thread's CPU time per operation (CLOCK_THREAD_CPUTIME_ID), the
@@ -122,9 +129,9 @@ static const char *const patterns[] = {"4k", "mixed"};
 #define MAXROUNDS 99
 
 /* The figures of a point, each as median, minimum and maximum over the rounds. */
-enum { M_ALLOC, M_FREE, M_REUSE, M_EMPTY, M_REFUSED, NMETRIC };
-static const char *const metric_csv[NMETRIC] = {"alloc_ns", "free_ns", "reuse_ns", "empty_cache_ns",
-                                                "refused_ns"};
+enum { M_ALLOC, M_FREE, M_REUSE, M_EMPTY, M_REFUSED, M_FIT, M_LARGEST, NMETRIC };
+static const char *const metric_csv[NMETRIC] = {
+    "alloc_ns", "free_ns", "reuse_ns", "empty_cache_ns", "refused_ns", "would_fit_ns", "largest_free_ns"};
 
 typedef struct point {
   uint64_t n, ops; /* ops: operations timed per round */
@@ -294,6 +301,8 @@ static int round_reuse(run_state *r, size_t w, double *tf, double *ta) {
 
 #define RELEASE_K      16
 #define RELEASE_ROUNDS 20
+#define FIT_REQUESTS   16
+#define FIT_ROUNDS     5
 
 /* One round of releases (see the top of the file): adds the seconds of one
  * ga_empty_cache to *te and of one refused request to *to. */
@@ -331,6 +340,30 @@ static int round_release(run_state *r, double *te, double *to) {
   return 0;
 }
 
+/* FIT_ROUNDS calls of ga_largest_free (the cache alone), then as many of
+ * ga_would_fit of FIT_REQUESTS sizes of the pattern: adds their seconds to
+ * *tl and *tw. */
+static int rounds_fit(run_state *r, double *tw, double *tl) {
+  size_t sizes[FIT_REQUESTS], fit = 0, cached = 0;
+  for (int k = 0; k < FIT_REQUESTS; k++) sizes[k] = size_of(r->pattern);
+  for (int k = 0; k < FIT_ROUNDS; k++) {
+    double c0 = cpu_now();
+    ga_status_t st = ga_largest_free(r->a, NULL, &cached, NULL);
+    *tl += cpu_now() - c0;
+    if (st != GA_OK)
+      return snprintf(r->why, sizeof r->why, "ga_largest_free failed: %.120s", ga_last_error()), -1;
+  }
+  for (int k = 0; k < FIT_ROUNDS; k++) {
+    if (over_budget(r)) return -1;
+    double c0 = cpu_now();
+    ga_status_t st = ga_would_fit(r->a, sizes, FIT_REQUESTS, NULL, &fit);
+    *tw += cpu_now() - c0;
+    if (st != GA_OK)
+      return snprintf(r->why, sizeof r->why, "ga_would_fit failed: %.120s", ga_last_error()), -1;
+  }
+  return 0;
+}
+
 static int by_value(const void *x, const void *y) {
   double a = *(const double *)x, b = *(const double *)y;
   return (a > b) - (a < b);
@@ -357,11 +390,12 @@ static int measure_at(run_state *r, int rounds) {
   CALLGRIND_ZERO_STATS;
   for (; done < rounds && !bad; done++) {
     if (done > 0 && over_budget(r)) break;
-    double tg = 0, tf = 0, ta = 0, te = 0, to = 0;
+    double tg = 0, tf = 0, ta = 0, te = 0, to = 0, tw = 0, tl = 0;
     for (size_t k = 0; k < batches && !bad; k++) bad = round_grow(r, w, &tg);
     for (size_t k = 0; k < batches && !bad; k++) bad = round_reuse(r, w, &tf, &ta);
     for (int k = 0; r->a && k < RELEASE_ROUNDS && !bad; k++)
       bad = over_budget(r) || round_release(r, &te, &to);
+    if (r->a && !bad) bad = rounds_fit(r, &tw, &tl);
     if (bad) break;
     double ops = (double)(w * batches);
     v[M_ALLOC][done] = tg * 1e9 / ops;
@@ -369,6 +403,8 @@ static int measure_at(run_state *r, int rounds) {
     v[M_REUSE][done] = ta * 1e9 / ops;
     v[M_EMPTY][done] = r->a ? te * 1e9 / RELEASE_ROUNDS : NAN;
     v[M_REFUSED][done] = r->a ? to * 1e9 / RELEASE_ROUNDS : NAN;
+    v[M_FIT][done] = r->a ? tw * 1e9 / FIT_ROUNDS : NAN;
+    v[M_LARGEST][done] = r->a ? tl * 1e9 / FIT_ROUNDS : NAN;
   }
   char label[96];
   snprintf(label, sizeof label, "random frees at N=%zu: %zu", n, w * batches * (size_t)done);
@@ -836,6 +872,10 @@ int cmd_scale(int argc, char **argv) {
   print_table(sv, nsv, ns, nn, 4,
               "a request refused after the whole retry ladder (memory fraction = reserved), 16 random\n"
               "frees before it, CPU time per call:");
+  print_table(sv, nsv, ns, nn, M_FIT,
+              "ga_would_fit of 16 requests of the pattern's sizes, CPU time per call:");
+  print_table(sv, nsv, ns, nn, M_LARGEST,
+              "ga_largest_free (the cache alone, no device call), CPU time per call:");
   print_floor(sv, nsv, ns, nn);
   int stopped = 0;
   for (size_t i = 0; i < nsv; i++) {
@@ -878,8 +918,8 @@ int cmd_scale(int argc, char **argv) {
         fprintf(fc, ",%.2f,\"%s\"\n", p->cpu_s, sv[i].status);
       }
       if (!sv[i].np) /* no point: the row says why */
-        fprintf(fc, "%s,%s,\"%s\",%s,,,,,,,,,,,,,,,,,,,,\"%s\"\n", label, modes[sv[i].mode].name, conf,
-                patterns[sv[i].pattern], sv[i].status);
+        fprintf(fc, "%s,%s,\"%s\",%s,,,%.*s,\"%s\"\n", label, modes[sv[i].mode].name, conf,
+                patterns[sv[i].pattern], 3 * NMETRIC + 1, ",,,,,,,,,,,,,,,,,,,,,,,,,,,,,,", sv[i].status);
     }
     failed = plot(fs, sv, nsv, cmd.s, backend) != 0;
   }

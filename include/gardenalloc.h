@@ -454,7 +454,8 @@ GA_API double ga_get_memory_fraction(ga_allocator_t *a);
  *  the end of the stream's mapped range, then every whole free page given
  *  back and one more try). In both, a growth whose run crosses an unmapped
  *  hole and the free memory after it into more unmapped space is not
- *  modelled. */
+ *  modelled. Cost: a copy of every free block, then a scan of it per
+ *  request: O(free blocks x n) (ga-bench scale's would_fit figure). */
 GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
                                 size_t *fit);
 
@@ -463,7 +464,9 @@ GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n
  *  serve at all, flushing the cache or asking the device for memory
  *  (*with_device: from the device's free memory, within the memory
  *  fraction). Either pointer may be NULL; with with_device NULL no device
- *  call is made, else one cudaMemGetInfo. Nothing changes. */
+ *  call is made, else one cudaMemGetInfo. Nothing changes. Cost: *cached
+ *  alone O(log free blocks); *with_device models every free block, as
+ *  ga_would_fit does. */
 GA_API ga_status_t ga_largest_free(ga_allocator_t *a, ga_stream_t stream, size_t *cached,
                                    size_t *with_device);
 
