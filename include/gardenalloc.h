@@ -454,8 +454,10 @@ GA_API double ga_get_memory_fraction(ga_allocator_t *a);
  *  the end of the stream's mapped range, then every whole free page given
  *  back and one more try). In both, a growth whose run crosses an unmapped
  *  hole and the free memory after it into more unmapped space is not
- *  modelled. Cost: a copy of every free block, then a scan of it per
- *  request: O(free blocks x n) (ga-bench scale's would_fit figure). */
+ *  modelled. Cost: while every request is served from free blocks (n up
+ *  to 64), O(n log free blocks), read from the free trees; a dry run that
+ *  reaches the retry ladder copies every free block into a model and scans
+ *  it per request, O(free blocks x n) (ga-bench scale's would_fit figure). */
 GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
                                 size_t *fit);
 

@@ -128,6 +128,63 @@ Test(serving, would_fit_answers_what_malloc_does_with_pytorchs_policy_and_a_frac
                     300 * MiB, 6);
 }
 
+/* During a capture the dry run serves from the private pool's free blocks
+ * alone (the general pool's of the same stream do not count), as malloc
+ * does; then with more requests than the answer from the cache takes (the
+ * model answers those). */
+static void fit_in_a_pool_equals_malloc(const char *conf) {
+  fx_open(conf, 400 * MiB);
+  void *g[6], *q[8], *got[80];
+  for (int i = 0; i < 6; i++) g[i] = fx_alloc_on((size_t)(i + 1) * 5 * MiB, S2); /* the general pool's */
+  for (int i = 0; i < 6; i += 2) fx_free(g[i]);
+  cr_assert_eq(ga_begin_allocate_to_pool(fx_a, 9, S2), GA_OK);
+  static const size_t pool_sizes[8] = {64 << 10, 700 << 10, 3 * MiB, 300 << 10,
+                                       12 * MiB, 5 * MiB,   2 * MiB, 9 * MiB};
+  for (int i = 0; i < 8; i++) q[i] = fx_alloc_on(pool_sizes[i], S2);
+  for (int i = 0; i < 8; i += 2) fx_free(q[i]); /* holes in the pool */
+  static const size_t asks[][6] = {
+      {64 << 10, 3 * MiB}, {700 << 10, 2 * MiB, 2 * MiB}, {12 * MiB, 1}, {6 * MiB}};
+  static const size_t nasks[] = {2, 3, 2, 1};
+  for (int t = 0; t < 4; t++) {
+    size_t fit = 99, k = 0;
+    cr_assert_eq(ga_would_fit(fx_a, asks[t], nasks[t], S2, &fit), GA_OK, "%s", ga_last_error());
+    for (; k < nasks[t] && ga_malloc(fx_a, asks[t][k], S2, &got[k]) == GA_OK; k++) {}
+    cr_assert_eq(fit, k, "%s, batch %d: ga_would_fit says %zu, ga_malloc handed out %zu", conf, t, fit, k);
+    while (k) fx_free(got[--k]);
+  }
+  /* The device full: 20 MiB fits only in the general pool's 25 MiB hole
+   * (the pool's largest is 15 MiB), which serves nothing during the
+   * capture. */
+  void *fill[64];
+  int nfill = 0;
+  for (size_t chunk = 20 * MiB; chunk >= 2 * MiB; chunk /= 2)
+    while (nfill < 64 && ga_malloc(fx_a, chunk, S1, &fill[nfill]) == GA_OK) nfill++;
+  size_t big[1] = {20 * MiB}, fit_big = 99;
+  cr_assert_eq(ga_would_fit(fx_a, big, 1, S2, &fit_big), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fit_big, 0, "%s: the general pool's hole counted during a capture", conf);
+  cr_assert_neq(ga_malloc(fx_a, big[0], S2, &got[0]), GA_OK);
+  while (nfill) fx_free(fill[--nfill]);
+  /* 70 requests: more than the answer from the cache takes. */
+  size_t many[70], fit = 0, k = 0;
+  for (int i = 0; i < 70; i++) many[i] = (size_t)(i % 7 + 1) << 16;
+  cr_assert_eq(ga_would_fit(fx_a, many, 70, S2, &fit), GA_OK, "%s", ga_last_error());
+  for (; k < 70 && ga_malloc(fx_a, many[k], S2, &got[k]) == GA_OK; k++) {}
+  cr_assert_eq(fit, k, "%s, 70 requests: ga_would_fit says %zu, ga_malloc handed out %zu", conf, fit, k);
+  while (k) fx_free(got[--k]);
+  for (int i = 1; i < 8; i += 2) fx_free(q[i]);
+  cr_assert_eq(ga_end_allocate_to_pool(fx_a, 9), GA_OK);
+  cr_assert_eq(ga_release_pool(fx_a, 9), GA_OK);
+  for (int i = 1; i < 6; i += 2) fx_free(g[i]);
+  cr_assert_eq(ga_check(fx_a), 0);
+  fx_close();
+}
+
+Test(serving, would_fit_in_a_pool_native) { fit_in_a_pool_equals_malloc(""); }
+Test(serving, would_fit_in_a_pool_pytorchs_policy) {
+  fit_in_a_pool_equals_malloc("expandable_segments:True,expandable_policy:pytorch");
+}
+Test(serving, would_fit_in_a_pool_deterministic) { fit_in_a_pool_equals_malloc("deterministic:True"); }
+
 Test(serving, would_fit_in_expandable_segments) {
   fx_open("expandable_segments:True", 100 * MiB);
   size_t sizes[] = {60 * MiB, 30 * MiB, 20 * MiB}, fit = 0;

@@ -16,6 +16,11 @@
  * stream's free block at the end of a mapped range (or a new range), and
  * once, every whole free page given back. Frees still waiting on stream
  * events count as in use.
+ *
+ * While every request is served by a free block, no model is built: best
+ * fit reads the serving trees under an overlay of the blocks the dry run
+ * has taken (fit_from_cache), O(log n) per request; the first request that
+ * would need the ladder builds the model and starts again.
  */
 #include <stdlib.h>
 
@@ -59,31 +64,36 @@ typedef struct fwalk {
   uint8_t serving, general;
 } fwalk;
 
-static int add(ga_block *b, void *arg) {
-  fwalk *w = arg;
+/* Free block b as the model holds it. */
+static fblk fblk_of(const ga_allocator_t *a, const ga_block *b, uint8_t serving, uint8_t general) {
   const ga_block *hole = b->next && b->next->state == GA_BLOCK_UNMAPPED ? b->next : NULL;
   uintptr_t follow = hole && hole->next && hole->next->state == GA_BLOCK_FREE ? hole->next->ptr : 0;
   size_t g0 = 0, g1 = 0;
-  if (b->seg->expandable) (void)ga_expandable_movable_locked(&w->m->a->space, b, &g0, &g1);
+  if (b->seg->expandable) (void)ga_expandable_movable_locked(&a->space, b, &g0, &g1);
+  return (fblk){.size = b->size,
+                .tie = b->tie,
+                .ptr = b->ptr,
+                .stream = b->stream,
+                .gc_base = b->gc_base,
+                .size_class = b->size_class,
+                .whole = !ga_tiles_is_split(b) && !b->seg->expandable,
+                .expandable = b->seg->expandable,
+                .serving = serving,
+                .general = general,
+                .at_end = b->seg->expandable && b->next && b->next->state == GA_BLOCK_UNMAPPED,
+                .room = ga_alloc_growable(b->size, b->next) - b->size,
+                .follow = follow,
+                .base = b->seg->base,
+                .mg0 = g0,
+                .mg1 = g1,
+                .created = b->seg->created};
+}
+
+static int add(ga_block *b, void *arg) {
+  fwalk *w = arg;
   fmodel *m = w->m;
   if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1;
-  m->v[m->n++] = (fblk){.size = b->size,
-                        .tie = b->tie,
-                        .ptr = b->ptr,
-                        .stream = b->stream,
-                        .gc_base = b->gc_base,
-                        .size_class = b->size_class,
-                        .whole = !ga_tiles_is_split(b) && !b->seg->expandable,
-                        .expandable = b->seg->expandable,
-                        .serving = w->serving,
-                        .general = w->general,
-                        .at_end = b->seg->expandable && b->next && b->next->state == GA_BLOCK_UNMAPPED,
-                        .room = ga_alloc_growable(b->size, b->next) - b->size,
-                        .follow = follow,
-                        .base = b->seg->base,
-                        .mg0 = g0,
-                        .mg1 = g1,
-                        .created = b->seg->created};
+  m->v[m->n++] = fblk_of(m->a, b, w->serving, w->general);
   return 0;
 }
 
@@ -596,6 +606,101 @@ static int one(fmodel *m, size_t size, ga_stream_t stream) {
                                       : expandable_one(m, size_class, stream, rounded);
 }
 
+/* ---- From the cache alone, without the model ----
+ * While every request is served by a free block, the dry run needs no
+ * model: best fit reads the serving trees themselves (O(log n)), under an
+ * overlay of the blocks it has taken so far (each held as the model would
+ * hold it, then handed out by the same rule). The first request no free
+ * block serves would go down the ladder, which the model answers: the
+ * caller then builds it and starts again. */
+
+#define FAST_MAX 64 /* requests: the overlay is searched linearly */
+
+typedef struct fast {
+  fmodel ov;                 /* the overlay: the blocks taken from the trees, as the dry run left them */
+  const ga_free_tree *trees; /* the serving trees */
+  const ga_block *taken[FAST_MAX];
+  size_t ntaken;
+} fast;
+
+static int taken(const fast *f, const ga_block *b) {
+  for (size_t i = 0; i < f->ntaken; i++)
+    if (f->taken[i] == b) return 1;
+  return 0;
+}
+
+/* A candidate of the merged order: a block of the trees not taken, or one
+ * of the overlay. */
+typedef struct cand {
+  fblk f;             /* as the model holds it */
+  const ga_block *tb; /* from the trees, or NULL */
+  fblk *ob;           /* from the overlay, or NULL */
+} cand;
+
+/* The first serving block of (size_class, stream) at least `size` bytes
+ * long, after `after` in tree order (NULL: from the start): first_after on
+ * what the model would hold. 0 when there is none. */
+static int fast_first(fast *f, int size_class, ga_stream_t stream, size_t size, const fblk *after, cand *c) {
+  const ga_free_tree *p = &f->trees[size_class];
+  ga_block *t = after ? ga_free_tree_at(p, stream, after->size, after->tie, after->ptr + 1)
+                      : ga_free_tree_lower_bound(p, stream, size);
+  while (t && t->stream == stream && taken(f, t)) t = ga_free_tree_next(p, t);
+  if (t && t->stream != stream) t = NULL;
+  fblk *o = first_after(&f->ov, size_class, stream, size, after);
+  if (!t && !o) return 0;
+  *c = (cand){0};
+  if (t) c->f = fblk_of(f->ov.a, t, 1, !f->ov.priv), c->tb = t;
+  if (o && (!t || before(o, &c->f))) c->f = *o, c->ob = o, c->tb = NULL;
+  return 1;
+}
+
+/* best_fit on the trees under the overlay; the block found is in the
+ * overlay. NULL: none serves (the model's ladder would run), or no memory
+ * for the overlay. */
+static fblk *fast_best(fast *f, int size_class, ga_stream_t stream, size_t size) {
+  const ga_config *c = &f->ov.a->cfg;
+  cand b, n;
+  if (!fast_first(f, size_class, stream, size, NULL, &b)) return NULL;
+  if (ga_alloc_policy_walks(f->ov.a))
+    while (b.f.expandable && fast_first(f, size_class, stream, size, &b.f, &n) &&
+           n.f.size + n.f.room < b.f.size + b.f.room)
+      b = n;
+  if (size < c->max_split_size && b.f.size >= c->max_split_size) return NULL;
+  if (size >= c->max_split_size && b.f.size - size >= c->max_non_split_rounding) return NULL;
+  if (b.ob) return b.ob;
+  fmodel *ov = &f->ov;
+  if (f->ntaken == FAST_MAX || GA_VEC_ROOM(ov->v, ov->cap, ov->n + 1)) return NULL;
+  f->taken[f->ntaken++] = b.tb;
+  ov->v[ov->n] = b.f;
+  return &ov->v[ov->n++];
+}
+
+/* ga_would_fit's answer when every request up to the first refused for its
+ * size is served from the cache: 1 and *fit; else 0. */
+static int fit_from_cache(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream, size_t *fit) {
+  if (n > FAST_MAX) return 0;
+  fast f = {.ov = {.a = a, .routing = a->pol.capture.routing}};
+  f.ov.priv = f.ov.routing ? ga_private_routed_locked(a, stream) : NULL;
+  f.trees = f.ov.priv ? f.ov.priv->trees : a->pol.trees;
+  size_t k = 0;
+  int answered = 0;
+  for (; k < n; k++) {
+    if (sizes[k] == 0) continue;
+    if (sizes[k] > GA_MAX_REQUEST) { /* one() refuses it before anything */
+      answered = 1;
+      break;
+    }
+    size_t rounded = ga_round_size(&a->cfg, sizes[k]);
+    fblk *b = fast_best(&f, rounded <= GA_SMALL_SIZE ? GA_CLASS_SMALL : GA_CLASS_LARGE, stream, rounded);
+    if (!b) break;
+    hand_out(&f.ov, b, rounded);
+  }
+  free(f.ov.v);
+  if (k == n) answered = 1;
+  if (answered) *fit = k;
+  return answered;
+}
+
 ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
                                     size_t *fit) {
   GA_ASSERT_LOCKED(a);
@@ -605,6 +710,14 @@ ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size
     ga_error_set("ga_would_fit: cannot query the device's free memory: %s", a->dev->error);
     return GA_ERR_DEVICE;
   }
+  size_t quick = 0;
+  int from_cache = fit_from_cache(a, sizes, n, stream, &quick);
+#ifndef GA_ASSERTS
+  if (from_cache) {
+    *fit = quick;
+    return GA_OK;
+  }
+#endif
   fmodel m;
   rc = model_init(a, stream, dev_free, &m);
   size_t k = 0;
@@ -613,6 +726,7 @@ ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size
   if (rc || m.oom) {
     return ga_fail(GA_DEV_ENOMEM, "ga_would_fit", NULL, "for the model of %zu free blocks", m.n);
   }
+  GA_ASSERT(!from_cache || quick == k); /* debug builds run both */
   *fit = k;
   return GA_OK;
 }
