@@ -438,7 +438,8 @@ GA_API double ga_get_memory_fraction(ga_allocator_t *a);
  *  *fit gets how many of them, from the first, would be handed out (n when
  *  all would). Nothing changes: no memory moves, no statistic or history
  *  entry, and the only device call is one cudaMemGetInfo (counted in
- *  device_calls.mem_info). Native segments: the answer is what those mallocs
+ *  device_calls.mem_info), none when every request is served from the
+ *  cache. Native segments: the answer is what those mallocs
  *  do when nothing else happens in between (best fit, splits, and the retry
  *  ladder: garbage collection, new segments within the device's free memory
  *  and the memory fraction, oversize blocks and then the whole cache given
@@ -462,7 +463,8 @@ GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n
                                 size_t *fit);
 
 /** The largest request on `stream` that a free block of the cache serves
- *  without a device call (*cached), and the largest one ga_malloc could
+ *  without a device call (*cached: its rounding, roundup_power2_divisions
+ *  included, fits in the block), and the largest one ga_malloc could
  *  serve at all, flushing the cache or asking the device for memory
  *  (*with_device: from the device's free memory, within the memory
  *  fraction). Either pointer may be NULL; with with_device NULL no device

@@ -411,6 +411,12 @@ Test(serving, largest_free_cached_is_exact_native) { largest_cached_is_exact(NUL
 Test(serving, largest_free_cached_is_exact_expandable) {
   largest_cached_is_exact("expandable_segments:True");
 }
+Test(serving, largest_free_cached_is_exact_with_power_of_two_rounding) {
+  largest_cached_is_exact("roundup_power2_divisions:4");
+}
+Test(serving, largest_free_cached_is_exact_expandable_with_power_of_two_rounding) {
+  largest_cached_is_exact("expandable_segments:True,roundup_power2_divisions:[1024:8,>:2]");
+}
 Test(serving, largest_free_cached_is_exact_pytorchs_policy) {
   largest_cached_is_exact("expandable_segments:True,expandable_policy:pytorch");
 }

@@ -704,20 +704,20 @@ static int fit_from_cache(ga_allocator_t *a, const size_t *sizes, size_t n, ga_s
 ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
                                     size_t *fit) {
   GA_ASSERT_LOCKED(a);
+  size_t quick = 0;
+  int from_cache = fit_from_cache(a, sizes, n, stream, &quick);
+#ifndef GA_ASSERTS
+  if (from_cache) { /* no device call */
+    *fit = quick;
+    return GA_OK;
+  }
+#endif
   size_t dev_free = 0, total = 0;
   int rc = ga_dev_mem_info(a->dev, &dev_free, &total);
   if (rc) {
     ga_error_set("ga_would_fit: cannot query the device's free memory: %s", a->dev->error);
     return GA_ERR_DEVICE;
   }
-  size_t quick = 0;
-  int from_cache = fit_from_cache(a, sizes, n, stream, &quick);
-#ifndef GA_ASSERTS
-  if (from_cache) {
-    *fit = quick;
-    return GA_OK;
-  }
-#endif
   fmodel m;
   rc = model_init(a, stream, dev_free, &m);
   size_t k = 0;
@@ -733,16 +733,35 @@ ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size
 
 /* ---- The largest request ---- */
 
+/* The largest request a free block of `size` bytes of pool `size_class`
+ * serves: the largest one whose rounding (roundup_power2_divisions
+ * included) fits in it and belongs to the pool (the small pool takes what
+ * rounds to 1 MiB or less, the large one the rest); 0 when none. */
+static size_t serves(const ga_config *c, int size_class, size_t size) {
+  size_t cap = size_class == GA_CLASS_SMALL && size > GA_SMALL_SIZE ? GA_SMALL_SIZE : size;
+  if (cap < GA_MIN_BLOCK) return 0;
+  size_t lo = 1, hi = cap; /* ga_round_size(lo) <= cap, and rounding grows with the size */
+  if (ga_round_size(c, hi) > cap)
+    while (hi - lo > 1) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (ga_round_size(c, mid) <= cap)
+        lo = mid;
+      else
+        hi = mid;
+    }
+  else
+    lo = hi;
+  int large = ga_round_size(c, lo) > GA_SMALL_SIZE;
+  return (size_class == GA_CLASS_LARGE) == large ? lo : 0;
+}
+
 static size_t largest_block(const fmodel *m, ga_stream_t stream) {
   size_t best = 0;
   for (size_t i = 0; i < m->n; i++) {
     const fblk *x = &m->v[i];
     if (x->removed || !x->serving || x->stream != stream) continue;
-    /* The small pool serves requests up to 1 MiB, the large one those above. */
-    size_t serves = x->size_class == GA_CLASS_SMALL ? (x->size < GA_SMALL_SIZE ? x->size : GA_SMALL_SIZE)
-                    : x->size > GA_SMALL_SIZE       ? x->size
-                                                    : 0;
-    if (serves > best) best = serves;
+    size_t most = serves(&m->a->cfg, x->size_class, x->size);
+    if (most > best) best = most;
   }
   return best;
 }
@@ -757,10 +776,8 @@ static size_t largest_cached(ga_allocator_t *a, ga_stream_t stream) {
   for (int p = 0; p < 2; p++) {
     const ga_block *b = ga_free_tree_before(&trees[p], stream, SIZE_MAX);
     if (!b || b->stream != stream) continue;
-    size_t serves = p == GA_CLASS_SMALL       ? (b->size < GA_SMALL_SIZE ? b->size : GA_SMALL_SIZE)
-                    : b->size > GA_SMALL_SIZE ? b->size
-                                              : 0;
-    if (serves > best) best = serves;
+    size_t most = serves(&a->cfg, p, b->size); /* grows with the size: the largest block's */
+    if (most > best) best = most;
   }
   return best;
 }
