@@ -31,6 +31,20 @@ static size_t some_size(unsigned *seed) {
   }
 }
 
+/* One round of a random state: allocate what fits (up to 40 live, on
+ * either stream), then free some at random. */
+static void churn(unsigned *seed, const ga_stream_t streams[2], void **live, int *nlive) {
+  for (int i = 0; i < 6 && *nlive < 40; i++) {
+    void *p = NULL;
+    if (ga_malloc(fx_a, some_size(seed) / 2, streams[rnd(seed) % 2], &p) == GA_OK) live[(*nlive)++] = p;
+  }
+  for (int i = 0; i < 4 && *nlive; i++) {
+    int k = (int)(rnd(seed) % (unsigned)*nlive);
+    fx_free(live[k]);
+    live[k] = live[--*nlive];
+  }
+}
+
 /* Random states, then a batch: the round where the dry run's count first
  * differs from what real mallocs do (*said and *got the two), or -1. */
 static int first_miss(const char *conf, size_t capacity, unsigned seed, size_t *said, size_t *got_n) {
@@ -39,16 +53,7 @@ static int first_miss(const char *conf, size_t capacity, unsigned seed, size_t *
   void *live[64];
   int nlive = 0, miss = -1;
   for (int round = 0; round < 40 && miss < 0; round++) {
-    /* Churn: allocate what fits, free some. */
-    for (int i = 0; i < 6 && nlive < 40; i++) {
-      void *p = NULL;
-      if (ga_malloc(fx_a, some_size(&seed) / 2, streams[rnd(&seed) % 2], &p) == GA_OK) live[nlive++] = p;
-    }
-    for (int i = 0; i < 4 && nlive; i++) {
-      int k = (int)(rnd(&seed) % (unsigned)nlive);
-      fx_free(live[k]);
-      live[k] = live[--nlive];
-    }
+    churn(&seed, streams, live, &nlive);
     ga_stream_t stream = streams[rnd(&seed) % 2];
     size_t sizes[8], n = 1 + rnd(&seed) % 8, fit = 99;
     for (size_t i = 0; i < n; i++) sizes[i] = some_size(&seed);
@@ -351,15 +356,7 @@ static void largest_cached_is_exact(const char *conf) {
   void *live[64];
   int nlive = 0, served = 0;
   for (int round = 0; round < 40; round++) {
-    for (int i = 0; i < 6 && nlive < 40; i++) {
-      void *p = NULL;
-      if (ga_malloc(fx_a, some_size(&seed) / 2, streams[rnd(&seed) % 2], &p) == GA_OK) live[nlive++] = p;
-    }
-    for (int i = 0; i < 4 && nlive; i++) {
-      int k = (int)(rnd(&seed) % (unsigned)nlive);
-      fx_free(live[k]);
-      live[k] = live[--nlive];
-    }
+    churn(&seed, streams, live, &nlive);
     ga_stream_t stream = streams[rnd(&seed) % 2];
     size_t cached = 1, again = 1, with = 0;
     cr_assert_eq(ga_largest_free(fx_a, stream, &cached, NULL), GA_OK);
