@@ -281,6 +281,15 @@ static void op_misc(state *s, fz_in *in) {
         FZ_CHECK(
             ga_allocation_size(s->a, s->v[0].p, &req, &blk) == GA_OK && req == s->v[0].size && blk >= req,
             "size");
+      /* The dry runs change nothing and answer (debug builds also check the
+       * answer from the cache against the model's, in fit.c). */
+      size_t cached = 0, fit = 0,
+             asks[3] = {1 + (size_t)b * 4096, (size_t)(b & 7) << 20, 1 + (size_t)b * 512};
+      ga_stream_t st = stream(b >> 4);
+      FZ_CHECK(ga_largest_free(s->a, st, &cached, NULL) == GA_OK, "largest free: %s", ga_last_error());
+      allowed(s, ga_would_fit(s->a, asks, 3, st, &fit), GA_OK,
+              "ga_would_fit"); /* its device query may fail */
+      FZ_CHECK(fit <= 3, "would fit %zu of 3", fit);
       break;
     }
     default: FZ_CHECK(ga_reset_accumulated_stats(s->a) == GA_OK, "reset"); break;
