@@ -62,9 +62,7 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int size
     }
     b = best;
   }
-  size_t max_split = a->cfg.max_split_size;
-  if (size < max_split && b->size >= max_split) return NULL;
-  if (size >= max_split && b->size - size >= a->cfg.max_non_split_rounding) return NULL;
+  if (ga_alloc_oversize_refuses(&a->cfg, size, b->size)) return NULL;
   GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree && b->stream == stream && b->size >= size &&
             b->size_class == size_class);
   return b; /* still in its tree: hand_out updates the tree once */
@@ -75,12 +73,10 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int size
 static ga_block *get_free_native(ga_allocator_t *a, ga_free_tree *trees, int size_class, ga_stream_t stream,
                                  size_t size) {
   ga_free_tree *p = &trees[size_class];
-  size_t max_split = a->cfg.max_split_size;
   for (ga_block *b = ga_free_tree_lower_bound(p, stream, size); b && b->stream == stream;
        b = ga_free_tree_next(p, b)) {
     if (b->seg->expandable) continue;
-    if (size < max_split && b->size >= max_split) return NULL;
-    if (size >= max_split && b->size - size >= a->cfg.max_non_split_rounding) return NULL;
+    if (ga_alloc_oversize_refuses(&a->cfg, size, b->size)) return NULL;
     GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree && b->size >= size);
     return b;
   }

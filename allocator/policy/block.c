@@ -280,6 +280,8 @@ ga_block *ga_block_keep_reuse_locked(ga_allocator_t *a, size_t size, ga_stream_t
   if (after && after->stream == stream && ga_alloc_fit_walks(a, b->seg) &&
       ga_alloc_growable(after->size, after->next) < ga_alloc_growable(msize, n ? n->next : b->next))
     return NULL;
+  /* ga_alloc_oversize_refuses, written out with max_split already loaded:
+   * the call costs the cached pair 6 instructions (ga-bench hotpath). */
   if (rounded < max_split && msize >= max_split) return NULL;
   if (rounded >= max_split && msize - rounded >= a->cfg.max_non_split_rounding) return NULL;
   if (n && !split_at(a, b, msize, rounded)) return NULL;

@@ -119,6 +119,15 @@ static int add_hole(const ga_block *u, void *arg) {
   return 0;
 }
 
+/* The free trees that serve `stream` (ga_alloc_flags_locked's choice): a
+ * private pool's while a capture routes the stream to it (*priv, when
+ * asked, names it), else the general ones. */
+static const ga_free_tree *serving_trees(ga_allocator_t *a, ga_stream_t stream, ga_private **priv) {
+  ga_private *p = a->pol.capture.routing ? ga_private_routed_locked(a, stream) : NULL;
+  if (priv) *priv = p;
+  return p ? p->trees : a->pol.trees;
+}
+
 static int model_init(ga_allocator_t *a, ga_stream_t stream, size_t dev_free, fmodel *m) {
   *m = (fmodel){.a = a,
                 .reserved = a->space.reserved,
@@ -128,7 +137,7 @@ static int model_init(ga_allocator_t *a, ga_stream_t stream, size_t dev_free, fm
                 .next_ptr = UINTPTR_MAX / 2,
                 .created = a->space.created,
                 .routing = a->pol.capture.routing};
-  m->priv = m->routing ? ga_private_routed_locked(a, stream) : NULL;
+  (void)serving_trees(a, stream, &m->priv);
   fwalk w = {m, (uint8_t)!m->priv, 1};
   for (int p = 0; p < 2; p++) ga_free_tree_walk(&a->pol.trees[p], add, &w);
   for (ga_private *priv = a->pol.capture.privates; priv; priv = priv->next) {
@@ -184,8 +193,7 @@ static fblk *best_fit(fmodel *m, int size_class, ga_stream_t stream, size_t size
     for (fblk *n; b->expandable && (n = first_after(m, size_class, stream, size, b)) &&
                   n->size + n->room < b->size + b->room;)
       b = n;
-  if (size < c->max_split_size && b->size >= c->max_split_size) return NULL;
-  if (size >= c->max_split_size && b->size - size >= c->max_non_split_rounding) return NULL;
+  if (ga_alloc_oversize_refuses(c, size, b->size)) return NULL;
   return b;
 }
 
@@ -665,8 +673,7 @@ static fblk *fast_best(fast *f, int size_class, ga_stream_t stream, size_t size)
     while (b.f.expandable && fast_first(f, size_class, stream, size, &b.f, &n) &&
            n.f.size + n.f.room < b.f.size + b.f.room)
       b = n;
-  if (size < c->max_split_size && b.f.size >= c->max_split_size) return NULL;
-  if (size >= c->max_split_size && b.f.size - size >= c->max_non_split_rounding) return NULL;
+  if (ga_alloc_oversize_refuses(c, size, b.f.size)) return NULL;
   if (b.ob) return b.ob;
   fmodel *ov = &f->ov;
   if (f->ntaken == FAST_MAX || GA_VEC_ROOM(ov->v, ov->cap, ov->n + 1)) return NULL;
@@ -680,8 +687,7 @@ static fblk *fast_best(fast *f, int size_class, ga_stream_t stream, size_t size)
 static int fit_from_cache(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream, size_t *fit) {
   if (n > FAST_MAX) return 0;
   fast f = {.ov = {.a = a, .routing = a->pol.capture.routing}};
-  f.ov.priv = f.ov.routing ? ga_private_routed_locked(a, stream) : NULL;
-  f.trees = f.ov.priv ? f.ov.priv->trees : a->pol.trees;
+  f.trees = serving_trees(a, stream, &f.ov.priv);
   size_t k = 0;
   int answered = 0;
   for (; k < n; k++) {
@@ -770,8 +776,7 @@ static size_t largest_block(const fmodel *m, ga_stream_t stream) {
  * O(log n): the largest block of the stream in each pool is the last of the
  * stream in its tree (order: stream, size, ...). */
 static size_t largest_cached(ga_allocator_t *a, ga_stream_t stream) {
-  ga_private *priv = a->pol.capture.routing ? ga_private_routed_locked(a, stream) : NULL;
-  const ga_free_tree *trees = priv ? priv->trees : a->pol.trees;
+  const ga_free_tree *trees = serving_trees(a, stream, NULL);
   size_t best = 0;
   for (int p = 0; p < 2; p++) {
     const ga_block *b = ga_free_tree_before(&trees[p], stream, SIZE_MAX);

@@ -293,6 +293,14 @@ static inline int ga_alloc_policy_walks(const ga_allocator_t *a) {
 static inline int ga_alloc_fit_walks(const ga_allocator_t *a, const ga_segment *seg) {
   return seg->expandable && ga_alloc_policy_walks(a);
 }
+/* PyTorch's oversize rules in get_free_block: a block of `block` bytes
+ * refuses a request rounded to `rounded` when the request is under
+ * max_split_size and the block is not, or when both are past it and the
+ * block would leave max_non_split_rounding or more unused. */
+static inline int ga_alloc_oversize_refuses(const ga_config *c, size_t rounded, size_t block) {
+  if (rounded < c->max_split_size) return block >= c->max_split_size;
+  return block - rounded >= c->max_non_split_rounding;
+}
 /* The bytes of a handle created for `size_class` in expandable segments: a
  * page of it. */
 static inline size_t ga_page_of(const ga_allocator_t *a, int size_class) {
