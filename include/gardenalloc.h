@@ -455,10 +455,14 @@ GA_API double ga_get_memory_fraction(ga_allocator_t *a);
  *  the end of the stream's mapped range, then every whole free page given
  *  back and one more try). In both, a growth whose run crosses an unmapped
  *  hole and the free memory after it into more unmapped space is not
- *  modelled. Cost: while every request is served from free blocks (n up
- *  to 64), O(n log free blocks), read from the free trees; a dry run that
- *  reaches the retry ladder copies every free block into a model and scans
- *  it per request, O(free blocks x n) (ga-bench scale's would_fit figure). */
+ *  modelled. Cost (n up to 64): O(n log free blocks) while each request is
+ *  served from free blocks or by the ladder's first step (a new segment,
+ *  a growth of the stream's mapped range within the device's free memory),
+ *  read from the free trees and the unmapped ranges; a dry run that would
+ *  give cached memory back (garbage collection, oversize blocks, a flush),
+ *  move pages, or more than 64 requests copy every free block into a model
+ *  and scan it per request, O(free blocks x n) (ga-bench scale's would_fit
+ *  figures). */
 GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
                                 size_t *fit);
 
@@ -469,8 +473,8 @@ GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n
  *  (*with_device: from the device's free memory, within the memory
  *  fraction). Either pointer may be NULL; with with_device NULL no device
  *  call is made, else one cudaMemGetInfo. Nothing changes. Cost: *cached
- *  alone O(log free blocks); *with_device models every free block, as
- *  ga_would_fit does. */
+ *  alone O(log free blocks); *with_device copies every free block into
+ *  the model ga_would_fit falls back to. */
 GA_API ga_status_t ga_largest_free(ga_allocator_t *a, ga_stream_t stream, size_t *cached,
                                    size_t *with_device);
 

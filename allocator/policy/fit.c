@@ -17,10 +17,12 @@
  * once, every whole free page given back. Frees still waiting on stream
  * events count as in use.
  *
- * While every request is served by a free block, no model is built: best
- * fit reads the serving trees under an overlay of the blocks the dry run
- * has taken (fit_from_cache), O(log n) per request; the first request that
- * would need the ladder builds the model and starts again.
+ * Most dry runs need few of the free blocks: they first run on a lazy model
+ * (fit_lazily) that reads the free trees and the segments' unmapped index
+ * under an overlay of what the dry run took and made, O(log n) per request
+ * plus what it passes over; only a ladder step that reads every free block
+ * (garbage collection that is due, blocks given back, moves of pages)
+ * builds the full model and starts again.
  */
 #include <stdlib.h>
 
@@ -57,7 +59,16 @@ typedef struct fmodel {
   uint64_t created;                 /* creation numbers given to new segments */
   ga_private *priv;
   int routing;
+  struct fast *lazy; /* NULL: v holds every free block; else what the dry run took and made */
+  int bail;          /* lazy: a step would read every free block: the full model must answer */
 } fmodel;
+
+/* The lazy model's reads of the trees and the unmapped index (below). */
+struct fast;
+static fblk *fast_best(struct fast *f, int size_class, ga_stream_t stream, size_t size);
+static fblk *fast_end_run(struct fast *f, int size_class, ga_stream_t stream, size_t rounded);
+static void fast_join(struct fast *f, fblk *run);
+static int fast_device(struct fast *f);
 
 typedef struct fwalk {
   fmodel *m;
@@ -97,25 +108,30 @@ static int add(ga_block *b, void *arg) {
   return 0;
 }
 
-/* An UNMAPPED block that no FREE block precedes: a growth may start there,
- * so the model holds it as an empty block at the end of a mapped range. */
+/* UNMAPPED block u of a segment of the serving pool and stream, as the
+ * model holds it when no FREE block precedes it: an empty block at the end
+ * of a mapped range, where a growth may start. */
+static fblk hole_of(const ga_block *u) {
+  const ga_segment *seg = u->seg;
+  return (fblk){.tie = u->tie,
+                .ptr = u->ptr,
+                .stream = seg->stream,
+                .size_class = seg->size_class,
+                .expandable = 1,
+                .serving = 1,
+                .general = !seg->priv,
+                .at_end = 1,
+                .room = u->size,
+                .follow = u->next && u->next->state == GA_BLOCK_FREE ? u->next->ptr : 0,
+                .base = seg->base,
+                .created = seg->created};
+}
+
 static int add_hole(const ga_block *u, void *arg) {
   fmodel *m = arg;
   if (u->prev && u->prev->state == GA_BLOCK_FREE) return 0; /* that block stands for it */
   if (GA_VEC_ROOM(m->v, m->cap, m->n + 1)) return m->oom = 1;
-  const ga_segment *seg = u->seg;
-  m->v[m->n++] = (fblk){.tie = u->tie,
-                        .ptr = u->ptr,
-                        .stream = seg->stream,
-                        .size_class = seg->size_class,
-                        .expandable = 1,
-                        .serving = 1,
-                        .general = !seg->priv,
-                        .at_end = 1,
-                        .room = u->size,
-                        .follow = u->next && u->next->state == GA_BLOCK_FREE ? u->next->ptr : 0,
-                        .base = seg->base,
-                        .created = seg->created};
+  m->v[m->n++] = hole_of(u);
   return 0;
 }
 
@@ -187,6 +203,7 @@ static fblk *first_after(fmodel *m, int size_class, ga_stream_t stream, size_t s
 static fblk *best_fit(fmodel *m, int size_class, ga_stream_t stream, size_t size) {
   const ga_config *c = &m->a->cfg;
   if (!m->priv && ga_limit_gc_on(m->a) && size_class == GA_CLASS_LARGE) m->gc_calls++;
+  if (m->lazy) return fast_best(m->lazy, size_class, stream, size);
   fblk *b = first_after(m, size_class, stream, size, NULL);
   if (!b) return NULL;
   if (ga_alloc_policy_walks(m->a))
@@ -231,29 +248,52 @@ static void give_back(fmodel *m, fblk *b) {
  * lowest address in it); NULL: a new range. Its room is the unmapped space
  * right after it: a run that reaches past that space, over the free memory
  * after it into more unmapped space (find_run's reach), is not modelled. */
-static fblk *end_run(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
+static int run_before(const fblk *x, const fblk *y) {
+  return x->created > y->created || (x->created == y->created && x->ptr < y->ptr);
+}
+
+static fblk *end_run_in(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
   fblk *run = NULL;
   for (size_t i = 0; i < m->n; i++) {
     fblk *x = &m->v[i];
     if (!x->removed && x->serving && x->at_end && x->size_class == size_class && x->stream == stream &&
-        x->size + x->room >= rounded &&
-        (!run || x->created > run->created || (x->created == run->created && x->ptr < run->ptr)))
+        x->size + x->room >= rounded && (!run || run_before(x, run)))
       run = x;
   }
   return run;
 }
 
+static fblk *end_run(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
+  return m->lazy ? fast_end_run(m->lazy, size_class, stream, rounded)
+                 : end_run_in(m, size_class, stream, rounded);
+}
+
+/* run takes in f, the free block after its unmapped space. */
+static void absorb(fblk *run, const fblk *f) {
+  run->size += f->size;
+  run->at_end = f->at_end;
+  run->room = f->room;
+  run->follow = f->follow;
+}
+
+/* The entry of m at address ptr, or NULL. */
+static fblk *entry_at(fmodel *m, uintptr_t ptr) {
+  for (size_t i = 0; ptr && i < m->n; i++)
+    if (!m->v[i].removed && m->v[i].ptr == ptr) return &m->v[i];
+  return NULL;
+}
+
 /* A run whose unmapped space is all mapped now merges with the free block
  * after it (map_block merges with the free neighbours). */
 static void join_follow(fmodel *m, fblk *run) {
+  if (m->lazy) {
+    fast_join(m->lazy, run);
+    return;
+  }
   run->at_end = 0;
-  for (size_t i = 0; run->follow && i < m->n; i++) {
-    fblk *f = &m->v[i];
-    if (f->removed || f->ptr != run->follow) continue;
-    run->size += f->size;
-    run->at_end = f->at_end;
-    run->room = f->room;
-    run->follow = f->follow;
+  fblk *f = entry_at(m, run->follow);
+  if (f) {
+    absorb(run, f);
     f->removed = 1;
     return;
   }
@@ -312,6 +352,10 @@ static void gc(fmodel *m) {
   if (!ga_limit_gc_on(a)) return;
   size_t threshold = ga_limit_gc_threshold(a);
   if (m->reserved <= threshold) return;
+  if (m->lazy) { /* it reads every whole segment */
+    m->bail = 1;
+    return;
+  }
   size_t target = m->reserved - threshold, reclaimed = 0, left = 0;
   double total_age = 0.0;
   for (size_t i = 0; i < m->n; i++) {
@@ -343,6 +387,7 @@ static void gc(fmodel *m) {
 static int oversize(fmodel *m, int size_class, ga_stream_t stream, size_t size) {
   size_t max_split = m->a->cfg.max_split_size;
   if (max_split == SIZE_MAX) return 0;
+  if (m->lazy) return m->bail = 1, 0;
   size_t key = size < max_split ? max_split : size;
   fblk *b = NULL;
   for (size_t i = 0; i < m->n; i++) {
@@ -379,6 +424,10 @@ static int oversize(fmodel *m, int size_class, ga_stream_t stream, size_t size) 
 }
 
 static void flush(fmodel *m) {
+  if (m->lazy) {
+    m->bail = 1;
+    return;
+  }
   for (size_t i = 0; i < m->n; i++)
     if (!m->v[i].removed && m->v[i].whole && (m->v[i].general || !m->v[i].serving)) give_back(m, &m->v[i]);
 }
@@ -386,12 +435,13 @@ static void flush(fmodel *m) {
 static int native_one(fmodel *m, int size_class, ga_stream_t stream, size_t rounded) {
   size_t alloc_size = ga_allocation_size_for(&m->a->cfg, rounded);
   gc(m);
+  if (m->bail) return 0;
   if (new_segment(m, alloc_size, size_class, stream, rounded)) return 1;
   if (oversize(m, size_class, stream, rounded) && new_segment(m, alloc_size, size_class, stream, rounded))
     return 1;
-  if (m->routing) return 0;
+  if (m->routing || m->bail) return 0;
   flush(m);
-  return new_segment(m, alloc_size, size_class, stream, rounded);
+  return !m->bail && new_segment(m, alloc_size, size_class, stream, rounded);
 }
 
 /* ---- Expandable segments ---- */
@@ -445,6 +495,10 @@ static void create(fmodel *m, size_t need, size_t page, size_t *extra) {
  * those of whole mappings inside free blocks of the general trees, from the
  * smallest blocks, from their backs. */
 static void take(fmodel *m, size_t need) {
+  if (m->lazy) { /* a move reads every free block */
+    m->bail = m->cache < need && !m->routing;
+    return;
+  }
   size_t g = m->a->space.gran;
   while (m->cache < need && !m->routing) {
     fblk *smallest = NULL;
@@ -497,6 +551,7 @@ static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t 
   /* The run's own granules are there already, and none of them moves away
    * (ga_move_obtain_locked keeps the run's range). */
   fblk *run = end_run(m, size_class, stream, rounded);
+  if (m->oom) return 0;
   size_t at = run ? (size_t)(run - m->v) : 0;
   if (run) {
     uintptr_t hi = (run->ptr + rounded + g - 1) / g * g, have = run->ptr + run->size;
@@ -534,6 +589,10 @@ static int expandable_one(fmodel *m, int size_class, ga_stream_t stream, size_t 
  * free block of an expandable segment that may go back are unmapped; what is
  * left of the block on either side stays free. */
 static void unmap_pages(fmodel *m) {
+  if (m->lazy) {
+    m->bail = 1;
+    return;
+  }
   size_t n = m->n;
   for (size_t i = 0; i < n; i++) {
     fblk *x = &m->v[i];
@@ -574,6 +633,7 @@ static int pytorch_one(fmodel *m, int size_class, ga_stream_t stream, size_t rou
   size_t page = ga_page_of(a, size_class);
   for (int retry = 0;; retry = 1) {
     fblk *run = end_run(m, size_class, stream, rounded);
+    if (m->oom) return 0;
     size_t bytes = (rounded + page - 1) / page * page;
     if (run) { /* the pages up to the request's end, within the unmapped space */
       uintptr_t end = run->base + (run->ptr + rounded - run->base + page - 1) / page * page;
@@ -594,7 +654,7 @@ static int pytorch_one(fmodel *m, int size_class, ga_stream_t stream, size_t rou
     if (retry || m->routing) return 0;
     flush(m);
     unmap_pages(m);
-    if (m->oom) return 0;
+    if (m->oom || m->bail) return 0;
   }
 }
 
@@ -609,32 +669,62 @@ static int one(fmodel *m, size_t size, ga_stream_t stream) {
     hand_out(m, b, rounded);
     return 1;
   }
+  if (m->oom || (m->lazy && !fast_device(m->lazy))) return 0;
   if (!m->a->cfg.expandable_segments) return native_one(m, size_class, stream, rounded);
   return m->a->cfg.expandable_pytorch ? pytorch_one(m, size_class, stream, rounded)
                                       : expandable_one(m, size_class, stream, rounded);
 }
 
-/* ---- From the cache alone, without the model ----
- * While every request is served by a free block, the dry run needs no
- * model: best fit reads the serving trees themselves (O(log n)), under an
- * overlay of the blocks it has taken so far (each held as the model would
- * hold it, then handed out by the same rule). The first request no free
- * block serves would go down the ladder, which the model answers: the
- * caller then builds it and starts again. */
+/* ---- The lazy model: the trees under an overlay ----
+ * A dry run rarely needs every free block: best fit reads the serving trees
+ * themselves (O(log n)), and a growth finds the end of a mapped range
+ * through the segments' unmapped index. So the dry run first runs on a lazy
+ * model (ov.lazy): its vector holds only what the dry run took from the
+ * trees and the index (each held as the full model would hold it, then
+ * handed out, grown and joined by the same code) and what it created (new
+ * segments and ranges). One request after another goes through one(), the
+ * model's own sequence; a step that would read every free block (garbage
+ * collection that is due, oversize blocks or the whole cache given back,
+ * moves of pages, PyTorch's release of free pages) sets ov.bail instead, and
+ * the caller builds the full model and starts again. */
 
-#define FAST_MAX 64 /* requests: the overlay is searched linearly */
+#define FAST_MAX  64                 /* requests: the overlay is searched linearly */
+#define FAST_OV   (FAST_MAX + 2)     /* overlay entries: a request adds one at most */
+#define FAST_HELD (2 * FAST_MAX + 2) /* blocks taken: two at most (a run and the block it joins) */
 
+/* On the stack, and nothing of it zeroed: a vector allocated per call made
+ * the C library's malloc consolidate its heap, whose cost grew with the
+ * blocks live (ga-bench scale's would_fit under callgrind: 85 % of the call
+ * at 10^5 blocks of mixed sizes). */
 typedef struct fast {
-  fmodel ov;                 /* the overlay: the blocks taken from the trees, as the dry run left them */
+  fmodel ov;                 /* the overlay: what the dry run took or made, as it left them */
   const ga_free_tree *trees; /* the serving trees */
-  const ga_block *taken[FAST_MAX];
   size_t ntaken;
+  int dev_asked;                    /* ov.dev_free holds the device's answer */
+  const ga_block *taken[FAST_HELD]; /* blocks of the trees and holes the overlay holds or joined */
+  const ga_block *space[FAST_OV];   /* per overlay entry: the UNMAPPED block its room is, or NULL */
+  fblk buf[FAST_OV];                /* ov.v */
 } fast;
 
 static int taken(const fast *f, const ga_block *b) {
   for (size_t i = 0; i < f->ntaken; i++)
     if (f->taken[i] == b) return 1;
   return 0;
+}
+
+/* The UNMAPPED block after b, whose bytes a growth of b maps, or NULL. */
+static const ga_block *space_after(const ga_block *b) {
+  return b->seg->expandable && b->next && b->next->state == GA_BLOCK_UNMAPPED ? b->next : NULL;
+}
+
+/* src (a block of the trees, or a hole) goes into the overlay as x. */
+static fblk *fast_hold(fast *f, const ga_block *src, fblk x, const ga_block *space) {
+  fmodel *ov = &f->ov;
+  if (f->ntaken == FAST_HELD || ov->n == FAST_OV) return ov->oom = 1, NULL;
+  f->taken[f->ntaken++] = src;
+  f->space[ov->n] = space;
+  ov->v[ov->n] = x;
+  return &ov->v[ov->n++];
 }
 
 /* A candidate of the merged order: a block of the trees not taken, or one
@@ -664,7 +754,7 @@ static int fast_first(fast *f, int size_class, ga_stream_t stream, size_t size, 
 
 /* best_fit on the trees under the overlay; the block found is in the
  * overlay. NULL: none serves (the model's ladder would run), or no memory
- * for the overlay. */
+ * for the overlay (ov.oom). */
 static fblk *fast_best(fast *f, int size_class, ga_stream_t stream, size_t size) {
   const ga_config *c = &f->ov.a->cfg;
   cand b, n;
@@ -674,35 +764,114 @@ static fblk *fast_best(fast *f, int size_class, ga_stream_t stream, size_t size)
            n.f.size + n.f.room < b.f.size + b.f.room)
       b = n;
   if (ga_alloc_oversize_refuses(c, size, b.f.size)) return NULL;
-  if (b.ob) return b.ob;
-  fmodel *ov = &f->ov;
-  if (f->ntaken == FAST_MAX || GA_VEC_ROOM(ov->v, ov->cap, ov->n + 1)) return NULL;
-  f->taken[f->ntaken++] = b.tb;
-  ov->v[ov->n] = b.f;
-  return &ov->v[ov->n++];
+  return b.ob ? b.ob : fast_hold(f, b.tb, b.f, space_after(b.tb));
 }
 
-/* ga_would_fit's answer when every request up to the first refused for its
- * size is served from the cache: 1 and *fit; else 0. */
-static int fit_from_cache(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream, size_t *fit) {
+/* end_run on the overlay and on the segments of the serving pool and
+ * stream: in each, the first unmapped block (by address, through the index)
+ * whose run as the model holds it (the FREE block before it and the
+ * unmapped bytes, or the unmapped bytes alone) is long enough. The segments
+ * are few (a stream's ranges per pool); the unmapped blocks passed over are
+ * those whose bound reaches `rounded` but whose run does not. */
+static fblk *fast_end_run(fast *f, int size_class, ga_stream_t stream, size_t rounded) {
+  fmodel *ov = &f->ov;
+  fblk *run = end_run_in(ov, size_class, stream, rounded), best = {0}, x;
+  const ga_block *src = NULL, *space = NULL;
+  for (const ga_segment *seg = ov->a->space.segs; seg; seg = seg->next) {
+    if (!seg->expandable || seg->priv != ov->priv || seg->stream != stream) continue;
+    if ((run && run->created > seg->created) || (src && best.created > seg->created)) continue;
+    for (const ga_block *u = ga_unmapped_first_from(seg, 0, rounded); u;
+         u = ga_unmapped_first_from(seg, u->ptr + 1, rounded)) {
+      const ga_block *c = u->prev && u->prev->state == GA_BLOCK_FREE ? u->prev : u;
+      if (c == u ? seg->size_class != size_class
+                 : !c->in_tree || c->stream != stream || c->size_class != size_class)
+        continue;
+      if (taken(f, c)) continue; /* the overlay holds it as the dry run left it */
+      x = c == u ? hole_of(u) : fblk_of(ov->a, c, 1, !ov->priv);
+      if (x.size + x.room < rounded) continue;
+      if ((!run || run_before(&x, run)) && (!src || run_before(&x, &best))) best = x, src = c, space = u;
+      break; /* the lowest address of the segment */
+    }
+  }
+  return src ? fast_hold(f, src, best, space) : run;
+}
+
+/* join_follow on the overlay, or with the FREE block after the unmapped
+ * block the run's room is (joined: taken, as the model removes it). */
+static void fast_join(fast *f, fblk *run) {
+  fmodel *ov = &f->ov;
+  size_t i = (size_t)(run - ov->v);
+  const ga_block *u = f->space[i], *fb = u ? u->next : NULL;
+  run->at_end = 0;
+  fblk *o = entry_at(ov, run->follow);
+  if (o) {
+    absorb(run, o);
+    o->removed = 1;
+    f->space[i] = f->space[o - ov->v];
+    return;
+  }
+  if (run->follow && fb && fb->state == GA_BLOCK_FREE && fb->in_tree && fb->ptr == run->follow &&
+      !taken(f, fb)) {
+    if (f->ntaken == FAST_HELD) {
+      ov->oom = 1;
+      return;
+    }
+    fblk x = fblk_of(ov->a, fb, 1, !ov->priv);
+    absorb(run, &x);
+    f->taken[f->ntaken++] = fb;
+    f->space[i] = space_after(fb);
+    return;
+  }
+  run->follow = 0;
+}
+
+/* The device's free memory, asked once, before the first step of a ladder
+ * (the model's dev_free); 0 when the device does not answer (the full
+ * model's path asks again and names the error). */
+static int fast_device(fast *f) {
+  if (!f->dev_asked) {
+    size_t total = 0;
+    if (ga_dev_mem_info(f->ov.a->dev, &f->ov.dev_free, &total)) return f->ov.bail = 1, 0;
+    f->dev_asked = 1;
+  }
+  return 1;
+}
+
+/* ga_would_fit's answer from the lazy model: 1 and *fit, or 0 when it
+ * cannot answer (more than FAST_MAX requests, a step that reads every free
+ * block, no memory for the overlay). */
+static int fit_lazily(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream, size_t *fit) {
   if (n > FAST_MAX) return 0;
-  fast f = {.ov = {.a = a, .routing = a->pol.capture.routing}};
+  fast f;
+  /* model_init's figures; dev_free once a ladder needs it (fast_device). */
+  f.ov = (fmodel){.a = a,
+                  .v = f.buf,
+                  .cap = FAST_OV,
+                  .reserved = a->space.reserved,
+                  .cache = a->space.ncache,
+                  .gc_calls = a->pol.trees[GA_CLASS_LARGE].gc_calls,
+                  .next_ptr = UINTPTR_MAX / 2,
+                  .created = a->space.created,
+                  .routing = a->pol.capture.routing,
+                  .lazy = &f};
   f.trees = serving_trees(a, stream, &f.ov.priv);
+  f.ntaken = 0;
+  f.dev_asked = 0;
   size_t k = 0;
   int answered = 0;
-  for (; k < n; k++) {
-    if (sizes[k] == 0) continue;
-    if (sizes[k] > GA_MAX_REQUEST) { /* one() refuses it before anything */
+  /* Each request adds one overlay entry at most: the vector never grows. */
+  while (k < n && f.ov.n < FAST_OV) {
+    f.space[f.ov.n] = NULL; /* the entry a new segment or range would be */
+    int ok = one(&f.ov, sizes[k], stream);
+    if (f.ov.bail || f.ov.oom) break;
+    if (!ok) { /* refused with no more read than the lazy model holds: so would the model */
       answered = 1;
       break;
     }
-    size_t rounded = ga_round_size(&a->cfg, sizes[k]);
-    fblk *b = fast_best(&f, rounded <= GA_SMALL_SIZE ? GA_CLASS_SMALL : GA_CLASS_LARGE, stream, rounded);
-    if (!b) break;
-    hand_out(&f.ov, b, rounded);
+    k++;
   }
-  free(f.ov.v);
   if (k == n) answered = 1;
+  GA_ASSERT(f.ov.v == f.buf);
   if (answered) *fit = k;
   return answered;
 }
@@ -711,9 +880,9 @@ ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size
                                     size_t *fit) {
   GA_ASSERT_LOCKED(a);
   size_t quick = 0;
-  int from_cache = fit_from_cache(a, sizes, n, stream, &quick);
+  int lazily = fit_lazily(a, sizes, n, stream, &quick);
 #ifndef GA_ASSERTS
-  if (from_cache) { /* no device call */
+  if (lazily) { /* at most one device call, and none when the cache served every request */
     *fit = quick;
     return GA_OK;
   }
@@ -732,7 +901,7 @@ ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size
   if (rc || m.oom) {
     return ga_fail(GA_DEV_ENOMEM, "ga_would_fit", NULL, "for the model of %zu free blocks", m.n);
   }
-  GA_ASSERT(!from_cache || quick == k); /* debug builds run both */
+  GA_ASSERT(!lazily || quick == k); /* debug builds run both */
   *fit = k;
   return GA_OK;
 }

@@ -173,6 +173,12 @@ void ga_unmapped_touch_locked(ga_block *b);
  * that holds an UNMAPPED block and at least `size` bytes; NULL when none.
  * O(log n) amortised: stale bounds it meets are tightened. */
 ga_block *ga_unmapped_find_run_locked(ga_segment *seg, size_t size);
+/* The first UNMAPPED block of seg at or after address `from` whose bound
+ * is at least `size`, or NULL; a bound may be too high, so the caller tests
+ * what it needs of the block. Changes nothing (no bound is tightened):
+ * O(log n) plus the entries whose bound is at least size that the caller
+ * passes over. */
+const ga_block *ga_unmapped_first_from(const ga_segment *seg, uintptr_t from, size_t size);
 /* u's exact reach (a walk over its run). */
 size_t ga_unmapped_reach(const ga_block *u);
 /* Calls fn on each UNMAPPED block of seg in address order until it returns

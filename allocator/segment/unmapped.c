@@ -187,6 +187,20 @@ ga_block *ga_unmapped_find_run_locked(ga_segment *seg, size_t size) {
   }
 }
 
+/* The first entry of t's subtree at or after `from` whose bound is at least
+ * size: subtrees whose largest bound is less are skipped whole. */
+static const ga_block *first_from(const ga_block *t, uintptr_t from, size_t size) {
+  if (max_of(t) < size) return NULL;
+  if (t->ptr < from) return first_from(t->right, from, size);
+  const ga_block *r = first_from(t->left, from, size);
+  if (r) return r;
+  return t->reach >= size ? t : first_from(t->right, from, size);
+}
+
+const ga_block *ga_unmapped_first_from(const ga_segment *seg, uintptr_t from, size_t size) {
+  return first_from(seg->unmapped_root, from, size);
+}
+
 static int walk(const ga_block *t, int (*fn)(const ga_block *, void *), void *arg) {
   if (!t) return 0;
   int r = walk(t->left, fn, arg);
