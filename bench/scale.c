@@ -24,6 +24,10 @@
  *          allocated again untimed.
  *   fit    ga_would_fit of FIT_REQUESTS sizes of the pattern (a dry run of
  *          as many mallocs on a model of the free blocks), and
+ *   grow   ga_would_fit of FIT_REQUESTS sizes of 32 to 64 MiB, which no
+ *          free block of either pattern serves: each goes to the retry
+ *          ladder's first step (a new segment, or a growth of the stream's
+ *          mapped range), and
  *   largest  ga_largest_free without the device's call (the largest request
  *          the cache serves), each FIT_ROUNDS times after the release
  *          rounds, ga_largest_free first: a model of 10^5 free blocks is
@@ -59,6 +63,26 @@
  * is killed. The table, a CSV
  * (scale.csv, its command in scale.cmd) and a log-log plot (scale.svg) go to
  * --out.
+ *
+ * Instructions, under valgrind's callgrind: every timed call goes through a
+ * function of its own that does nothing else (scale_op_alloc, scale_op_free,
+ * scale_op_reuse, scale_op_empty, scale_op_refused, scale_op_would_fit,
+ * scale_op_largest, scale_op_would_grow; for the glibc series the first three call malloc and
+ * free), and only timed calls go through them: filling, the untimed frees and
+ * allocations around the rounds and the benchmark's own loop call the API
+ * directly. Run as
+ *   valgrind --tool=callgrind --collect-atstart=no --toggle-collect=scale_op_alloc
+ *     (one --toggle-collect per function) ga-bench scale --rounds 1 ...
+ * callgrind collects exactly what those calls execute. At each point the
+ * child zeroes what it collected before the measured rounds (the warm-up
+ * batch goes through the same functions) and, after them, dumps a profile
+ * whose trigger names the series, N and the calls of each metric:
+ *   scale native 4k n=1000 rounds=1 alloc=2000 free=2000 reuse=2000
+ *     empty_cache=20 refused=20 would_fit=5 largest_free=5 would_grow=5
+ * so a function's inclusive instructions divided by its metric's calls is
+ * the count per call (bench/tools/scale_instructions.py does it, with and
+ * without the simulated device's operations). Outside valgrind the requests
+ * are no-ops, and each function costs a call.
  */
 #include <errno.h>
 #include <malloc.h>
@@ -89,11 +113,9 @@
 
 #include "bench.h"
 
-/* Under valgrind's callgrind (valgrind --tool=callgrind --collect-atstart=no
- * ga-bench scale ...), the random frees of each point are collected alone
- * and dumped with the point's N: instructions (and, with --cache-sim=yes,
- * cache misses) per free, apart from the time. Outside valgrind these are
- * no-ops. */
+/* Callgrind's client requests (see the top of the file): the zeroing before
+ * a point's measured rounds and the dump after them. No-ops outside valgrind,
+ * and where the header is missing. */
 #if defined(__has_include)
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>
@@ -101,9 +123,22 @@
 #endif
 #endif
 #ifndef SCALE_CALLGRIND
-#define CALLGRIND_TOGGLE_COLLECT   ((void)0)
 #define CALLGRIND_ZERO_STATS       ((void)0)
 #define CALLGRIND_DUMP_STATS_AT(s) ((void)(s))
+#endif
+
+/* The functions callgrind's --toggle-collect names must exist under their own
+ * names: never inlined, and (GCC) never cloned for constant arguments nor
+ * folded into a twin with the same body (scale_op_alloc and scale_op_reuse
+ * are such twins), which noipa forbids; Clang neither clones nor folds
+ * functions without being asked to. */
+#if defined(__has_attribute)
+#if __has_attribute(noipa)
+#define SCALE_OP __attribute__((noipa))
+#endif
+#endif
+#ifndef SCALE_OP
+#define SCALE_OP __attribute__((noinline))
 #endif
 
 /* ---- Series ---- */
@@ -129,9 +164,10 @@ static const char *const patterns[] = {"4k", "mixed"};
 #define MAXROUNDS 99
 
 /* The figures of a point, each as median, minimum and maximum over the rounds. */
-enum { M_ALLOC, M_FREE, M_REUSE, M_EMPTY, M_REFUSED, M_FIT, M_LARGEST, NMETRIC };
-static const char *const metric_csv[NMETRIC] = {
-    "alloc_ns", "free_ns", "reuse_ns", "empty_cache_ns", "refused_ns", "would_fit_ns", "largest_free_ns"};
+enum { M_ALLOC, M_FREE, M_REUSE, M_EMPTY, M_REFUSED, M_FIT, M_LARGEST, M_GROW, NMETRIC };
+static const char *const metric_csv[NMETRIC] = {"alloc_ns",        "free_ns",      "reuse_ns",
+                                                "empty_cache_ns",  "refused_ns",   "would_fit_ns",
+                                                "largest_free_ns", "would_grow_ns"};
 
 typedef struct point {
   uint64_t n, ops; /* ops: operations timed per round */
@@ -184,13 +220,57 @@ static double wall_now(void) {
 
 typedef struct run_state {
   ga_allocator_t *a; /* NULL: the C library's malloc/free */
+  const char *name;  /* the series, "native 4k" */
   int pattern;
   void **live;
   size_t n, cap;
   double deadline, t0;
   int out; /* the pipe to the parent */
   char why[320];
+  uint64_t calls[NMETRIC]; /* timed calls of each metric since the point's zeroing */
 } run_state;
+
+/* ---- The timed calls ----
+ * One function per metric, called only where that metric is timed (see the
+ * top of the file); a is NULL for the C library's series. */
+
+static SCALE_OP int scale_op_alloc(ga_allocator_t *a, size_t size, void **p) {
+  if (!a) return (*p = malloc(size)) ? 0 : -1;
+  return ga_malloc(a, size, NULL, p) == GA_OK ? 0 : -1;
+}
+
+static SCALE_OP int scale_op_reuse(ga_allocator_t *a, size_t size, void **p) {
+  if (!a) return (*p = malloc(size)) ? 0 : -1;
+  return ga_malloc(a, size, NULL, p) == GA_OK ? 0 : -1;
+}
+
+static SCALE_OP int scale_op_free(ga_allocator_t *a, void *p) {
+  if (!a) {
+    free(p);
+    return 0;
+  }
+  return ga_free(a, p) == GA_OK ? 0 : -1;
+}
+
+static SCALE_OP ga_status_t scale_op_empty(ga_allocator_t *a) { return ga_empty_cache(a); }
+
+static SCALE_OP ga_status_t scale_op_refused(ga_allocator_t *a, size_t size, void **p) {
+  return ga_malloc(a, size, NULL, p);
+}
+
+static SCALE_OP ga_status_t scale_op_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n,
+                                               size_t *fit) {
+  return ga_would_fit(a, sizes, n, NULL, fit);
+}
+
+static SCALE_OP ga_status_t scale_op_would_grow(ga_allocator_t *a, const size_t *sizes, size_t n,
+                                                size_t *fit) {
+  return ga_would_fit(a, sizes, n, NULL, fit);
+}
+
+static SCALE_OP ga_status_t scale_op_largest(ga_allocator_t *a, size_t *cached) {
+  return ga_largest_free(a, NULL, cached, NULL);
+}
 
 static void say(run_state *r, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -209,8 +289,12 @@ static void say(run_state *r, const char *fmt, ...) {
   if (write(r->out, line, (size_t)k) != k) _exit(3);
 }
 
+/* How alloc_one and free_at call the allocator: directly (untimed), or
+ * through the timed metric's function, counting the call. */
+#define UNTIMED (-1)
+
 /* 0, or -1 with r->why set. */
-static int alloc_one(run_state *r) {
+static int alloc_one(run_state *r, int metric) {
   if (r->n == r->cap) {
     size_t cap = r->cap ? r->cap * 2 : 4096;
     void **v = realloc(r->live, cap * sizeof *v);
@@ -219,10 +303,19 @@ static int alloc_one(run_state *r) {
     r->cap = cap;
   }
   size_t size = size_of(r->pattern);
-  if (!r->a) {
-    if (!(r->live[r->n] = malloc(size)))
-      return snprintf(r->why, sizeof r->why, "malloc(%zu) failed with %zu live", size, r->n), -1;
-  } else if (ga_malloc(r->a, size, NULL, &r->live[r->n]) != GA_OK) {
+  int bad;
+  if (metric == UNTIMED)
+    bad = r->a ? ga_malloc(r->a, size, NULL, &r->live[r->n]) != GA_OK : !(r->live[r->n] = malloc(size));
+  else {
+    r->calls[metric]++;
+    if (metric == M_ALLOC)
+      bad = scale_op_alloc(r->a, size, &r->live[r->n]);
+    else
+      bad = scale_op_reuse(r->a, size, &r->live[r->n]);
+  }
+  if (bad && !r->a)
+    return snprintf(r->why, sizeof r->why, "malloc(%zu) failed with %zu live", size, r->n), -1;
+  if (bad) {
     snprintf(r->why, sizeof r->why, "ga_malloc(%zu) failed with %zu live: %.250s", size, r->n,
              ga_last_error());
     return -1;
@@ -231,14 +324,21 @@ static int alloc_one(run_state *r) {
   return 0;
 }
 
-static int free_at(run_state *r, size_t i) {
+static int free_at(run_state *r, size_t i, int metric) {
   void *p = r->live[i];
   r->live[i] = r->live[--r->n];
-  if (!r->a) {
-    free(p);
-    return 0;
+  int bad;
+  if (metric == UNTIMED) {
+    if (!r->a) {
+      free(p);
+      return 0;
+    }
+    bad = ga_free(r->a, p) != GA_OK;
+  } else {
+    r->calls[metric]++;
+    bad = scale_op_free(r->a, p);
   }
-  if (ga_free(r->a, p) != GA_OK) {
+  if (bad) {
     snprintf(r->why, sizeof r->why, "ga_free failed: %.120s", ga_last_error());
     return -1;
   }
@@ -255,8 +355,8 @@ static int over_budget(run_state *r) {
 static int fill(run_state *r, size_t n) {
   for (uint64_t k = 0; r->n < n; k++) {
     if (k % 256 == 0 && over_budget(r)) return -1;
-    if (alloc_one(r)) return -1;
-    if (r->pattern == 1 && k % 3 == 2 && free_at(r, (size_t)(rng() % r->n))) return -1;
+    if (alloc_one(r, UNTIMED)) return -1;
+    if (r->pattern == 1 && k % 3 == 2 && free_at(r, (size_t)(rng() % r->n), UNTIMED)) return -1;
   }
   return 0;
 }
@@ -268,11 +368,11 @@ static int round_grow(run_state *r, size_t w, double *t) {
   double c0 = cpu_now();
   for (size_t k = 0; k < w; k++) {
     if (k % 256 == 0 && over_budget(r)) return -1;
-    if (alloc_one(r)) return -1;
+    if (alloc_one(r, M_ALLOC)) return -1;
   }
   *t += cpu_now() - c0;
   while (r->n > base)
-    if (free_at(r, r->n - 1)) return -1;
+    if (free_at(r, r->n - 1, UNTIMED)) return -1;
   if (r->a && ga_empty_cache(r->a) != GA_OK) {
     snprintf(r->why, sizeof r->why, "ga_empty_cache failed: %.120s", ga_last_error());
     return -1;
@@ -284,15 +384,13 @@ static int round_grow(run_state *r, size_t w, double *t) {
 static int round_reuse(run_state *r, size_t w, double *tf, double *ta) {
   double c0 = cpu_now();
   int bad = 0;
-  CALLGRIND_TOGGLE_COLLECT;
   for (size_t k = 0; k < w && !bad; k++)
-    bad = (k % 256 == 0 && over_budget(r)) || free_at(r, (size_t)(rng() % r->n));
-  CALLGRIND_TOGGLE_COLLECT;
+    bad = (k % 256 == 0 && over_budget(r)) || free_at(r, (size_t)(rng() % r->n), M_FREE);
   if (bad) return -1;
   double c1 = cpu_now();
   for (size_t k = 0; k < w; k++) {
     if (k % 256 == 0 && over_budget(r)) return -1;
-    if (alloc_one(r)) return -1;
+    if (alloc_one(r, M_REUSE)) return -1;
   }
   *tf += c1 - c0;
   *ta += cpu_now() - c1;
@@ -308,16 +406,17 @@ static int round_reuse(run_state *r, size_t w, double *tf, double *ta) {
  * ga_empty_cache to *te and of one refused request to *to. */
 static int round_release(run_state *r, double *te, double *to) {
   for (int k = 0; k < RELEASE_K; k++)
-    if (free_at(r, (size_t)(rng() % r->n))) return -1;
+    if (free_at(r, (size_t)(rng() % r->n), UNTIMED)) return -1;
+  r->calls[M_EMPTY]++;
   double c0 = cpu_now();
-  ga_status_t st = ga_empty_cache(r->a);
+  ga_status_t st = scale_op_empty(r->a);
   *te += cpu_now() - c0;
   if (st != GA_OK)
     return snprintf(r->why, sizeof r->why, "ga_empty_cache failed: %.120s", ga_last_error()), -1;
   for (int k = 0; k < RELEASE_K; k++)
-    if (alloc_one(r)) return -1;
+    if (alloc_one(r, UNTIMED)) return -1;
   for (int k = 0; k < RELEASE_K; k++)
-    if (free_at(r, (size_t)(rng() % r->n))) return -1;
+    if (free_at(r, (size_t)(rng() % r->n), UNTIMED)) return -1;
   ga_stats_t stats;
   size_t free_b = 0, total = 0;
   if (ga_stats(r->a, &stats) != GA_OK || ga_mem_get_info(r->a, &free_b, &total) != GA_OK || !total)
@@ -326,8 +425,9 @@ static int round_release(run_state *r, double *te, double *to) {
   if (ga_set_memory_fraction(r->a, fraction > 1.0 ? 1.0 : fraction) != GA_OK)
     return snprintf(r->why, sizeof r->why, "ga_set_memory_fraction failed: %.120s", ga_last_error()), -1;
   void *p = NULL;
+  r->calls[M_REFUSED]++;
   c0 = cpu_now();
-  st = ga_malloc(r->a, (size_t)1 << 30, NULL, &p);
+  st = scale_op_refused(r->a, (size_t)1 << 30, &p);
   *to += cpu_now() - c0;
   if (st == GA_OK) (void)ga_free(r->a, p);
   if (st != GA_OK && st != GA_ERR_OOM)
@@ -336,32 +436,46 @@ static int round_release(run_state *r, double *te, double *to) {
   if (ga_set_memory_fraction(r->a, 1.0) != GA_OK)
     return snprintf(r->why, sizeof r->why, "ga_set_memory_fraction failed: %.120s", ga_last_error()), -1;
   for (int k = 0; k < RELEASE_K; k++)
-    if (alloc_one(r)) return -1;
+    if (alloc_one(r, UNTIMED)) return -1;
+  return 0;
+}
+
+typedef ga_status_t (*would_fit_op)(ga_allocator_t *, const size_t *, size_t, size_t *);
+
+/* FIT_ROUNDS timed calls of op (metric m) on the FIT_REQUESTS sizes: adds their seconds to *t. */
+static int rounds_would_fit(run_state *r, int m, would_fit_op op, const size_t *sizes, double *t,
+                            const char *what) {
+  size_t fit = 0;
+  for (int k = 0; k < FIT_ROUNDS; k++) {
+    if (over_budget(r)) return -1;
+    r->calls[m]++;
+    double c0 = cpu_now();
+    ga_status_t st = op(r->a, sizes, FIT_REQUESTS, &fit);
+    *t += cpu_now() - c0;
+    if (st != GA_OK) return snprintf(r->why, sizeof r->why, "%s failed: %.120s", what, ga_last_error()), -1;
+  }
   return 0;
 }
 
 /* FIT_ROUNDS calls of ga_largest_free (the cache alone), then as many of
- * ga_would_fit of FIT_REQUESTS sizes of the pattern: adds their seconds to
- * *tl and *tw. */
-static int rounds_fit(run_state *r, double *tw, double *tl) {
-  size_t sizes[FIT_REQUESTS], fit = 0, cached = 0;
+ * ga_would_fit of FIT_REQUESTS sizes of the pattern, then as many of
+ * FIT_REQUESTS sizes past every free block: adds their seconds to *tl, *tw
+ * and *tg. */
+static int rounds_fit(run_state *r, double *tw, double *tl, double *tg) {
+  size_t sizes[FIT_REQUESTS], big[FIT_REQUESTS], cached = 0;
   for (int k = 0; k < FIT_REQUESTS; k++) sizes[k] = size_of(r->pattern);
+  for (int k = 0; k < FIT_REQUESTS; k++) /* 32 to 64 MiB, the same at every point (no draw from rng) */
+    big[k] = ((size_t)32 << 20) + (size_t)((k * 37) % 33) * ((size_t)1 << 20) + (size_t)k * 4096;
   for (int k = 0; k < FIT_ROUNDS; k++) {
+    r->calls[M_LARGEST]++;
     double c0 = cpu_now();
-    ga_status_t st = ga_largest_free(r->a, NULL, &cached, NULL);
+    ga_status_t st = scale_op_largest(r->a, &cached);
     *tl += cpu_now() - c0;
     if (st != GA_OK)
       return snprintf(r->why, sizeof r->why, "ga_largest_free failed: %.120s", ga_last_error()), -1;
   }
-  for (int k = 0; k < FIT_ROUNDS; k++) {
-    if (over_budget(r)) return -1;
-    double c0 = cpu_now();
-    ga_status_t st = ga_would_fit(r->a, sizes, FIT_REQUESTS, NULL, &fit);
-    *tw += cpu_now() - c0;
-    if (st != GA_OK)
-      return snprintf(r->why, sizeof r->why, "ga_would_fit failed: %.120s", ga_last_error()), -1;
-  }
-  return 0;
+  if (rounds_would_fit(r, M_FIT, scale_op_would_fit, sizes, tw, "ga_would_fit")) return -1;
+  return rounds_would_fit(r, M_GROW, scale_op_would_grow, big, tg, "ga_would_fit past the cache");
 }
 
 static int by_value(const void *x, const void *y) {
@@ -388,14 +502,15 @@ static int measure_at(run_state *r, int rounds) {
   if (round_grow(r, w, &ignored) || round_reuse(r, w, &ignored, &ignored2)) return -1; /* warm */
   int done = 0, bad = 0;
   CALLGRIND_ZERO_STATS;
+  memset(r->calls, 0, sizeof r->calls);
   for (; done < rounds && !bad; done++) {
     if (done > 0 && over_budget(r)) break;
-    double tg = 0, tf = 0, ta = 0, te = 0, to = 0, tw = 0, tl = 0;
+    double tg = 0, tf = 0, ta = 0, te = 0, to = 0, tw = 0, tl = 0, tb = 0;
     for (size_t k = 0; k < batches && !bad; k++) bad = round_grow(r, w, &tg);
     for (size_t k = 0; k < batches && !bad; k++) bad = round_reuse(r, w, &tf, &ta);
     for (int k = 0; r->a && k < RELEASE_ROUNDS && !bad; k++)
       bad = over_budget(r) || round_release(r, &te, &to);
-    if (r->a && !bad) bad = rounds_fit(r, &tw, &tl);
+    if (r->a && !bad) bad = rounds_fit(r, &tw, &tl, &tb);
     if (bad) break;
     double ops = (double)(w * batches);
     v[M_ALLOC][done] = tg * 1e9 / ops;
@@ -405,9 +520,17 @@ static int measure_at(run_state *r, int rounds) {
     v[M_REFUSED][done] = r->a ? to * 1e9 / RELEASE_ROUNDS : NAN;
     v[M_FIT][done] = r->a ? tw * 1e9 / FIT_ROUNDS : NAN;
     v[M_LARGEST][done] = r->a ? tl * 1e9 / FIT_ROUNDS : NAN;
+    v[M_GROW][done] = r->a ? tb * 1e9 / FIT_ROUNDS : NAN;
   }
-  char label[96];
-  snprintf(label, sizeof label, "random frees at N=%zu: %zu", n, w * batches * (size_t)done);
+  /* The calls counted include those of a round cut short (not in `done`). */
+  char label[320];
+  snprintf(label, sizeof label,
+           "scale %s n=%zu rounds=%d alloc=%llu free=%llu reuse=%llu empty_cache=%llu refused=%llu "
+           "would_fit=%llu largest_free=%llu would_grow=%llu",
+           r->name, n, done, (unsigned long long)r->calls[M_ALLOC], (unsigned long long)r->calls[M_FREE],
+           (unsigned long long)r->calls[M_REUSE], (unsigned long long)r->calls[M_EMPTY],
+           (unsigned long long)r->calls[M_REFUSED], (unsigned long long)r->calls[M_FIT],
+           (unsigned long long)r->calls[M_LARGEST], (unsigned long long)r->calls[M_GROW]);
   CALLGRIND_DUMP_STATS_AT(label);
   if (!done) return -1;
   char line[1024];
@@ -421,9 +544,9 @@ static int measure_at(run_state *r, int rounds) {
   return bad || done < rounds ? -1 : 0;
 }
 
-static void run_series(int out, const char *conf, int pattern, const uint64_t *ns, size_t nn, double budget,
-                       int rounds) {
-  run_state r = {.pattern = pattern, .out = out};
+static void run_series(int out, const char *name, const char *conf, int pattern, const uint64_t *ns,
+                       size_t nn, double budget, int rounds) {
+  run_state r = {.name = name, .pattern = pattern, .out = out};
   r.t0 = process_now();
   r.deadline = r.t0 + budget;
   rng_state = 0x9E3779B97F4A7C15ULL + (uint64_t)pattern;
@@ -477,7 +600,8 @@ static void parse_line(series *s, char *line) {
 }
 
 /* Runs one series in a child; kills it when it runs far past its budget. */
-static void run_child(series *s, const char *conf, const uint64_t *ns, size_t nn, double budget, int rounds) {
+static void run_child(series *s, const char *name, const char *conf, const uint64_t *ns, size_t nn,
+                      double budget, int rounds) {
   int fd[2];
   snprintf(s->status, sizeof s->status, "no result");
   s->stop = "failed"; /* until the child says otherwise */
@@ -495,7 +619,7 @@ static void run_child(series *s, const char *conf, const uint64_t *ns, size_t nn
   }
   if (pid == 0) {
     close(fd[0]);
-    run_series(fd[1], conf, s->pattern, ns, nn, budget, rounds);
+    run_series(fd[1], name, conf, s->pattern, ns, nn, budget, rounds);
     _exit(0);
   }
   close(fd[1]);
@@ -625,6 +749,73 @@ static void print_floor(const series *sv, size_t nsv, const uint64_t *ns, size_t
         printf(" %14s", cell(point_at(&sv[g[j]], ns[k]), m, buf, sizeof buf));
       }
     printf("\n");
+  }
+}
+
+/* ---- Memory latency at each N ----
+ * A free of a random live block reads that block's record at least (and
+ * the block map's slot, and its neighbours), wherever it lies: with N
+ * records of 128 bytes, a load that misses every cache once N * 128 bytes
+ * outgrow them. This measures that floor alone: loads that each depend on
+ * the last, at random over N records of 128 bytes (one cycle through all of
+ * them, in a random order), CPU time per load, LAT_ROUNDS rounds. */
+#define LAT_LOADS  (1u << 20)
+#define LAT_ROUNDS 3
+
+typedef struct lat_rec {
+  size_t next; /* the index of the record read next */
+  char rest[128 - sizeof(size_t)];
+} lat_rec;
+
+/* ns per dependent load over n records: median, min, max in out; 0, or -1
+ * when the host has no memory for them. */
+static int latency_at(size_t n, double out[3]) {
+  lat_rec *r = malloc(n * sizeof *r);
+  size_t *order = malloc(n * sizeof *order);
+  if (!r || !order) {
+    free(r);
+    free(order);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) order[i] = i;
+  for (size_t i = n - 1; i > 0; i--) { /* a random order, then one cycle through it */
+    size_t j = (size_t)(rng() % (i + 1)), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  for (size_t i = 0; i < n; i++) r[order[i]].next = order[(i + 1) % n];
+  double v[LAT_ROUNDS];
+  size_t at = order[0];
+  for (int k = 0; k < LAT_ROUNDS; k++) {
+    double c0 = cpu_now();
+    for (unsigned i = 0; i < LAT_LOADS; i++) at = r[at].next;
+    v[k] = (cpu_now() - c0) * 1e9 / LAT_LOADS;
+  }
+  volatile size_t sink = at; /* the chain's end is used: the loads stay */
+  (void)sink;
+  summarise(v, LAT_ROUNDS, out);
+  free(r);
+  free(order);
+  return 0;
+}
+
+static void print_latency(const uint64_t *ns, size_t nn) {
+  printf(
+      "\nmemory latency, the floor under a random free: one load that depends on the last, at\n"
+      "random over N records of 128 bytes (a block record's size), CPU time per load:\n%-8s %14s\n",
+      "N live", "one load");
+  rng_state = 0x9E3779B97F4A7C15ULL;
+  for (size_t k = 0; k < nn; k++) {
+    double v[3];
+    printf("%-8llu", (unsigned long long)ns[k]);
+    if (latency_at((size_t)ns[k], v)) {
+      printf(" %14s\n", "no memory");
+      continue;
+    }
+    point p = {.n = ns[k], .rounds = LAT_ROUNDS};
+    for (int j = 0; j < 3; j++) p.v[0][j] = v[j];
+    char buf[32];
+    printf(" %14s\n", cell(&p, 0, buf, sizeof buf));
   }
 }
 
@@ -862,7 +1053,7 @@ int cmd_scale(int argc, char **argv) {
     snprintf(conf, sizeof conf, "backend:%s,sim_capacity_mb:%llu%s%s", backend, capacity_mb,
              mc && mc[0] ? "," : "", mc ? mc : "");
     fprintf(stderr, "ga-bench scale: %s ...\n", series_label(&sv[i], label, sizeof label));
-    run_child(&sv[i], modes[sv[i].mode].conf ? conf : NULL, ns, nn, budget, rounds);
+    run_child(&sv[i], label, modes[sv[i].mode].conf ? conf : NULL, ns, nn, budget, rounds);
     fprintf(stderr, "ga-bench scale: %s: %s, %zu points\n", label, sv[i].status, sv[i].np);
   }
   print_table(sv, nsv, ns, nn, 0, "allocation of a fresh block (growth included), CPU time per call:");
@@ -876,7 +1067,11 @@ int cmd_scale(int argc, char **argv) {
               "ga_would_fit of 16 requests of the pattern's sizes, CPU time per call:");
   print_table(sv, nsv, ns, nn, M_LARGEST,
               "ga_largest_free (the cache alone, no device call), CPU time per call:");
+  print_table(sv, nsv, ns, nn, M_GROW,
+              "ga_would_fit of 16 requests of 32-64 MiB, past every free block (the ladder's first\n"
+              "step: new segments, or growths of the stream's mapped range), CPU time per call:");
   print_floor(sv, nsv, ns, nn);
+  print_latency(ns, nn);
   int stopped = 0;
   for (size_t i = 0; i < nsv; i++) {
     char label[64];

@@ -73,17 +73,23 @@ def device_ops():
     return ops - called
 
 
+def annotate(out_file, tool):
+    """callgrind_annotate --inclusive=yes's listing of a profile; `tool`
+    names the caller in the error that ends the program when it fails."""
+    cmd = ["callgrind_annotate", "--inclusive=yes", "--threshold=100", out_file]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("%s: %s failed (%d): %s" % (tool, " ".join(cmd), r.returncode, r.stderr.strip()[-400:]))
+    return r.stdout
+
+
 def inclusive(out_file, names):
     """The summed inclusive instructions of the functions `names` (with any
     suffix the compiler gives a local function: sim_map.lto_priv.0). A
     function callgrind_annotate lists more than once (under two spellings of
     its file) counts once."""
-    cmd = ["callgrind_annotate", "--inclusive=yes", "--threshold=100", out_file]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit("replay_instructions.py: %s failed (%d): %s" % (" ".join(cmd), r.returncode, r.stderr.strip()[-400:]))
     seen = {}
-    for line in r.stdout.splitlines():
+    for line in annotate(out_file, "replay_instructions.py").splitlines():
         m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+\S*?:(\w+)(?:\.[\w.]+)?(?:\s|$)", line)
         if m and m.group(2) in names:
             seen[m.group(2)] = max(seen.get(m.group(2), 0), int(m.group(1).replace(",", "")))

@@ -1,7 +1,9 @@
 """Paths shared by the Python tests: the repository, and the real traces
 (GA_SHARED_DIR, else a traces/ folder in the repository, else ../shared)."""
 import os
+import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -33,3 +35,14 @@ def trace_file(*parts):
 def bench_binary():
     p = os.path.join(REPO, "build", "bench", "ga-bench")
     return p if os.path.exists(p) else None
+
+
+def assert_needs_valgrind(case, tool, bench):
+    """Runs the Python tool `tool` (a path) with a PATH that holds python3
+    alone, as on a machine without valgrind: it must fail and say so."""
+    with tempfile.TemporaryDirectory() as bare:
+        os.symlink(sys.executable, os.path.join(bare, "python3"))
+        r = subprocess.run([os.path.join(bare, "python3"), tool, "--bench", bench or "ga-bench"],
+                           capture_output=True, text=True, env={"PATH": bare})
+    case.assertEqual(r.returncode, 1)
+    case.assertIn("valgrind is needed", r.stderr)

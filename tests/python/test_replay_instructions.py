@@ -42,12 +42,7 @@ class DeviceOps(unittest.TestCase):
         self.assertNotIn("sim_share", ops)  # sim_share_fabric calls it: counted in its caller
 
     def test_without_valgrind_it_says_so(self):
-        with tempfile.TemporaryDirectory() as bare:  # a PATH with python3 alone
-            os.symlink(sys.executable, os.path.join(bare, "python3"))
-            r = subprocess.run([os.path.join(bare, "python3"), TOOL, "--bench", BENCH or "ga-bench"],
-                               capture_output=True, text=True, env={"PATH": bare})
-        self.assertEqual(r.returncode, 1)
-        self.assertIn("valgrind is needed", r.stderr)
+        support.assert_needs_valgrind(self, TOOL, BENCH)
 
 
 @unittest.skipUnless(BENCH and shutil.which("valgrind"), "needs ga-bench (build/bench/ga-bench) and valgrind")
