@@ -30,11 +30,9 @@ static size_t stranded(const ga_allocator_t *a, const ga_block *b, size_t size) 
 static size_t expandable_size(const ga_block *b) { return ga_alloc_growable(b->size, b->next); }
 
 /* Best fit on (stream, size, tie, address) with the oversize rules; the block
- * found stays in its tree. */
-static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int size_class, ga_stream_t stream,
-                                size_t size) {
-  ga_free_tree *p = &trees[size_class];
-  if (ga_limit_gc_on(a)) p->gc_calls++;
+ * found stays in its tree. Changes nothing (get_free_block counts the call). */
+static inline ga_block *free_block_for(const ga_allocator_t *a, const ga_free_tree *p, ga_stream_t stream,
+                                       size_t size) {
   ga_block *b = ga_free_tree_lower_bound(p, stream, size);
   if (!b || b->stream != stream) return NULL;
   if (ga_alloc_policy_walks(a)) {
@@ -63,9 +61,23 @@ static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int size
     b = best;
   }
   if (ga_alloc_oversize_refuses(&a->cfg, size, b->size)) return NULL;
-  GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree && b->stream == stream && b->size >= size &&
-            b->size_class == size_class);
+  GA_ASSERT(b->state == GA_BLOCK_FREE && b->in_tree && b->stream == stream && b->size >= size);
   return b; /* still in its tree: hand_out updates the tree once */
+}
+
+static ga_block *get_free_block(ga_allocator_t *a, ga_free_tree *trees, int size_class, ga_stream_t stream,
+                                size_t size) {
+  ga_free_tree *p = &trees[size_class];
+  if (ga_limit_gc_on(a)) p->gc_calls++;
+  ga_block *b = free_block_for(a, p, stream, size);
+  GA_ASSERT(!b || b->size_class == size_class);
+  return b;
+}
+
+const ga_block *ga_alloc_best_fit_locked(const ga_allocator_t *a, const ga_free_tree *trees, int size_class,
+                                         ga_stream_t stream, size_t size) {
+  GA_ASSERT_LOCKED(a);
+  return free_block_for(a, &trees[size_class], stream, size);
 }
 
 /* Best fit among the blocks of native segments alone (one cudaMalloc'd

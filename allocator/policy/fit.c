@@ -930,28 +930,105 @@ static size_t serves(const ga_config *c, int size_class, size_t size) {
   return (size_class == GA_CLASS_LARGE) == large ? lo : 0;
 }
 
-static size_t largest_block(const fmodel *m, ga_stream_t stream) {
-  size_t best = 0;
-  for (size_t i = 0; i < m->n; i++) {
-    const fblk *x = &m->v[i];
-    if (x->removed || !x->serving || x->stream != stream) continue;
-    size_t most = serves(&m->a->cfg, x->size_class, x->size);
-    if (most > best) best = most;
+/* The largest request that best fit serves from a free block, by pool: the
+ * stream's blocks from the largest down, each with the largest request
+ * whose rounding fits it (a block whose rounding fits the next smaller one
+ * as well leaves that request to it), until best fit serves one. Best fit
+ * may refuse it: the oversize rules refuse a block past max_split_size to a
+ * request under it, or one that would leave max_non_split_rounding unused,
+ * and PyTorch's walk may step on to such a block. Within one block's range
+ * of sizes the largest rounding fares best, so the first served is the
+ * answer; the blocks passed are those refused, O(log n) each. `next_down`
+ * gives the block below one (NULL at the stream's end), `fits` best fit's
+ * verdict, both on whatever holds the blocks (the trees, or the model). */
+typedef struct down {
+  size_t size;    /* the block's size, 0: none */
+  const void *at; /* where it is, for next_down */
+} down;
+
+static size_t largest_served(const ga_config *c, int size_class, down b, down (*next_down)(void *, down),
+                             int (*fits)(void *, int, size_t), void *arg, size_t floor) {
+  while (b.size) {
+    size_t most = serves(c, size_class, b.size);
+    if (most <= floor) return floor; /* nothing below does better */
+    down lower = next_down(arg, b);
+    if (ga_round_size(c, most) > lower.size && fits(arg, size_class, ga_round_size(c, most))) return most;
+    b = lower;
   }
-  return best;
+  return floor;
 }
 
-/* largest_block on a model made now, from the serving trees themselves in
- * O(log n): the largest block of the stream in each pool is the last of the
- * stream in its tree (order: stream, size, ...). */
+/* ---- On the trees ---- */
+
+typedef struct on_trees {
+  const ga_allocator_t *a;
+  const ga_free_tree *trees;
+  ga_stream_t stream;
+  int size_class;
+} on_trees;
+
+static down tree_down(const ga_block *b, ga_stream_t stream) {
+  return b && b->stream == stream ? (down){b->size, b} : (down){0, NULL};
+}
+static down tree_next_down(void *arg, down b) {
+  on_trees *t = arg;
+  return tree_down(ga_free_tree_prev(&t->trees[t->size_class], b.at), t->stream);
+}
+static int tree_fits(void *arg, int size_class, size_t rounded) {
+  on_trees *t = arg;
+  return ga_alloc_best_fit_locked(t->a, t->trees, size_class, t->stream, rounded) != NULL;
+}
+
+/* The answer on the serving trees themselves, O(log n) per block passed
+ * (the largest of each pool first: the stream's last in tree order). */
 static size_t largest_cached(ga_allocator_t *a, ga_stream_t stream) {
   const ga_free_tree *trees = serving_trees(a, stream, NULL);
   size_t best = 0;
   for (int p = 0; p < 2; p++) {
-    const ga_block *b = ga_free_tree_before(&trees[p], stream, SIZE_MAX);
-    if (!b || b->stream != stream) continue;
-    size_t most = serves(&a->cfg, p, b->size); /* grows with the size: the largest block's */
-    if (most > best) best = most;
+    on_trees t = {a, trees, stream, p};
+    best = largest_served(&a->cfg, p, tree_down(ga_free_tree_before(&trees[p], stream, SIZE_MAX), stream),
+                          tree_next_down, tree_fits, &t, best);
+  }
+  return best;
+}
+
+/* ---- On the model ---- */
+
+typedef struct on_model {
+  fmodel *m;
+  ga_stream_t stream;
+  int size_class;
+} on_model;
+
+/* The largest serving block of the stream and pool below `below` in tree
+ * order (NULL: the largest of all), as a step down. */
+static down model_below(on_model *o, const fblk *below) {
+  const fblk *b = NULL;
+  for (size_t i = 0; i < o->m->n; i++) {
+    const fblk *x = &o->m->v[i];
+    if (x->removed || !x->serving || x->stream != o->stream || x->size_class != o->size_class || !x->size ||
+        (below && !before(x, below)))
+      continue;
+    if (!b || before(b, x)) b = x;
+  }
+  return b ? (down){b->size, b} : (down){0, NULL};
+}
+static down model_next_down(void *arg, down b) { return model_below(arg, b.at); }
+static int model_fits(void *arg, int size_class, size_t rounded) {
+  on_model *o = arg;
+  uint64_t clock = o->m->gc_calls; /* best_fit counts the call: a look changes nothing */
+  int served = best_fit(o->m, size_class, o->stream, rounded) != NULL;
+  o->m->gc_calls = clock;
+  return served;
+}
+
+/* largest_cached on the model as it stands (after a flush, say): O(n) per
+ * block passed. */
+static size_t largest_block(fmodel *m, ga_stream_t stream) {
+  size_t best = 0;
+  for (int p = 0; p < 2; p++) {
+    on_model o = {m, stream, p};
+    best = largest_served(&m->a->cfg, p, model_below(&o, NULL), model_next_down, model_fits, &o, best);
   }
   return best;
 }
@@ -971,7 +1048,8 @@ ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t 
     free(m.v);
     return ga_fail(GA_DEV_ENOMEM, "ga_largest_free", NULL, NULL);
   }
-  GA_ASSERT(largest_block(&m, stream) == here);
+  /* The model's best fit leaves out the default policy's choice among best fits. */
+  GA_ASSERT(a->pol.fit_weighs || largest_block(&m, stream) == here);
   size_t g = a->space.gran, best = here;
   if (a->cfg.expandable_segments) {
     size_t n = gatherable(&m);

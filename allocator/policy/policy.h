@@ -313,6 +313,12 @@ static inline size_t ga_alloc_growable(size_t size, const ga_block *next) {
 }
 /* ga_malloc and ga_free (size > 0, ptr != NULL). */
 ga_status_t ga_alloc_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, void **out);
+/* The free block ga_malloc's best fit would hand out for a request rounded
+ * to `size` of pool size_class on `stream` from `trees` (PyTorch's
+ * get_free_block: the walk by expandable size, the default policy's choice
+ * among best fits, the oversize rules), or NULL; changes nothing. */
+const ga_block *ga_alloc_best_fit_locked(const ga_allocator_t *a, const ga_free_tree *trees, int size_class,
+                                         ga_stream_t stream, size_t size);
 ga_status_t ga_free_locked(ga_allocator_t *a, void *ptr);
 /* ga_malloc_flags (size > 0). */
 ga_status_t ga_alloc_flags_locked(ga_allocator_t *a, size_t size, ga_stream_t stream, unsigned flags,
