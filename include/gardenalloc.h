@@ -466,9 +466,15 @@ GA_API double ga_get_memory_fraction(ga_allocator_t *a);
 GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream,
                                 size_t *fit);
 
-/** The largest request on `stream` that a free block of the cache serves
- *  without a device call (*cached: its rounding, roundup_power2_divisions
- *  included, fits in the block), and the largest one ga_malloc could
+/** The largest request on `stream` that best fit serves from a free block
+ *  of the cache, without a device call (*cached: its rounding,
+ *  roundup_power2_divisions included, fits in the block, and PyTorch's
+ *  get_free_block takes it: the oversize rules of max_split_size_mb and
+ *  max_non_split_rounding_mb, the walk by expandable size; in expandable
+ *  segments a request best fit refuses may still be served with no device
+ *  call by the free block at the end of a mapped range that already holds
+ *  it, which *cached leaves out: it is never too high, and can be low
+ *  there), and the largest one ga_malloc could
  *  serve at all, flushing the cache or asking the device for memory
  *  (*with_device: from the device's free memory, within the memory
  *  fraction). Either pointer may be NULL; with with_device NULL no device
