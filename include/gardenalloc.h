@@ -473,14 +473,16 @@ GA_API ga_status_t ga_would_fit(ga_allocator_t *a, const size_t *sizes, size_t n
  *  max_non_split_rounding_mb, the walk by expandable size; in expandable
  *  segments a request best fit refuses may still be served with no device
  *  call by the free block at the end of a mapped range that already holds
- *  it, which *cached leaves out: it is never too high, and can be low
- *  there), and the largest one ga_malloc could
+ *  it, which *cached leaves out, and the default policy's choice among best
+ *  fits with pages of one granule weighs each size apart: *cached is never
+ *  too high, and can be low there), and the largest one ga_malloc could
  *  serve at all, flushing the cache or asking the device for memory
  *  (*with_device: from the device's free memory, within the memory
  *  fraction). Either pointer may be NULL; with with_device NULL no device
  *  call is made, else one cudaMemGetInfo. Nothing changes. Cost: *cached
- *  alone O(log free blocks); *with_device copies every free block into
- *  the model ga_would_fit falls back to. */
+ *  alone O(log free blocks) per request size best fit refuses (one test
+ *  when nothing is past max_split_size); *with_device copies every free
+ *  block into the model ga_would_fit falls back to. */
 GA_API ga_status_t ga_largest_free(ga_allocator_t *a, ga_stream_t stream, size_t *cached,
                                    size_t *with_device);
 

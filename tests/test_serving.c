@@ -309,6 +309,37 @@ Test(serving, would_fit_refuses_bad_arguments_and_counts_zero_sizes) {
   cr_assert_eq(fit, 0);
 }
 
+/* A dry run asks the device's free memory once, even when the lazy model
+ * reaches the ladder and the full model answers after it; a device that
+ * does not answer that once fails the call, as before the lazy model. */
+static void would_fit_asks_once(const char *conf) {
+  fx_open(conf, 100 * MiB);
+  void *a = fx_alloc(30 * MiB), *b = fx_alloc(50 * MiB);
+  fx_free(a); /* 30 MiB cached: a 50 MiB request needs the flush, which reads every free block */
+  size_t big[] = {50 * MiB}, fit = 9;
+  uint64_t calls = fx_calls(GA_CALL_MEM_INFO);
+  cr_assert_eq(ga_would_fit(fx_a, big, 1, S1, &fit), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fx_calls(GA_CALL_MEM_INFO), calls + 1, "%s: %llu calls", conf,
+               (unsigned long long)(fx_calls(GA_CALL_MEM_INFO) - calls));
+  size_t first = fit;
+  fx_inject(GA_CALL_MEM_INFO, 1, GA_DEV_EDRIVER, 0); /* the next call alone */
+  fx_refusals_expected(1);
+  cr_assert_eq(ga_would_fit(fx_a, big, 1, S1, &fit), GA_ERR_DEVICE, "%s", conf);
+  cr_assert(strstr(ga_last_error(), "cannot query the device's free memory"), "%s", ga_last_error());
+  cr_assert_eq(ga_would_fit(fx_a, big, 1, S1, &fit), GA_OK, "%s", ga_last_error());
+  cr_assert_eq(fit, first);
+  void *c = NULL;
+  cr_assert_eq(ga_malloc(fx_a, big[0], S1, &c) == GA_OK, first == 1, "%s: would_fit said %zu", conf, first);
+  if (c) fx_free(c);
+  fx_free(b);
+  cr_assert_eq(ga_check(fx_a), 0);
+  fx_close();
+}
+Test(serving, would_fit_asks_the_device_once) {
+  would_fit_asks_once("");
+  would_fit_asks_once("expandable_segments:True,expandable_policy:pytorch");
+}
+
 Test(serving, largest_free_without_and_with_a_device_call) {
   fx_open(NULL, 100 * MiB);
   void *a = fx_alloc(30 * MiB), *b = fx_alloc(12 * MiB), *c = fx_alloc(4 * MiB); /* c: a 20 MiB segment */

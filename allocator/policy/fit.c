@@ -701,6 +701,8 @@ typedef struct fast {
   const ga_free_tree *trees; /* the serving trees */
   size_t ntaken;
   int dev_asked;                    /* ov.dev_free holds the device's answer */
+  int dev_failed;                   /* the device did not answer (a->dev->error says why) */
+  size_t dev_read;                  /* its answer (ov.dev_free then counts down) */
   const ga_block *taken[FAST_HELD]; /* blocks of the trees and holes the overlay holds or joined */
   const ga_block *space[FAST_OV];   /* per overlay entry: the UNMAPPED block its room is, or NULL */
   fblk buf[FAST_OV];                /* ov.v */
@@ -778,7 +780,8 @@ static fblk *fast_end_run(fast *f, int size_class, ga_stream_t stream, size_t ro
   fblk *run = end_run_in(ov, size_class, stream, rounded), best = {0}, x;
   const ga_block *src = NULL, *space = NULL;
   for (const ga_segment *seg = ov->a->space.segs; seg; seg = seg->next) {
-    if (!seg->expandable || seg->priv != ov->priv || seg->stream != stream) continue;
+    if (!seg->expandable || seg->priv != ov->priv || seg->stream != stream || seg->size_class != size_class)
+      continue;
     if ((run && run->created > seg->created) || (src && best.created > seg->created)) continue;
     for (const ga_block *u = ga_unmapped_first_from(seg, 0, rounded); u;
          u = ga_unmapped_first_from(seg, u->ptr + 1, rounded)) {
@@ -826,21 +829,32 @@ static void fast_join(fast *f, fblk *run) {
 }
 
 /* The device's free memory, asked once, before the first step of a ladder
- * (the model's dev_free); 0 when the device does not answer (the full
- * model's path asks again and names the error). */
+ * (the model's dev_free); 0 when the device does not answer (dev_failed:
+ * the call fails with the device's error, as the model's path would). */
 static int fast_device(fast *f) {
   if (!f->dev_asked) {
     size_t total = 0;
-    if (ga_dev_mem_info(f->ov.a->dev, &f->ov.dev_free, &total)) return f->ov.bail = 1, 0;
+    if (ga_dev_mem_info(f->ov.a->dev, &f->ov.dev_free, &total)) return f->dev_failed = f->ov.bail = 1, 0;
     f->dev_asked = 1;
+    f->dev_read = f->ov.dev_free;
   }
   return 1;
 }
 
+/* What the lazy model learnt of the device, for the full model's path: it
+ * asks no second time (one cudaMemGetInfo per call, and debug builds check
+ * both answers against the same reading). */
+typedef struct lazy_device {
+  int asked, failed;
+  size_t free;
+} lazy_device;
+
 /* ga_would_fit's answer from the lazy model: 1 and *fit, or 0 when it
  * cannot answer (more than FAST_MAX requests, a step that reads every free
  * block, no memory for the overlay). */
-static int fit_lazily(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream, size_t *fit) {
+static int fit_lazily(ga_allocator_t *a, const size_t *sizes, size_t n, ga_stream_t stream, size_t *fit,
+                      lazy_device *dev) {
+  *dev = (lazy_device){0};
   if (n > FAST_MAX) return 0;
   fast f;
   /* model_init's figures; dev_free once a ladder needs it (fast_device). */
@@ -856,7 +870,7 @@ static int fit_lazily(ga_allocator_t *a, const size_t *sizes, size_t n, ga_strea
                   .lazy = &f};
   f.trees = serving_trees(a, stream, &f.ov.priv);
   f.ntaken = 0;
-  f.dev_asked = 0;
+  f.dev_asked = f.dev_failed = 0;
   size_t k = 0;
   int answered = 0;
   /* Each request adds one overlay entry at most: the vector never grows. */
@@ -872,6 +886,7 @@ static int fit_lazily(ga_allocator_t *a, const size_t *sizes, size_t n, ga_strea
   }
   if (k == n) answered = 1;
   GA_ASSERT(f.ov.v == f.buf);
+  *dev = (lazy_device){f.dev_asked, f.dev_failed, f.dev_asked ? f.dev_read : 0};
   if (answered) *fit = k;
   return answered;
 }
@@ -880,15 +895,16 @@ ga_status_t ga_fit_would_fit_locked(ga_allocator_t *a, const size_t *sizes, size
                                     size_t *fit) {
   GA_ASSERT_LOCKED(a);
   size_t quick = 0;
-  int lazily = fit_lazily(a, sizes, n, stream, &quick);
+  lazy_device dev;
+  int lazily = fit_lazily(a, sizes, n, stream, &quick, &dev);
 #ifndef GA_ASSERTS
   if (lazily) { /* at most one device call, and none when the cache served every request */
     *fit = quick;
     return GA_OK;
   }
 #endif
-  size_t dev_free = 0, total = 0;
-  int rc = ga_dev_mem_info(a->dev, &dev_free, &total);
+  size_t dev_free = dev.free, total = 0;
+  int rc = dev.failed || (!dev.asked && ga_dev_mem_info(a->dev, &dev_free, &total));
   if (rc) {
     ga_error_set("ga_would_fit: cannot query the device's free memory: %s", a->dev->error);
     return GA_ERR_DEVICE;
@@ -932,28 +948,28 @@ static size_t serves(const ga_config *c, int size_class, size_t size) {
 
 /* The largest request that best fit serves from a free block, by pool: the
  * stream's blocks from the largest down, each with the largest request
- * whose rounding fits it (a block whose rounding fits the next smaller one
- * as well leaves that request to it), until best fit serves one. Best fit
- * may refuse it: the oversize rules refuse a block past max_split_size to a
- * request under it, or one that would leave max_non_split_rounding unused,
- * and PyTorch's walk may step on to such a block. Within one block's range
- * of sizes the largest rounding fares best, so the first served is the
- * answer; the blocks passed are those refused, O(log n) each. `next_down`
- * gives the block below one (NULL at the stream's end), `fits` best fit's
- * verdict, both on whatever holds the blocks (the trees, or the model). */
-typedef struct down {
-  size_t size;    /* the block's size, 0: none */
-  const void *at; /* where it is, for next_down */
-} down;
-
-static size_t largest_served(const ga_config *c, int size_class, down b, down (*next_down)(void *, down),
+ * whose rounding fits it, until best fit serves one. Best fit may refuse
+ * it: the oversize rules refuse a block past max_split_size to a request
+ * under it, or one that would leave max_non_split_rounding unused, and
+ * PyTorch's walk may step on to such a block. Every block from that
+ * rounding up to the block's size names the same request (and best fit
+ * starts at the first of them), so a refusal steps down to the largest
+ * block under the rounding: one test per distinct request, O(log n) each
+ * on the trees, however many blocks share a size. Within one such range
+ * the largest rounding fares best (the oversize test only gets easier as
+ * the request grows), save the default policy's choice among best fits
+ * with pages of one granule, which weighs each size apart: there the
+ * answer can be low. `below` gives the largest block under a size (size
+ * 0: none), `fits` best fit's verdict, both on whatever holds the blocks
+ * (the trees, or the model). */
+static size_t largest_served(const ga_config *c, int size_class, size_t (*below)(void *, size_t),
                              int (*fits)(void *, int, size_t), void *arg, size_t floor) {
-  while (b.size) {
-    size_t most = serves(c, size_class, b.size);
+  for (size_t size = below(arg, SIZE_MAX); size;) {
+    size_t most = serves(c, size_class, size);
     if (most <= floor) return floor; /* nothing below does better */
-    down lower = next_down(arg, b);
-    if (ga_round_size(c, most) > lower.size && fits(arg, size_class, ga_round_size(c, most))) return most;
-    b = lower;
+    size_t rounded = ga_round_size(c, most);
+    if (fits(arg, size_class, rounded)) return most;
+    size = below(arg, rounded);
   }
   return floor;
 }
@@ -967,27 +983,25 @@ typedef struct on_trees {
   int size_class;
 } on_trees;
 
-static down tree_down(const ga_block *b, ga_stream_t stream) {
-  return b && b->stream == stream ? (down){b->size, b} : (down){0, NULL};
-}
-static down tree_next_down(void *arg, down b) {
+/* The size of the stream's largest block under `size` bytes, or 0. */
+static size_t tree_below(void *arg, size_t size) {
   on_trees *t = arg;
-  return tree_down(ga_free_tree_prev(&t->trees[t->size_class], b.at), t->stream);
+  const ga_block *b = ga_free_tree_before(&t->trees[t->size_class], t->stream, size);
+  return b && b->stream == t->stream ? b->size : 0;
 }
 static int tree_fits(void *arg, int size_class, size_t rounded) {
   on_trees *t = arg;
   return ga_alloc_best_fit_locked(t->a, t->trees, size_class, t->stream, rounded) != NULL;
 }
 
-/* The answer on the serving trees themselves, O(log n) per block passed
- * (the largest of each pool first: the stream's last in tree order). */
+/* The answer on the serving trees themselves, O(log n) per request tested
+ * (the largest block of each pool first: the stream's last in tree order). */
 static size_t largest_cached(ga_allocator_t *a, ga_stream_t stream) {
   const ga_free_tree *trees = serving_trees(a, stream, NULL);
   size_t best = 0;
   for (int p = 0; p < 2; p++) {
     on_trees t = {a, trees, stream, p};
-    best = largest_served(&a->cfg, p, tree_down(ga_free_tree_before(&trees[p], stream, SIZE_MAX), stream),
-                          tree_next_down, tree_fits, &t, best);
+    best = largest_served(&a->cfg, p, tree_below, tree_fits, &t, best);
   }
   return best;
 }
@@ -1000,20 +1014,19 @@ typedef struct on_model {
   int size_class;
 } on_model;
 
-/* The largest serving block of the stream and pool below `below` in tree
- * order (NULL: the largest of all), as a step down. */
-static down model_below(on_model *o, const fblk *below) {
-  const fblk *b = NULL;
+/* The size of the largest serving block of the stream and pool under
+ * `size` bytes, or 0. */
+static size_t model_below(void *arg, size_t size) {
+  on_model *o = arg;
+  size_t most = 0;
   for (size_t i = 0; i < o->m->n; i++) {
     const fblk *x = &o->m->v[i];
-    if (x->removed || !x->serving || x->stream != o->stream || x->size_class != o->size_class || !x->size ||
-        (below && !before(x, below)))
-      continue;
-    if (!b || before(b, x)) b = x;
+    if (!x->removed && x->serving && x->stream == o->stream && x->size_class == o->size_class &&
+        x->size < size && x->size > most)
+      most = x->size;
   }
-  return b ? (down){b->size, b} : (down){0, NULL};
+  return most;
 }
-static down model_next_down(void *arg, down b) { return model_below(arg, b.at); }
 static int model_fits(void *arg, int size_class, size_t rounded) {
   on_model *o = arg;
   uint64_t clock = o->m->gc_calls; /* best_fit counts the call: a look changes nothing */
@@ -1023,12 +1036,12 @@ static int model_fits(void *arg, int size_class, size_t rounded) {
 }
 
 /* largest_cached on the model as it stands (after a flush, say): O(n) per
- * block passed. */
+ * request tested. */
 static size_t largest_block(fmodel *m, ga_stream_t stream) {
   size_t best = 0;
   for (int p = 0; p < 2; p++) {
     on_model o = {m, stream, p};
-    best = largest_served(&m->a->cfg, p, model_below(&o, NULL), model_next_down, model_fits, &o, best);
+    best = largest_served(&m->a->cfg, p, model_below, model_fits, &o, best);
   }
   return best;
 }
@@ -1049,7 +1062,7 @@ ga_status_t ga_fit_largest_locked(ga_allocator_t *a, ga_stream_t stream, size_t 
     return ga_fail(GA_DEV_ENOMEM, "ga_largest_free", NULL, NULL);
   }
   /* The model's best fit leaves out the default policy's choice among best fits. */
-  GA_ASSERT(a->pol.fit_weighs || largest_block(&m, stream) == here);
+  GA_ASSERT((a->pol.fit_weighs && !a->pol.fit_walks) || largest_block(&m, stream) == here);
   size_t g = a->space.gran, best = here;
   if (a->cfg.expandable_segments) {
     size_t n = gatherable(&m);
