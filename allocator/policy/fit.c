@@ -692,6 +692,14 @@ static int one(fmodel *m, size_t size, ga_stream_t stream) {
 #define FAST_OV   (FAST_MAX + 2)     /* overlay entries: a request adds one at most */
 #define FAST_HELD (2 * FAST_MAX + 2) /* blocks taken: two at most (a run and the block it joins) */
 
+/* What the lazy model learnt of the device, for the full model's path: it
+ * asks no second time (one cudaMemGetInfo per call, and debug builds check
+ * both answers against the same reading). */
+typedef struct lazy_device {
+  int asked, failed; /* asked: free holds the device's answer; failed: no answer (a->dev->error says why) */
+  size_t free;       /* the answer as read (the model's dev_free then counts down) */
+} lazy_device;
+
 /* On the stack, and nothing of it zeroed: a vector allocated per call made
  * the C library's malloc consolidate its heap, whose cost grew with the
  * blocks live (ga-bench scale's would_fit under callgrind: 85 % of the call
@@ -700,9 +708,7 @@ typedef struct fast {
   fmodel ov;                 /* the overlay: what the dry run took or made, as it left them */
   const ga_free_tree *trees; /* the serving trees */
   size_t ntaken;
-  int dev_asked;                    /* ov.dev_free holds the device's answer */
-  int dev_failed;                   /* the device did not answer (a->dev->error says why) */
-  size_t dev_read;                  /* its answer (ov.dev_free then counts down) */
+  lazy_device dev;                  /* the device's free memory, once a ladder asked for it */
   const ga_block *taken[FAST_HELD]; /* blocks of the trees and holes the overlay holds or joined */
   const ga_block *space[FAST_OV];   /* per overlay entry: the UNMAPPED block its room is, or NULL */
   fblk buf[FAST_OV];                /* ov.v */
@@ -786,9 +792,7 @@ static fblk *fast_end_run(fast *f, int size_class, ga_stream_t stream, size_t ro
     for (const ga_block *u = ga_unmapped_first_from(seg, 0, rounded); u;
          u = ga_unmapped_first_from(seg, u->ptr + 1, rounded)) {
       const ga_block *c = u->prev && u->prev->state == GA_BLOCK_FREE ? u->prev : u;
-      if (c == u ? seg->size_class != size_class
-                 : !c->in_tree || c->stream != stream || c->size_class != size_class)
-        continue;
+      if (c != u && (!c->in_tree || c->stream != stream || c->size_class != size_class)) continue;
       if (taken(f, c)) continue; /* the overlay holds it as the dry run left it */
       x = c == u ? hole_of(u) : fblk_of(ov->a, c, 1, !ov->priv);
       if (x.size + x.room < rounded) continue;
@@ -829,25 +833,17 @@ static void fast_join(fast *f, fblk *run) {
 }
 
 /* The device's free memory, asked once, before the first step of a ladder
- * (the model's dev_free); 0 when the device does not answer (dev_failed:
+ * (the model's dev_free); 0 when the device does not answer (dev.failed:
  * the call fails with the device's error, as the model's path would). */
 static int fast_device(fast *f) {
-  if (!f->dev_asked) {
+  if (!f->dev.asked) {
     size_t total = 0;
-    if (ga_dev_mem_info(f->ov.a->dev, &f->ov.dev_free, &total)) return f->dev_failed = f->ov.bail = 1, 0;
-    f->dev_asked = 1;
-    f->dev_read = f->ov.dev_free;
+    if (ga_dev_mem_info(f->ov.a->dev, &f->dev.free, &total)) return f->dev.failed = f->ov.bail = 1, 0;
+    f->dev.asked = 1;
+    f->ov.dev_free = f->dev.free;
   }
   return 1;
 }
-
-/* What the lazy model learnt of the device, for the full model's path: it
- * asks no second time (one cudaMemGetInfo per call, and debug builds check
- * both answers against the same reading). */
-typedef struct lazy_device {
-  int asked, failed;
-  size_t free;
-} lazy_device;
 
 /* ga_would_fit's answer from the lazy model: 1 and *fit, or 0 when it
  * cannot answer (more than FAST_MAX requests, a step that reads every free
@@ -870,7 +866,7 @@ static int fit_lazily(ga_allocator_t *a, const size_t *sizes, size_t n, ga_strea
                   .lazy = &f};
   f.trees = serving_trees(a, stream, &f.ov.priv);
   f.ntaken = 0;
-  f.dev_asked = f.dev_failed = 0;
+  f.dev = (lazy_device){0};
   size_t k = 0;
   int answered = 0;
   /* Each request adds one overlay entry at most: the vector never grows. */
@@ -886,7 +882,7 @@ static int fit_lazily(ga_allocator_t *a, const size_t *sizes, size_t n, ga_strea
   }
   if (k == n) answered = 1;
   GA_ASSERT(f.ov.v == f.buf);
-  *dev = (lazy_device){f.dev_asked, f.dev_failed, f.dev_asked ? f.dev_read : 0};
+  *dev = f.dev;
   if (answered) *fit = k;
   return answered;
 }
